@@ -63,9 +63,16 @@ class CovarianceStats:
 
     @classmethod
     def from_batch(cls, x: ArrayLike, mask: ArrayLike | None = None) -> CovarianceStats:
-        """Statistics of the rows of ``x`` (shape ``(..., d)``) where ``mask`` is true."""
+        """Statistics of the rows of ``x`` (shape ``(..., d)``) where ``mask`` is true.
+
+        Masked-out rows are never read (padding may hold anything); a NaN or infinity in a
+        kept row raises ``ValueError``.
+
+        >>> mask = torch.tensor([[1, 0, 0], [1, 1, 0]])  # (batch, seq)
+        >>> CovarianceStats.from_batch(torch.ones(2, 3, 4), mask).count
+        3
+        """
         rows = _rows(x, mask)
-        check_finite(rows, name="x")
         d = rows.shape[1]
         n = rows.shape[0]
         if n == 0:
@@ -76,10 +83,21 @@ class CovarianceStats:
             mean = r.mean(0)
             rc = r - mean
             comoment = rc.T @ rc
+            # A NaN/inf in column j makes mean[j] or M[j, j] non-finite, and |M_ij| is bounded
+            # by sqrt(M_ii M_jj): an O(d) check instead of a pass over the rows.
+            finite = bool(torch.isfinite(mean).all()) and bool(
+                torch.isfinite(torch.diagonal(comoment)).all()
+            )
+        if not finite:
+            check_finite(rows, name="x")  # raises, with the count, for NaN / inf rows
+            raise ValueError(
+                f"x is too large for {acc} accumulation (the co-moment overflows); rescale it"
+            )
         return cls(n, mean.double(), comoment.double())
 
     @property
     def dim(self) -> int:
+        """The dimension ``d`` of the rows."""
         return self.mean.shape[0]
 
     def merge(self, other: CovarianceStats) -> CovarianceStats:

@@ -13,20 +13,30 @@ shrinkage). No eigendecomposition is needed. The gradient is analytic:
 :math:`\partial\iota/\partial\Sigma_\zeta = aI + b\Sigma_\zeta` with
 :math:`a = 2t/(f(d-1))`, :math:`b = -2t^2/(f^2(d-1))`, :math:`t = \operatorname{tr}`,
 :math:`f = \lVert\cdot\rVert_F^2`, hence
-:math:`\partial\iota/\partial X = \frac{2(1-\zeta)}{n-1}(aX_c + bX_c\Sigma_\zeta)`.
+:math:`\partial\iota/\partial X = \frac{2(1-\zeta)}{n-1}X_c(aI + b\Sigma_\zeta)`.
+
+When :math:`n < d` every term comes from the :math:`n\times n` Gram matrix
+:math:`G = X_cX_c^\top` (:math:`\operatorname{tr}\Sigma_X = \operatorname{tr}G/(n-1)`,
+:math:`\lVert\Sigma_X\rVert_F = \lVert G\rVert_F/(n-1)`) and from :math:`X_c\Sigma_S`
+(:math:`\langle\Sigma_X,\Sigma_S\rangle = \langle X_c, X_c\Sigma_S\rangle/(n-1)`), without forming
+:math:`\Sigma_X`.
 
 Point clouds have shape ``(n_points, dim)``.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.autograd.function import once_differentiable
 
 from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
-    as_covariance,
     as_point_cloud,
+    as_tensor,
+    check_finite,
     check_zeta,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed, world_size
@@ -39,122 +49,251 @@ __all__ = [
     "participation_ratio_from_covariance",
 ]
 
+_SYM_RTOL = 1e-5
+_PROBES: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
-def _pr_terms(trace: torch.Tensor, frob_sq: torch.Tensor) -> torch.Tensor:
-    if float(trace) <= 0.0 or float(frob_sq) <= 0.0:
+
+def _probe(d: int, like: torch.Tensor) -> torch.Tensor:
+    """A fixed random +-1 vector of length ``d`` (cached per size, device and dtype)."""
+    key = (d, str(like.device), like.dtype)
+    r = _PROBES.get(key)
+    if r is None:
+        gen = torch.Generator().manual_seed(20240101 + d)
+        r = (torch.randint(0, 2, (d,), generator=gen) * 2 - 1).to(like.device, like.dtype)
+        if len(_PROBES) > 32:
+            _PROBES.clear()
+        _PROBES[key] = r
+    return r
+
+
+def _square_matrix(c: ArrayLike, *, name: str, dim: int | None = None) -> torch.Tensor:
+    """``c`` as a floating tensor of shape ``(dim, dim)`` (shape checks only)."""
+    t = as_tensor(c, name=name)
+    if t.ndim != 2 or t.shape[0] != t.shape[1]:
+        raise ValueError(f"{name} must be a square (dim, dim) matrix, got shape {tuple(t.shape)}")
+    if dim is not None and t.shape[0] != dim:
         raise ValueError(
-            "the covariance has zero total variance (all points identical, or a zero matrix): "
-            "IsoScore is undefined"
+            f"{name} has shape {tuple(t.shape)} but the point cloud has dimension {dim}"
         )
-    return trace * trace / frob_sq
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} is an empty (0, 0) matrix")
+    return t
+
+
+def _check_covariance_values(
+    c: torch.Tensor, fro: float, *, name: str, source_dtype: torch.dtype
+) -> None:
+    r"""Raise ``ValueError`` unless ``c`` (finite, :math:`\lVert c\rVert_F^2` = ``fro``) is a
+    plausible covariance: non-negative diagonal and symmetric.
+
+    Symmetry is probed in :math:`O(d^2)` with contiguous reads: for a fixed random
+    :math:`r\in\{\pm1\}^d`, :math:`\lVert(C - C^\top)r\rVert_\infty` must not exceed
+    ``rtol`` :math:`\cdot\lVert C\rVert_F` (``rtol`` = 1e-5, or 16 machine epsilons of
+    ``source_dtype`` for half precision). Any asymmetry of that size is caught unless its
+    entries cancel exactly against the probe.
+    """
+    with torch.no_grad():
+        if bool((torch.diagonal(c) < 0).any()):
+            raise ValueError(f"{name} has a negative diagonal entry: not a covariance matrix")
+        if c.shape[0] < 2:
+            return
+        cw = c if c.dtype in (torch.float32, torch.float64) else c.float()
+        r = _probe(c.shape[0], cw)
+        asym = float((torch.mv(cw, r) - torch.mv(cw.T, r)).abs().max())
+    rtol = max(_SYM_RTOL, 16 * torch.finfo(source_dtype).eps)
+    if asym > rtol * math.sqrt(fro):
+        raise ValueError(
+            f"{name} is not symmetric (max |(C - C^T) r| = {asym:.3g} for a +-1 probe r, "
+            f"||C||_F = {math.sqrt(fro):.3g})"
+        )
+
+
+def _trace_and_frobenius(c: ArrayLike, *, name: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    r"""Validated :math:`\operatorname{tr}C` and :math:`\lVert C\rVert_F^2` in float64
+    (differentiable in ``c``), and the dimension ``d``."""
+    t = _square_matrix(c, name=name)
+    c64 = t.to(torch.float64)
+    flat = c64.reshape(-1)
+    tr, fro = torch.trace(c64), torch.dot(flat, flat)
+    fro_f, tr_f = float(fro.detach()), float(tr.detach())
+    if not (math.isfinite(fro_f) and math.isfinite(tr_f)):
+        check_finite(t, name=name)  # raises for NaN / inf entries
+        # Finite entries whose squares overflow: the ratio is scale free, so rescale.
+        scale = c64.detach().abs().max()
+        c64 = c64 / scale
+        flat = c64.reshape(-1)
+        tr, fro = torch.trace(c64), torch.dot(flat, flat)
+        fro_f, tr_f = float(fro.detach()), float(tr.detach())
+    _check_covariance_values(c64.detach(), fro_f, name=name, source_dtype=t.dtype)
+    if fro_f <= 0.0 or tr_f <= 0.0:
+        raise ValueError(
+            f"{name} has zero total variance (a zero matrix): IsoScore is undefined"
+        )
+    return tr, fro, t.shape[0]
 
 
 def participation_ratio_from_covariance(cov: ArrayLike) -> torch.Tensor:
     r"""Participation ratio :math:`(\operatorname{tr}C)^2 / \lVert C\rVert_F^2` in :math:`[1, d]`.
 
+    ``cov`` must be symmetric with a non-negative diagonal (checked) and positive
+    semi-definite (assumed). Differentiable in ``cov``.
+
     >>> participation_ratio_from_covariance(torch.diag(torch.tensor([1.0, 1.0, 0.0])))
     tensor(2.)
     """
-    c = as_covariance(cov, name="cov")
-    c64 = c.to(torch.float64)
-    pr = _pr_terms(torch.trace(c64), (c64 * c64).sum())
-    return pr.to(accumulation_dtype(c))
+    c = as_tensor(cov, name="cov")
+    tr, fro, _ = _trace_and_frobenius(c, name="cov")
+    return (tr * tr / fro).to(accumulation_dtype(c))
 
 
 def isoscore_from_covariance(cov: ArrayLike) -> torch.Tensor:
     r"""IsoScore of a covariance matrix: :math:`(\mathrm{PR}(C) - 1)/(d - 1)` in :math:`[0, 1]`.
 
-    Differentiable in ``cov``. Symmetry and a non-negative diagonal are checked; positive
-    semi-definiteness is assumed (a covariance estimate always is).
+    :math:`O(d^2)`; differentiable in ``cov``. Symmetry and a non-negative diagonal are
+    checked; positive semi-definiteness is assumed (a covariance estimate always is).
 
     >>> isoscore_from_covariance(torch.eye(4))
     tensor(1.)
     >>> isoscore_from_covariance(torch.diag(torch.tensor([1.0, 1.0, 0.0, 0.0])))  # 2 of 4 dims
     tensor(0.3333)
     """
-    c = as_covariance(cov, name="cov")
-    d = c.shape[0]
-    if d < 2:
+    c = as_tensor(cov, name="cov")
+    if c.ndim == 2 and c.shape[0] == c.shape[1] == 1:
         raise ValueError("IsoScore needs dimension >= 2 (it is undefined for d = 1)")
-    c64 = c.to(torch.float64)
-    pr = _pr_terms(torch.trace(c64), (c64 * c64).sum())
-    return ((pr - 1.0) / (d - 1)).to(accumulation_dtype(c))
+    tr, fro, d = _trace_and_frobenius(c, name="cov")
+    return ((tr * tr / fro - 1.0) / (d - 1)).to(accumulation_dtype(c))
+
+
+def _nonfinite_error(x: torch.Tensor, sync: bool) -> ValueError:
+    check_finite(x, name="X")  # raises with the count when the local rows hold NaN / inf
+    where = " (NaN/inf in another rank's rows, or overflow)" if sync else " (overflow)"
+    return ValueError(
+        f"IsoScore* is not finite{where}: the input values are too large for "
+        f"{x.dtype} accumulation; rescale X"
+    )
 
 
 class _IsoScoreStarFunction(torch.autograd.Function):
-    """IsoScore* of a point cloud with the analytic gradient (one ``n x d x d`` product each way).
+    """IsoScore* (``kind='iota'``) or the participation ratio (``kind='pr'``) of
+    :math:`\\Sigma_\\zeta` with the analytic gradient (one ``n x d x d`` product each way).
 
-    Under ``torch.distributed`` the covariance is that of the global batch, built from
-    all-reduced sufficient statistics (count, sum, centred co-moment).
+    Under ``torch.distributed`` (``sync``) the covariance is that of the global batch, built
+    from all-reduced sufficient statistics (count, sum, centred co-moment); the gradient of
+    the local rows is ``world_size`` times their single-process gradient.
     """
 
     @staticmethod
-    def forward(ctx, x, shrinkage, zeta, group, sync):  # type: ignore[override]
+    def forward(ctx, x, shrinkage, zeta, group, sync, kind):  # type: ignore[override]
         n_local, d = x.shape
         if sync:
-            stats = all_reduce_sum(
-                torch.cat([x.new_tensor([float(n_local)]), x.sum(0)]).to(torch.float64), group
+            head = torch.cat(
+                [x.new_tensor([float(n_local)], dtype=torch.float64), x.sum(0, dtype=torch.float64)]
             )
-            n = float(stats[0])
-            mean = (stats[1:] / max(n, 1.0)).to(x.dtype)
+            head = all_reduce_sum(head, group)
+            n = float(head[0])
+            mean = (head[1:] / max(n, 1.0)).to(x.dtype)
         else:
             n = float(n_local)
             mean = x.mean(0)
         if n < 2:
             raise ValueError(f"IsoScore* needs at least 2 points, got {int(n)}")
+        if zeta == 0.0:
+            shrinkage = None  # Sigma_zeta = Sigma_X
         xc = x - mean
-        use_gram = (not sync) and n_local < d
+        # Gram route: G = X_c X_c^T (n^2 d) instead of X_c^T X_c (n d^2); it pays off when
+        # n < d, or n < d/2 when X_c Sigma_S (n d^2) has to be formed anyway.
+        use_gram = (not sync) and (n_local < d if shrinkage is None else 2 * n_local < d)
         if use_gram:
-            # n < d: every term from the n x n Gram matrix and X_c Sigma_S, never Sigma_X.
             gram = xc @ xc.T
+            g64 = gram.to(torch.float64).reshape(-1)
             tr_x = torch.trace(gram).double() / (n - 1)
-            fro_xx = (gram.double() ** 2).sum() / (n - 1) ** 2
+            fro_xx = torch.dot(g64, g64) / (n - 1) ** 2
             if shrinkage is None:
                 tr_s, fro_ss, inner_xs = float(d), float(d), tr_x
-                xs = xc
+                xs = None
             else:
                 xs = xc @ shrinkage
-                s64 = shrinkage.double()
-                tr_s, fro_ss = torch.trace(s64), (s64 * s64).sum()
-                inner_xs = (xc.double() * xs.double()).sum() / (n - 1)
-            tr = (1 - zeta) * tr_x + zeta * tr_s
-            fro = (1 - zeta) ** 2 * fro_xx + 2 * zeta * (1 - zeta) * inner_xs + zeta**2 * fro_ss
-            sigma = None
+                s64 = shrinkage.to(torch.float64).reshape(-1)
+                tr_s, fro_ss = float(torch.trace(shrinkage)), float(torch.dot(s64, s64))
+                inner_xs = torch.dot(
+                    xc.reshape(-1).double(), xs.reshape(-1).double()
+                ) / (n - 1)
+            tr = float((1 - zeta) * tr_x + zeta * tr_s)
+            fro = float(
+                (1 - zeta) ** 2 * fro_xx + 2 * zeta * (1 - zeta) * inner_xs + zeta**2 * fro_ss
+            )
             ctx.save_for_backward(xc, gram, xs)
         else:
-            comoment = xc.T @ xc
+            sigma = xc.T @ xc
             if sync:
-                comoment = all_reduce_sum(comoment, group)
-            sigma = comoment * ((1 - zeta) / (n - 1))
+                sigma = all_reduce_sum(sigma, group)
+            sigma.mul_((1 - zeta) / (n - 1))
             if zeta > 0:
                 if shrinkage is None:
                     sigma.diagonal().add_(zeta)
                 else:
-                    sigma = sigma + zeta * shrinkage
-            s64 = sigma.double()
-            tr, fro = torch.trace(s64), (s64 * s64).sum()
+                    sigma.add_(shrinkage, alpha=zeta)
+            s64 = sigma.to(torch.float64)
+            flat = s64.reshape(-1)
+            tr, fro = float(torch.trace(s64)), float(torch.dot(flat, flat))
             ctx.save_for_backward(xc, sigma)
-        pr = _pr_terms(tr, fro)
-        ctx.use_gram, ctx.zeta, ctx.n, ctx.d = use_gram, zeta, n, d
-        ctx.tr, ctx.fro = float(tr), float(fro)
+        if not (math.isfinite(tr) and math.isfinite(fro)):
+            raise _nonfinite_error(x, sync)
+        if tr <= 0.0 or fro <= 0.0:
+            raise ValueError(
+                "the covariance has zero total variance (all points identical, or a zero "
+                "matrix): IsoScore is undefined"
+            )
+        pr = tr * tr / fro
+        # d(PR)/d(Sigma_zeta) = a I + b Sigma_zeta; iota = (PR - 1)/(d - 1).
+        denom = 1.0 if kind == "pr" else float(d - 1)
+        ctx.a, ctx.b = 2.0 * tr / (fro * denom), -2.0 * tr * tr / (fro * fro * denom)
+        ctx.use_gram, ctx.zeta, ctx.n = use_gram, zeta, n
         ctx.grad_scale = world_size(group) if sync else 1
-        return ((pr - 1.0) / (d - 1)).to(x.dtype)
+        value = pr if kind == "pr" else (pr - 1.0) / (d - 1)
+        return torch.tensor(value, dtype=x.dtype, device=x.device)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
-        zeta, n, d, tr, fro = ctx.zeta, ctx.n, ctx.d, ctx.tr, ctx.fro
-        a = 2.0 * tr / (fro * (d - 1))
-        b = -2.0 * tr * tr / (fro * fro * (d - 1))
+        zeta, n = ctx.zeta, ctx.n
+        coef = 2.0 * (1 - zeta) / (n - 1) * ctx.grad_scale
+        a, b = ctx.a * coef, ctx.b * coef
         if ctx.use_gram:
             xc, gram, xs = ctx.saved_tensors
-            # X_c Sigma_zeta = (1-zeta) (X_c X_c^T) X_c / (n-1) + zeta X_c Sigma_S
-            x_sigma = (gram @ xc) * ((1 - zeta) / (n - 1)) + zeta * xs
+            # X_c Sigma_zeta = ((1-zeta)/(n-1)) G X_c + zeta X_c Sigma_S
+            k = gram * (b * (1 - zeta) / (n - 1))
+            if xs is None:
+                k.diagonal().add_(a + b * zeta)
+                grad_x = k @ xc
+            else:
+                k.diagonal().add_(a)
+                grad_x = torch.addmm(xs, k, xc, beta=b * zeta)
         else:
             xc, sigma = ctx.saved_tensors
-            x_sigma = xc @ sigma
-        coef = 2.0 * (1 - zeta) / (n - 1) * ctx.grad_scale
-        grad_x = (a * coef) * xc + (b * coef) * x_sigma
-        return grad_out.to(grad_x.dtype) * grad_x, None, None, None, None
+            m = sigma * b
+            m.diagonal().add_(a)
+            grad_x = xc @ m
+        return grad_x.mul_(grad_out.to(grad_x.dtype)), None, None, None, None, None
+
+
+def _prepare(
+    X: ArrayLike, shrinkage: ArrayLike | None, sync: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    x = as_point_cloud(X, min_points=0 if sync else 2, check_values=False)
+    d = x.shape[1]
+    dtype = accumulation_dtype(x)
+    s = None
+    if shrinkage is not None:
+        s0 = _square_matrix(shrinkage, name="shrinkage", dim=d)
+        s = s0.detach().to(device=x.device, dtype=dtype)
+        flat = s.reshape(-1)
+        fro = float(torch.dot(flat, flat).double())
+        if not math.isfinite(fro):
+            check_finite(s, name="shrinkage")
+            raise ValueError(f"shrinkage overflows {dtype} (||shrinkage||_F^2 = inf); rescale it")
+        _check_covariance_values(s, fro, name="shrinkage", source_dtype=s0.dtype)
+    return x.to(dtype), s
 
 
 def isoscore_star(
@@ -171,7 +310,8 @@ def isoscore_star(
     ``shrinkage`` (:math:`\Sigma_S`, shape ``(dim, dim)``) defaults to the identity, the
     fallback the authors recommend when no large sample is at hand. It is treated as a
     constant (no gradient). Computed in fp64 for fp64 input, else with fp32 accumulation.
-    With ``sync_dist=True`` under ``torch.distributed``, the score is that of the global batch.
+    With ``sync_dist=True`` under ``torch.distributed``, the score is that of the global batch
+    (a rank may hold no rows); see :mod:`isotropy.distributed` for the gradient convention.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> X = torch.randn(5000, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0])
@@ -181,16 +321,11 @@ def isoscore_star(
     1.0
     """
     z = check_zeta(zeta)
-    x = as_point_cloud(X)
-    d = x.shape[1]
-    if d < 2:
-        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
-    dtype = accumulation_dtype(x)
-    s = None
-    if shrinkage is not None:
-        s = as_covariance(shrinkage, dim=d).to(device=x.device, dtype=dtype).detach()
     sync = bool(sync_dist) and is_distributed(process_group)
-    return _IsoScoreStarFunction.apply(x.to(dtype), s, z, process_group, sync)
+    x, s = _prepare(X, shrinkage, sync)
+    if x.shape[1] < 2:
+        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
+    return _IsoScoreStarFunction.apply(x, s, z, process_group, sync, "iota")
 
 
 def isoscore(X: ArrayLike) -> torch.Tensor:
@@ -213,8 +348,5 @@ def participation_ratio(X: ArrayLike) -> torch.Tensor:
     >>> participation_ratio(X)
     tensor(2.)
     """
-    x = as_point_cloud(X, min_points=2)
-    d = x.shape[1]
-    if d == 1:
-        return torch.ones((), dtype=accumulation_dtype(x))
-    return 1.0 + (d - 1) * isoscore(x)
+    x, _ = _prepare(X, None, False)
+    return _IsoScoreStarFunction.apply(x, None, 0.0, None, False, "pr")

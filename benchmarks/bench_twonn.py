@@ -1,0 +1,117 @@
+"""TwoNN intrinsic dimension: ``isotropy.twonn.twonn`` vs ``skdim.id.TwoNN``, same process.
+
+Run: ``python benchmarks/bench_twonn.py`` (prints a markdown table; about 2 minutes on 2 cores).
+
+Data: 20,000 x 384 float32, a 10-dimensional Gaussian embedded by a random linear map plus
+isotropic noise of standard deviation 0.01 (seeded). Both estimators run with their defaults
+(``discard_fraction=0.1``, linear fit). Times are medians of 3 runs; the runs of the two
+estimators alternate, so that load from other processes affects both alike (one untimed
+warm-up run of ``twonn`` first).
+With ``--large`` a last row times ``twonn`` alone on 50,000 x 384 and reports the peak resident
+memory of the process (that case runs first, so the peak is that of ``twonn`` and its data),
+to show that the blockwise nearest-neighbour search fits in memory (about 20 s more on an idle
+2-core machine).
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import median_time  # noqa: E402
+
+from isotropy.twonn import twonn  # noqa: E402
+
+try:
+    import skdim
+except ImportError:  # pragma: no cover - optional reference
+    skdim = None
+
+
+def make_data(n: int, d: int = 384, k: int = 10, noise: float = 0.01, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, k)) @ rng.standard_normal((k, d))
+    return (x + noise * rng.standard_normal((n, d))).astype(np.float32)
+
+
+def reference(x: np.ndarray) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(skdim.id.TwoNN().fit(x).dimension_)
+
+
+def _timed(fn: Callable[[], float]) -> tuple[float, float]:
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def main() -> None:
+    rows: list[tuple[str, ...]] = []
+    large: list[tuple[str, ...]] = []
+    if "--large" in sys.argv[1:]:
+        bench_large(large)  # first, so that the peak memory is that of twonn alone
+    x = make_data(20_000)
+    twonn(x)  # warm-up
+    ours_times, ref_times = [], []
+    for _ in range(3):
+        ours, t = _timed(lambda: twonn(x))
+        ours_times.append(t)
+        if skdim is not None:
+            theirs, t = _timed(lambda: reference(x))
+            ref_times.append(t)
+    t_ours = statistics.median(ours_times)
+    if skdim is not None:
+        t_ref = statistics.median(ref_times)
+        rows.append((
+            "20000 x 384 float32, ID ~ 10",
+            f"{ours:.10f}",
+            f"{theirs:.10f}",
+            f"{abs(ours - theirs) / abs(theirs):.1e}",
+            f"{t_ours:.2f}",
+            f"{t_ref:.2f}",
+            f"{t_ref / t_ours:.1f}x faster",
+        ))
+    else:  # pragma: no cover
+        rows.append(("20000 x 384 float32, ID ~ 10", f"{ours:.10f}", "-", "-",
+                     f"{t_ours:.2f}", "-", "-"))
+
+    command = "python benchmarks/bench_twonn.py" + (" --large" if "--large" in sys.argv else "")
+    print(f"command: {command}  (torch {torch.__version__}, "
+          f"torch.get_num_threads() = {torch.get_num_threads()}"
+          + (f", scikit-dimension {skdim.__version__})" if skdim is not None else ")"))
+    print()
+    print("| data | twonn | skdim TwoNN | rel. difference | twonn (s) | skdim (s) | speed |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows + large:
+        print("| " + " | ".join(row) + " |")
+
+
+def bench_large(rows: list[tuple[str, ...]]) -> None:
+    big = make_data(50_000, seed=1)
+    estimate: list[float] = []
+    t_big = median_time(lambda: estimate.append(twonn(big)), repeat=1, warmup=0)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rows.append((
+        f"50000 x 384 float32 (twonn only; peak RSS of the process {peak_mib:.0f} MiB)",
+        f"{estimate[0]:.10f}",
+        "-",
+        "-",
+        f"{t_big:.2f}",
+        "-",
+        "-",
+    ))
+
+
+if __name__ == "__main__":
+    main()

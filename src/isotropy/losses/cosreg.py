@@ -1,0 +1,112 @@
+r"""CosReg (Gao et al. 2019, as adapted in the I-STAR paper, eq. 1).
+
+.. math::  L = L_\text{task} + \lambda\,\frac{1}{M^2}\sum_{i}\sum_{j\ne i}\hat x_i^\top\hat x_j
+           = L_\text{task} + \lambda\,\frac{\lVert s\rVert^2 - M}{M^2},
+           \qquad \hat x_i = \frac{x_i}{\lVert x_i\rVert},\quad s = \sum_i \hat x_i,
+
+over the :math:`M` non-padding token states of one layer (default: the last), in
+:math:`O(Md)`. Under ``torch.distributed`` (``sync_dist=True``) the sum runs over the global
+token cloud: :math:`s` and :math:`M` are all-reduced, which equals gathering every rank's rows
+at :math:`O(d)` communication. Each rank's gradient is then ``world_size`` times its share of the
+single-process gradient (DDP's averaging reproduces the single-process gradient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from isotropy._validation import accumulation_dtype
+from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.hidden_states import token_cloud
+from isotropy.losses.base import Regularizer, RegularizerOutput
+from isotropy.losses.istar import check_hidden_states, check_tuning
+
+__all__ = ["CosRegLoss"]
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over ranks; the gradient of each rank's input is the sum of all ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: object | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.group = group
+        return all_reduce_sum(x, group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+
+
+class CosRegLoss(Regularizer):
+    r"""The CosReg penalty :math:`\lambda\frac{1}{M^2}\sum_{i\ne j}\hat x_i^\top\hat x_j`.
+
+    Args:
+        tuning: :math:`\lambda` (the paper, after Gao et al., uses 1).
+        layer: index into ``hidden_states`` (default ``-1``, the last layer).
+        sync_dist: use the global token cloud under ``torch.distributed``.
+        process_group: the ``torch.distributed`` group (default: the world).
+
+    ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
+    of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point) and
+    ``n_points`` (local :math:`M`).
+    A token state of norm zero has no direction and is an error.
+
+    >>> h = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [3.0, 3.0], [9.0, 9.0]]])
+    >>> mask = torch.tensor([[1, 1, 1, 0]])  # the last token is padding
+    >>> out = CosRegLoss()((h, h), attention_mask=mask)
+    >>> round(float(out.loss), 4)  # 2 * (0 + 2 / sqrt(2)) / 3**2
+    0.3143
+    """
+
+    def __init__(
+        self,
+        tuning: float = 1.0,
+        layer: int = -1,
+        sync_dist: bool = True,
+        process_group: object | None = None,
+    ) -> None:
+        super().__init__()
+        self.tuning = check_tuning(tuning)
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise TypeError(f"layer must be an integer index into hidden_states, got {layer!r}")
+        self.layer = layer
+        self.sync_dist = bool(sync_dist)
+        self.process_group = process_group
+
+    def extra_repr(self) -> str:
+        return f"tuning={self.tuning}, layer={self.layer}, sync_dist={self.sync_dist}"
+
+    def forward(
+        self,
+        hidden_states: Sequence[torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> RegularizerOutput:
+        hs = check_hidden_states(hidden_states, self.layer)
+        x = token_cloud(hs, attention_mask, self.layer)
+        m_local = x.shape[0]
+        if m_local == 0:
+            raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            xa = x.to(accumulation_dtype(x))
+            norms = torch.linalg.vector_norm(xa, dim=1, keepdim=True)
+            if bool((norms == 0).any()):
+                raise ValueError(
+                    "a token state has norm zero: its cosine similarity (CosReg) is undefined"
+                )
+            s = (xa / norms).sum(0)
+            m = float(m_local)
+            if self.sync_dist and is_distributed(self.process_group):
+                s = _AllReduceSum.apply(s, self.process_group)
+                m = float(all_reduce_sum(xa.new_tensor([m]), self.process_group)[0])
+            term = ((s * s).sum() - m) / (m * m)
+        value = float(term.detach())
+        logs = {"cosreg_term": value, "n_points": float(m_local)}
+        if m > 1:
+            logs["avg_cosine"] = value * m / (m - 1)
+        return RegularizerOutput(loss=self.tuning * term, logs=logs)

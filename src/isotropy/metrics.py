@@ -1,0 +1,244 @@
+r"""IsoScore* as a streaming metric over many batches (an evaluation metric, not a loss).
+
+The state is the sufficient statistics of the covariance (:class:`CovarianceStats`: count
+:math:`n`, mean :math:`\mu`, co-moment :math:`M`), so the score of all rows seen so far is
+exact whatever the batching:
+
+.. math::  \Sigma_X = \frac{M}{n-1}, \qquad
+           \Sigma_\zeta = (1-\zeta)\Sigma_X + \zeta\Sigma_S, \qquad
+           \mathrm{IsoScore}^\star = \frac{(\operatorname{tr}\Sigma_\zeta)^2 /
+           \lVert\Sigma_\zeta\rVert_F^2 - 1}{d - 1}.
+
+Functional form: :func:`isoscore_star_update` (a batch's statistics) and
+:func:`isoscore_star_compute` (the score of statistics); module form: :class:`IsoScoreMetric`
+(``update`` / ``compute`` / ``reset`` / ``merge`` / ``sync``). Under ``torch.distributed`` the
+statistics are all-reduced (:meth:`CovarianceStats.all_reduce`), giving the score of the union
+of every rank's rows. Computed in float64; no gradient flows (use
+:func:`isotropy.isoscore.isoscore_star` for a differentiable score).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from isotropy._validation import ArrayLike, as_covariance, check_zeta
+from isotropy.covariance import CovarianceStats
+from isotropy.isoscore import _trace_and_frobenius
+
+__all__ = ["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"]
+
+
+def isoscore_star_update(x: ArrayLike, mask: ArrayLike | None = None) -> CovarianceStats:
+    r"""Sufficient statistics :math:`(n, \mu, M)` of the rows of ``x`` (shape ``(..., d)``)
+    where ``mask`` (shape ``x.shape[:-1]``) is true; combine batches with
+    :meth:`CovarianceStats.merge`.
+
+    >>> h = torch.arange(12.0).reshape(1, 3, 4)  # (batch, seq, dim)
+    >>> isoscore_star_update(h, mask=torch.tensor([[1, 1, 0]])).count
+    2
+    """
+    return CovarianceStats.from_batch(x, mask)
+
+
+def _shrinkage(shrinkage: ArrayLike | None) -> torch.Tensor | None:
+    if shrinkage is None:
+        return None
+    s = as_covariance(shrinkage, name="shrinkage")
+    if s.shape[0] < 2:
+        raise ValueError("shrinkage must be at least 2 x 2 (IsoScore* needs dimension >= 2)")
+    return s.detach().to(torch.float64).clone()
+
+
+def isoscore_star_compute(
+    stats: CovarianceStats, zeta: float = 0.0, shrinkage: ArrayLike | None = None
+) -> torch.Tensor:
+    r"""IsoScore* of accumulated statistics: :math:`\iota((1-\zeta)M/(n-1) + \zeta\Sigma_S)`.
+
+    ``shrinkage`` (:math:`\Sigma_S`, ``(d, d)``) defaults to the identity. Returns a float64
+    scalar tensor.
+
+    >>> s = isoscore_star_update(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
+    >>> isoscore_star_compute(s)  # equal variances in both dimensions
+    tensor(1., dtype=torch.float64)
+    >>> # Sigma_X = (4/3) I, so Sigma_zeta = diag(7/6, 2/3): PR = 121/65, iota = 56/65
+    >>> isoscore_star_compute(s, zeta=0.5, shrinkage=torch.diag(torch.tensor([1.0, 0.0])))
+    tensor(0.8615, dtype=torch.float64)
+    """
+    z = check_zeta(zeta)
+    if not isinstance(stats, CovarianceStats):
+        raise TypeError(f"stats must be a CovarianceStats, got {type(stats).__name__}")
+    d = stats.dim
+    if d < 2:
+        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
+    if stats.count < 2:
+        raise ValueError(f"IsoScore* needs at least 2 accumulated rows, have {stats.count}")
+    s = _shrinkage(shrinkage)
+    if s is not None and s.shape[0] != d:
+        raise ValueError(f"shrinkage has shape {tuple(s.shape)} but the rows have dimension {d}")
+    sigma = stats.covariance(ddof=1) * (1.0 - z)
+    if z > 0:
+        if s is None:
+            sigma.diagonal().add_(z)
+        else:
+            sigma.add_(s.to(sigma.device), alpha=z)
+    tr, fro, _ = _trace_and_frobenius(sigma, name="the shrunk covariance of the accumulated rows")
+    return (tr * tr / fro - 1.0) / (d - 1)
+
+
+class IsoScoreMetric(torch.nn.Module):
+    r"""IsoScore* of every row passed to :meth:`update`, exact across batches and ranks.
+
+    ``update(x, mask)`` adds the rows of ``x`` (``(..., d)``, e.g. ``(batch, seq, d)`` token
+    states with a ``(batch, seq)`` attention mask) to the statistics; ``compute()`` returns
+    :math:`\iota(\Sigma_\zeta)` of all of them; ``forward(x, mask)`` does both for one batch
+    and returns that batch's own score. ``dim`` (optional; implied by ``shrinkage``) lets a
+    rank that saw no rows take part in ``compute(sync_dist=True)``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> metric = IsoScoreMetric(zeta=0.0)
+    >>> for _ in range(4):
+    ...     metric.update(torch.randn(500, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0]))
+    >>> round(float(metric.compute()), 3)  # two of three dimensions used: (2-1)/(3-1)
+    0.5
+    >>> metric.stats.count
+    2000
+    """
+
+    def __init__(
+        self, zeta: float = 0.0, shrinkage: ArrayLike | None = None, *, dim: int | None = None
+    ) -> None:
+        super().__init__()
+        self.zeta = check_zeta(zeta)
+        self.shrinkage = _shrinkage(shrinkage)
+        if self.shrinkage is not None:
+            if dim is not None and dim != self.shrinkage.shape[0]:
+                raise ValueError(f"dim={dim} but shrinkage has shape {tuple(self.shrinkage.shape)}")
+            dim = self.shrinkage.shape[0]
+        if dim is not None and dim < 2:
+            raise ValueError(f"dim must be >= 2, got {dim}")
+        self.dim = dim
+        self._stats: CovarianceStats | None = None
+        self._local: CovarianceStats | None = None  # the rank's own statistics while synced
+
+    @property
+    def stats(self) -> CovarianceStats:
+        """The accumulated statistics (empty ones of dimension ``dim`` before any update)."""
+        if self._stats is not None:
+            return self._stats
+        if self.dim is None:
+            raise ValueError(
+                "IsoScoreMetric has no rows yet and no dim: call update() first, or pass dim "
+                "or shrinkage to the constructor"
+            )
+        return CovarianceStats.empty(self.dim)
+
+    @property
+    def synced(self) -> bool:
+        """True between :meth:`sync` and :meth:`unsync`."""
+        return self._local is not None
+
+    def _add(self, stats: CovarianceStats) -> None:
+        if self.synced:
+            raise RuntimeError("IsoScoreMetric is synced: call unsync() or reset() before adding")
+        if self.dim is not None and stats.dim != self.dim:
+            raise ValueError(f"the rows have dimension {stats.dim}, the metric {self.dim}")
+        self.dim = stats.dim
+        self._stats = stats if self._stats is None else self._stats.merge(stats)
+
+    def update(self, x: ArrayLike, mask: ArrayLike | None = None) -> None:
+        r"""Add the rows of ``x`` (``(..., d)``) where ``mask`` is true (padding excluded).
+
+        >>> m = IsoScoreMetric()
+        >>> m.update(torch.ones(2, 5, 4), mask=torch.tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]]))
+        >>> m.stats.count
+        4
+        """
+        self._add(isoscore_star_update(x, mask))
+
+    def compute(
+        self, sync_dist: bool = False, process_group: object | None = None
+    ) -> torch.Tensor:
+        r"""IsoScore* of all accumulated rows (float64 scalar).
+
+        With ``sync_dist=True`` under ``torch.distributed``: of the rows of every rank (the
+        state is left as it is; every rank must call it).
+
+        >>> m = IsoScoreMetric(zeta=1.0, shrinkage=torch.eye(3))
+        >>> m.update(torch.randn(10, 3))
+        >>> m.compute()
+        tensor(1., dtype=torch.float64)
+        """
+        stats = self.stats
+        if sync_dist and not self.synced:
+            stats = stats.all_reduce(process_group)
+        return isoscore_star_compute(stats, self.zeta, self.shrinkage)
+
+    def forward(self, x: ArrayLike, mask: ArrayLike | None = None) -> torch.Tensor:
+        r"""Add the rows (as :meth:`update`) and return IsoScore* of this batch alone.
+
+        >>> m = IsoScoreMetric()
+        >>> m(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        tensor(1., dtype=torch.float64)
+        """
+        batch = isoscore_star_update(x, mask)
+        self._add(batch)
+        return isoscore_star_compute(batch, self.zeta, self.shrinkage)
+
+    def reset(self) -> None:
+        """Forget every row (and leave the synced state).
+
+        >>> m = IsoScoreMetric(dim=2)
+        >>> m.update(torch.randn(4, 2))
+        >>> m.reset()
+        >>> m.stats.count
+        0
+        """
+        self._stats = None
+        self._local = None
+
+    def merge(self, other: IsoScoreMetric | CovarianceStats) -> IsoScoreMetric:
+        r"""Add the rows of ``other`` (a metric or statistics) to this metric; returns ``self``.
+
+        >>> a, b = IsoScoreMetric(), IsoScoreMetric()
+        >>> a.update(torch.randn(3, 2))
+        >>> b.update(torch.randn(5, 2))
+        >>> a.merge(b).stats.count
+        8
+        """
+        stats = other.stats if isinstance(other, IsoScoreMetric) else other
+        if not isinstance(stats, CovarianceStats):
+            raise TypeError(f"cannot merge a {type(other).__name__} into an IsoScoreMetric")
+        if stats.count:
+            self._add(stats)
+        return self
+
+    def sync(self, process_group: object | None = None) -> IsoScoreMetric:
+        r"""Replace the state by the statistics of all ranks' rows (all-reduce); returns ``self``.
+
+        Every rank must call it. The rank's own statistics are kept for :meth:`unsync`;
+        :meth:`update` is refused until then (so no rows are counted twice). Without
+        ``torch.distributed`` the state is unchanged.
+
+        >>> m = IsoScoreMetric()
+        >>> m.update(torch.randn(6, 3))
+        >>> m.sync().synced, m.unsync().synced
+        (True, False)
+        """
+        if self.synced:
+            raise RuntimeError("IsoScoreMetric is already synced: call unsync() first")
+        local = self.stats
+        self._stats = local.all_reduce(process_group)
+        self._local = local
+        return self
+
+    def unsync(self) -> IsoScoreMetric:
+        """Return to this rank's own statistics after :meth:`sync`; returns ``self``."""
+        if not self.synced:
+            raise RuntimeError("IsoScoreMetric is not synced")
+        self._stats, self._local = self._local, None
+        return self
+
+    def extra_repr(self) -> str:
+        s = "identity" if self.shrinkage is None else f"{tuple(self.shrinkage.shape)}"
+        n = 0 if self._stats is None else self._stats.count
+        return f"zeta={self.zeta}, shrinkage={s}, dim={self.dim}, rows={n}"

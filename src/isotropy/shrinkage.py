@@ -1,0 +1,303 @@
+r"""The shrinkage covariance :math:`\Sigma_S` of I-STAR from a partial forward pass.
+
+Before training and again before every epoch, the I-STAR paper runs the model over the
+training data until it has 250,000 points of the union :math:`\tilde X` of the chosen layers'
+token states, and uses their covariance as :math:`\Sigma_S`.
+
+**Counting.** ``n_tokens`` counts *rows of the union* :math:`\tilde X` (points, as in the
+paper and the authors' code), so with :math:`L` chosen layers a token position contributes
+:math:`L` rows. Rows are taken in a fixed order: batches as the dataloader yields them,
+non-padding tokens in reading order (batch row, then position), and for each token its
+chosen layers in the order of ``layers``. Exactly the first ``n_tokens`` rows of that sequence
+are used (the last batch is cut inside a token if need be); padding never counts.
+
+Under ``torch.distributed`` every rank reads its own shard and contributes
+``n_tokens // world_size`` rows (the first ``n_tokens % world_size`` ranks one more), and the
+statistics are all-reduced, so the union has exactly ``n_tokens`` rows. Statistics are
+streamed (:class:`~isotropy.covariance.CovarianceStats`, fp64 merges): the rows are never
+stored. If the data runs out first, a warning says how many rows were used.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from transformers.trainer_callback import TrainerCallback
+
+from isotropy.covariance import CovarianceStats
+from isotropy.distributed import is_distributed
+from isotropy.hidden_states import Layers, get_hidden_states, select_layers
+from isotropy.losses.istar import IStarLoss, check_layers
+
+__all__ = [
+    "collect_covariance",
+    "estimate_shrinkage",
+    "refresh_shrinkage",
+    "ShrinkageRefreshCallback",
+    "DEFAULT_N_TOKENS",
+]
+
+DEFAULT_N_TOKENS = 250_000
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare model: without DDP-style ``.module`` wrappers or a ``RegularizedModel``.
+
+    A DDP wrapper is bypassed on purpose: its forward may synchronise buffers across ranks,
+    and ranks may run different numbers of batches here.
+    """
+    from isotropy.wrapper import RegularizedModel
+
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    for _ in range(8):
+        if isinstance(model, RegularizedModel):
+            model = model.model
+        elif isinstance(model, wrappers):
+            model = model.module
+        else:
+            break
+    return model
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+def _check_n_tokens(n_tokens: int) -> int:
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int):
+        raise TypeError(f"n_tokens must be an integer, got {n_tokens!r}")
+    if n_tokens < 2:
+        raise ValueError(f"n_tokens must be >= 2 (a covariance needs 2 rows), got {n_tokens}")
+    return n_tokens
+
+
+def _rank_quota(n_tokens: int, group: object | None, sync: bool) -> int:
+    if not sync:
+        return n_tokens
+    import torch.distributed as dist
+
+    ws, rank = dist.get_world_size(group), dist.get_rank(group)
+    return n_tokens // ws + (1 if rank < n_tokens % ws else 0)
+
+
+def _batch_rows(
+    hidden_states: tuple[torch.Tensor, ...],
+    attention_mask: torch.Tensor | None,
+    layers: Layers,
+    budget: int,
+) -> torch.Tensor:
+    """At most ``budget`` rows of the batch's union, in token-major order (see module doc)."""
+    chosen = select_layers(hidden_states, layers)
+    h0 = chosen[0]
+    if attention_mask is None:
+        mask = torch.ones(h0.shape[:2], dtype=torch.bool, device=h0.device)
+    else:
+        if tuple(attention_mask.shape) != tuple(h0.shape[:2]):
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden "
+                f"states {tuple(h0.shape[:2])}"
+            )
+        mask = attention_mask.to(h0.device).bool()
+    n_tok = int(mask.sum())
+    n_layers = len(chosen)
+    if n_tok * n_layers <= budget:
+        return torch.cat([h[mask] for h in chosen], dim=0)
+    q, r = divmod(budget, n_layers)
+    parts = [h[mask][: q + (1 if j < r else 0)] for j, h in enumerate(chosen)]
+    return torch.cat(parts, dim=0)
+
+
+def collect_covariance(
+    model: torch.nn.Module,
+    dataloader: Iterable[Mapping[str, Any]],
+    *,
+    layers: Layers = "all",
+    n_tokens: int = DEFAULT_N_TOKENS,
+    sync_dist: bool = True,
+    process_group: object | None = None,
+) -> CovarianceStats:
+    r"""Covariance statistics of the first ``n_tokens`` rows of :math:`\tilde X` (module doc).
+
+    ``dataloader`` yields dicts of model inputs (``input_ids``, ``attention_mask``, ...);
+    the model is called as ``model(**batch, output_hidden_states=True)`` in eval mode under
+    ``torch.no_grad`` and put back into its previous mode afterwards. Returns the (global,
+    under ``torch.distributed`` with ``sync_dist``) statistics; ``.count`` is the number of
+    rows used.
+    """
+    n_tokens = _check_n_tokens(n_tokens)
+    layers = check_layers(layers)
+    sync = bool(sync_dist) and is_distributed(process_group)
+    quota = _rank_quota(n_tokens, process_group, sync)
+    inner = _unwrap(model)
+    device = _device_of(inner)
+    was_training = inner.training
+    stats: CovarianceStats | None = None
+    inner.eval()
+    try:
+        with torch.no_grad():
+            for batch in dataloader:
+                count = 0 if stats is None else stats.count
+                if count >= quota:
+                    break
+                if not isinstance(batch, Mapping):
+                    raise TypeError(
+                        "the dataloader must yield dicts of model inputs (input_ids, "
+                        f"attention_mask, ...), got {type(batch).__name__}"
+                    )
+                inputs = {
+                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+                }
+                inputs["output_hidden_states"] = True
+                outputs = inner(**inputs)
+                hs = get_hidden_states(outputs)
+                rows = _batch_rows(hs, inputs.get("attention_mask"), layers, quota - count)
+                if rows.shape[0] == 0:
+                    continue
+                if stats is None:
+                    stats = CovarianceStats.empty(rows.shape[1], rows.device)
+                stats.update(rows)
+    finally:
+        inner.train(was_training)
+    if stats is None:
+        if sync:
+            raise RuntimeError(
+                "this rank's dataloader yielded no token: every rank needs at least one "
+                "non-padding token to estimate Sigma_S"
+            )
+        raise ValueError("the dataloader yielded no non-padding token: cannot estimate Sigma_S")
+    if sync:
+        stats = stats.all_reduce(process_group)
+    if stats.count < n_tokens:
+        warnings.warn(
+            f"the data ran out after {stats.count} of the requested {n_tokens} token rows: "
+            f"Sigma_S is estimated from {stats.count} rows",
+            UserWarning,
+            stacklevel=2,
+        )
+    if stats.count < 2:
+        raise ValueError(f"only {stats.count} token row(s) found: Sigma_S needs at least 2")
+    return stats
+
+
+def estimate_shrinkage(
+    model: torch.nn.Module,
+    dataloader: Iterable[Mapping[str, Any]],
+    *,
+    layers: Layers = "all",
+    n_tokens: int = DEFAULT_N_TOKENS,
+    sync_dist: bool = True,
+    process_group: object | None = None,
+) -> torch.Tensor:
+    r""":math:`\Sigma_S`: the sample covariance (``ddof=1``, float64) of the first ``n_tokens``
+    rows of :math:`\tilde X` (see :func:`collect_covariance` and the module doc)."""
+    stats = collect_covariance(
+        model,
+        dataloader,
+        layers=layers,
+        n_tokens=n_tokens,
+        sync_dist=sync_dist,
+        process_group=process_group,
+    )
+    return stats.covariance(ddof=1)
+
+
+def refresh_shrinkage(
+    model: torch.nn.Module,
+    dataloader: Iterable[Mapping[str, Any]],
+    loss: IStarLoss,
+    n_tokens: int = DEFAULT_N_TOKENS,
+) -> torch.Tensor:
+    r"""Re-estimate :math:`\Sigma_S` over ``loss.layers`` and set it on ``loss``; returns it.
+
+    Call before every epoch (the paper's schedule). Uses ``loss.sync_dist`` and
+    ``loss.process_group``.
+
+    >>> from types import SimpleNamespace
+    >>> class Toy(torch.nn.Module):  # a stand-in encoder: one "layer" = the embeddings x 2
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.emb = torch.nn.Embedding(10, 3)
+    ...     def forward(self, input_ids, attention_mask=None, output_hidden_states=False):
+    ...         e = self.emb(input_ids)
+    ...         return SimpleNamespace(hidden_states=(e, 2 * e))
+    >>> batches = [{"input_ids": torch.tensor([[1, 2, 3, 0]]),
+    ...             "attention_mask": torch.tensor([[1, 1, 1, 0]])}] * 4
+    >>> loss = IStarLoss(tuning=-1.0)
+    >>> cov = refresh_shrinkage(Toy(), batches, loss, n_tokens=10)
+    >>> cov.shape, loss.shrinkage.shape
+    (torch.Size([3, 3]), torch.Size([3, 3]))
+    """
+    if not isinstance(loss, IStarLoss):
+        raise TypeError(f"loss must be an IStarLoss, got {type(loss).__name__}")
+    cov = estimate_shrinkage(
+        model,
+        dataloader,
+        layers=loss.layers,
+        n_tokens=n_tokens,
+        sync_dist=loss.sync_dist,
+        process_group=loss.process_group,
+    )
+    loss.set_shrinkage(cov)
+    return cov
+
+
+class ShrinkageRefreshCallback(TrainerCallback):
+    r"""Hugging Face ``Trainer`` callback: :func:`refresh_shrinkage` at the start of every epoch.
+
+    Args:
+        losses: the :class:`IStarLoss` module(s) to refresh; default: every ``IStarLoss`` found
+            inside the Trainer's model (e.g. in a :class:`~isotropy.wrapper.RegularizedModel`).
+        dataloader: the data to read; default: the Trainer's training dataloader (this extra
+            pass draws its own shuffling order).
+        n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).
+    """
+
+    def __init__(
+        self,
+        losses: IStarLoss | Iterable[IStarLoss] | None = None,
+        dataloader: Iterable[Mapping[str, Any]] | None = None,
+        n_tokens: int = DEFAULT_N_TOKENS,
+    ) -> None:
+        if losses is None:
+            self.losses: list[IStarLoss] | None = None
+        elif isinstance(losses, IStarLoss):
+            self.losses = [losses]
+        else:
+            self.losses = list(losses)
+            for item in self.losses:
+                if not isinstance(item, IStarLoss):
+                    raise TypeError(f"losses must be IStarLoss modules, got {type(item).__name__}")
+        self.dataloader = dataloader
+        self.n_tokens = _check_n_tokens(n_tokens)
+        self.last_shrinkage: dict[int, torch.Tensor] = {}
+
+    def on_epoch_begin(self, args, state, control, **kwargs):  # type: ignore[override]
+        model = kwargs.get("model")
+        if model is None:
+            raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")
+        losses = self.losses
+        if losses is None:
+            losses = [m for m in model.modules() if isinstance(m, IStarLoss)]
+            if not losses:
+                raise ValueError(
+                    "ShrinkageRefreshCallback found no IStarLoss inside the model; pass losses="
+                )
+        data = self.dataloader if self.dataloader is not None else kwargs.get("train_dataloader")
+        if data is None:
+            raise ValueError("ShrinkageRefreshCallback has no dataloader: pass dataloader=")
+        done: dict[tuple[str, bool, int], torch.Tensor] = {}
+        for i, loss in enumerate(losses):
+            key = (repr(loss.layers), loss.sync_dist, id(loss.process_group))
+            if key in done:
+                loss.set_shrinkage(done[key])
+            else:
+                done[key] = refresh_shrinkage(model, data, loss, n_tokens=self.n_tokens)
+            self.last_shrinkage[i] = done[key]
+        return control

@@ -1,0 +1,58 @@
+r"""Anisotropy spectrum (Razzhigaev et al. 2024).
+
+For the singular values :math:`\sigma_1 \ge \sigma_2 \ge \dots` of a point cloud
+:math:`X` (``(n_points, dim)``), raw or mean-centred, the :math:`k`-th score is
+
+.. math::  a_k = \frac{\sigma_k^2}{\sum_i \sigma_i^2},\qquad \sum_k a_k = 1,
+
+the share of the energy :math:`\lVert X\rVert_F^2` along the :math:`k`-th principal direction.
+The squared singular values are the eigenvalues of the smaller Gram matrix
+(:math:`X^\top X` when :math:`n \ge d`, else :math:`XX^\top`), computed in fp64; no SVD is
+needed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
+
+__all__ = ["anisotropy_spectrum"]
+
+
+def anisotropy_spectrum(
+    X: ArrayLike, k: int | None = None, *, center: bool = False
+) -> torch.Tensor:
+    r"""Top-``k`` scores :math:`\sigma_i^2/\sum_j\sigma_j^2` of ``X`` (``X - mean`` if ``center``).
+
+    Returns a descending vector of length ``k`` (all :math:`\min(n, d)` scores if ``k`` is
+    None), with ``1 <= k <= min(n, d)``. Differentiable where the singular values are distinct.
+    Raises ``ValueError`` when :math:`\lVert X\rVert_F = 0` (after centring), e.g. a single
+    point with ``center=True``.
+
+    >>> X = torch.tensor([[3.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-3.0, 0.0]])
+    >>> anisotropy_spectrum(X)  # sigma^2 = 18 and 2
+    tensor([0.9000, 0.1000])
+    >>> anisotropy_spectrum(X + 5.0, 1, center=True)
+    tensor([0.9000])
+    """
+    x = as_point_cloud(X, min_points=1)
+    n, d = x.shape
+    r = min(n, d)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= r):
+        raise ValueError(
+            f"k must be an integer in [1, min(n_points, dim)] = [1, {r}] or None, got {k!r}"
+        )
+    x64 = x.to(torch.float64)
+    if center:
+        x64 = x64 - x64.mean(0)
+    total = (x64 * x64).sum()
+    if float(total.detach()) == 0.0:
+        what = "X - mean(X) is zero (all points identical)" if center else "X is all zeros"
+        raise ValueError(f"{what}: the anisotropy spectrum is undefined")
+    gram = x64.T @ x64 if n >= d else x64 @ x64.T
+    eig = torch.linalg.eigvalsh(gram).flip(0).clamp(min=0.0)
+    scores = eig / total
+    if k is not None:
+        scores = scores[:k]
+    return scores.to(accumulation_dtype(x))

@@ -1,0 +1,212 @@
+r"""TwoNN intrinsic dimension (Facco, d'Errico, Rodriguez & Laio 2017).
+
+For every point let :math:`r_1 \le r_2` be the distances to its first and second nearest
+neighbours and :math:`\mu = r_2 / r_1`. On a locally uniform :math:`d`-dimensional manifold
+:math:`\mu` is Pareto distributed, :math:`F(\mu) = 1 - \mu^{-d}`, so
+
+.. math::  -\log\bigl(1 - F(\mu)\bigr) = d \log\mu .
+
+The estimate sorts the :math:`N` ratios, keeps the :math:`k = \lfloor N(1 - f)\rfloor` smallest
+(``f`` = ``discard_fraction``, 0.1 as in Facco et al.), sets :math:`F_{emp}(\mu_{(i)}) = i/N`
+and fits the line through the origin by least squares:
+
+.. math::  \hat d = \frac{\sum_{i\le k} x_i y_i}{\sum_{i\le k} x_i^2},\qquad
+           x_i = \log\mu_{(i)},\quad y_i = -\log(1 - i/N).
+
+This is the estimator of ``skdim.id.TwoNN()`` (scikit-dimension) and gives the same value.
+Points at distance zero from their nearest neighbour (duplicates, :math:`r_1 = 0`) have no
+ratio; they are dropped with a warning and :math:`N` counts the remaining points.
+
+The nearest neighbours are exact. Pairwise distances are computed in row blocks
+(memory :math:`O(\text{chunk}\cdot n)`): candidates come from
+:math:`\lVert y\rVert^2 - 2x^\top y` on mean-centred data in fp32 (fp64 for fp64 input), the
+candidate distances are recomputed exactly in fp64 from coordinate differences, and a
+rounding-error bound proves that no other point is closer; rows where it cannot are redone in
+fp64. The estimate is not differentiable (sorting and nearest-neighbour selection).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from isotropy._validation import ArrayLike, as_point_cloud
+
+__all__ = ["twonn", "two_nearest_distances"]
+
+# candidates kept per row before the exact recomputation (at most n - 1)
+_N_CANDIDATES = 8
+# elements of one (chunk x n) block of the distance matrix when chunk_size is not given
+_BLOCK_ELEMENTS = 1 << 24
+
+
+def _chunk_rows(n: int, chunk_size: int | None) -> int:
+    if chunk_size is None:
+        return max(1, min(n, _BLOCK_ELEMENTS // n))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    return min(chunk_size, n)
+
+
+def _matmul_eps(dtype: torch.dtype) -> float:
+    """Unit roundoff of a matrix product in ``dtype``, allowing for TF32/bf16 fp32 matmuls."""
+    if dtype == torch.float32:
+        # torch.set_float32_matmul_precision("high" | "medium") lets fp32 products use
+        # TF32 (10-bit mantissa) or bf16 (7-bit) arithmetic
+        precision = torch.get_float32_matmul_precision()
+        return {"highest": torch.finfo(torch.float32).eps, "high": 2.0**-10}.get(
+            precision, 2.0**-7
+        )
+    return torch.finfo(dtype).eps
+
+
+def _candidate_search(
+    work: torch.Tensor,
+    minus_two_work: torch.Tensor,
+    sq: torch.Tensor,
+    x64: torch.Tensor,
+    rows: torch.Tensor,
+    m: int,
+    err_scale: float,
+    max_norm: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exact squared (r1, r2) for ``rows`` and whether the candidate set is proven complete."""
+    block = work[rows] @ minus_two_work.T  # -2 x_i . x_j (scaling by -2 is exact)
+    block.add_(sq)  # ||x_j||^2 - 2 x_i . x_j  (||x_i||^2 is constant in a row)
+    block[torch.arange(len(rows), device=rows.device), rows] = math.inf  # never pick i itself
+    approx, cand = torch.topk(block, m, dim=1, largest=False, sorted=True)
+    del block
+    diff = x64[cand] - x64[rows].unsqueeze(1)
+    exact = (diff * diff).sum(-1)  # (rows, m) squared distances from coordinate differences
+    two, _ = torch.topk(exact, 2, dim=1, largest=False, sorted=True)
+    if m == x64.shape[0] - 1:  # every other point is a candidate
+        ok = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
+    else:
+        # |approx - exact| <= err_scale * (||x_i|| + max_j ||x_j||)^2 for every j
+        sq_i = sq[rows].to(torch.float64)
+        worst = approx[:, -1].to(torch.float64) + sq_i
+        bound = err_scale * (sq_i.sqrt() + max_norm) ** 2
+        ok = worst - bound >= two[:, 1]
+    return two[:, 0], two[:, 1], ok
+
+
+def two_nearest_distances(
+    X: ArrayLike, *, chunk_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Distances :math:`(r_1, r_2)` of every point to its two nearest other points (fp64).
+
+    Exact (see the module docstring); a point's own index is excluded, so a duplicate point
+    has :math:`r_1 = 0`. Memory is :math:`O(\text{chunk\_size}\cdot n)`; by default a block
+    holds about :math:`2^{24}` distances. Not differentiable.
+
+    >>> X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [3.0, 4.0]])
+    >>> r1, r2 = two_nearest_distances(X)
+    >>> r1
+    tensor([1., 1., 2., 4.], dtype=torch.float64)
+    >>> r2
+    tensor([3.0000, 2.0000, 3.0000, 4.4721], dtype=torch.float64)
+    """
+    x = as_point_cloud(X, min_points=3).detach()
+    n, d = x.shape
+    rows_per_chunk = _chunk_rows(n, chunk_size)
+    x64 = x.to(torch.float64)
+    centred = x64 - x64.mean(0)
+    m = min(n - 1, _N_CANDIDATES)
+    r1 = torch.empty(n, dtype=torch.float64, device=x.device)
+    r2 = torch.empty_like(r1)
+
+    levels = [torch.float64] if x.dtype == torch.float64 else [torch.float32, torch.float64]
+    pending = torch.arange(n, device=x.device)
+    for level, dtype in enumerate(levels):
+        work = centred.to(dtype)
+        minus_two_work = -2.0 * work
+        sq = (work * work).sum(1)
+        max_norm = float(centred.norm(dim=1).max())
+        # rounding of the cast, of ||x_j||^2, of x_i.x_j (length d) and of the sums, with margin
+        err_scale = 2.0 * (d + 8) * _matmul_eps(dtype)
+        last = level == len(levels) - 1
+        failed = []
+        for start in range(0, len(pending), rows_per_chunk):
+            rows = pending[start : start + rows_per_chunk]
+            a, b, ok = _candidate_search(
+                work, minus_two_work, sq, x64, rows, m, err_scale, max_norm
+            )
+            r1[rows], r2[rows] = a, b
+            if not last:
+                failed.append(rows[~ok])
+        if last:
+            break
+        pending = torch.cat(failed)
+        if len(pending) == 0:
+            break
+    return r1.sqrt(), r2.sqrt()
+
+
+def twonn(
+    X: ArrayLike,
+    *,
+    discard_fraction: float = 0.1,
+    chunk_size: int | None = None,
+    method: str = "linear",
+) -> float:
+    r"""TwoNN intrinsic dimension of ``X`` (``(n_points, dim)``, at least 3 points).
+
+    ``method="linear"`` (default): Facco et al.'s least-squares slope through the origin of
+    :math:`-\log(1 - i/N)` against :math:`\log\mu_{(i)}` over the
+    :math:`\lfloor N(1-f)\rfloor` smallest ratios (module docstring).
+    ``method="mle"``: the censored maximum-likelihood estimate
+    :math:`(k-1)/(\sum_{i\le k}\log\mu_{(i)} + (N-k)\log\mu_{(k)})`.
+    Both equal ``skdim.id.TwoNN(discard_fraction=f, method=...)``. Duplicate points
+    (:math:`r_1 = 0`) are dropped with a ``UserWarning``. Not differentiable.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> plane = torch.randn(2000, 2, generator=g) @ torch.randn(2, 10, generator=g)
+    >>> round(twonn(plane), 1)
+    2.0
+    """
+    if method not in ("linear", "mle"):
+        raise ValueError(f"method must be 'linear' or 'mle', got {method!r}")
+    try:
+        f = float(discard_fraction)
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"discard_fraction must be a number in [0, 1), got {discard_fraction!r}"
+        ) from err
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction!r}")
+    r1, r2 = two_nearest_distances(X, chunk_size=chunk_size)
+    r1, r2 = r1.cpu(), r2.cpu()
+    dup = r1 == 0
+    if bool(dup.any()):
+        warnings.warn(
+            f"TwoNN: dropping {int(dup.sum())} point(s) at zero distance from their nearest "
+            "neighbour (duplicate points)",
+            UserWarning,
+            stacklevel=2,
+        )
+    mu = torch.sort(r2[~dup] / r1[~dup]).values
+    n = len(mu)
+    k = int(n * (1 - f))
+    if k < 2:
+        raise ValueError(
+            f"TwoNN: only {k} ratio(s) left after removing duplicates and discarding "
+            f"{f:g} of {n}; at least 2 are needed"
+        )
+    log_mu = torch.log(mu[:k])
+    if method == "mle":
+        denom = log_mu.sum() + (n - k) * log_mu[-1]
+        if float(denom) <= 0.0:
+            raise ValueError("TwoNN: every kept ratio r2/r1 equals 1 (e.g. a regular grid)")
+        return float((k - 1) / denom)
+    if k == n:
+        raise ValueError(
+            "TwoNN (linear): discard_fraction keeps every ratio, so the largest has F = 1 and "
+            "-log(1 - F) is infinite; use discard_fraction > 0 or method='mle'"
+        )
+    sxx = float((log_mu * log_mu).sum())
+    if sxx == 0.0:
+        raise ValueError("TwoNN: every kept ratio r2/r1 equals 1 (e.g. a regular grid)")
+    y = -torch.log1p(-torch.arange(1, k + 1, dtype=torch.float64) / n)
+    return float((log_mu * y).sum()) / sxx

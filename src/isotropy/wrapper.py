@@ -1,0 +1,236 @@
+r"""Add regularizers to any Hugging Face model without touching its code.
+
+:class:`RegularizedModel` calls the wrapped model with ``output_hidden_states=True`` and
+returns its output with
+
+.. math::  \text{loss} = L_\text{task} + \sum_r \text{reg}_r(\text{hidden\_states},
+           \text{attention\_mask}, \text{labels}),
+
+so a plain training loop and the Hugging Face ``Trainer`` train the regularized objective
+unchanged. The task loss and every regularizer's logs stay available on the output
+(``outputs.task_loss``, ``outputs.regularizer_logs``) and on the wrapper (``last_logs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from isotropy.hidden_states import get_hidden_states
+from isotropy.losses.base import Regularizer
+
+__all__ = ["RegularizedModel"]
+
+
+def _default_name(reg: torch.nn.Module) -> str:
+    name = type(reg).__name__
+    if name.endswith("Loss") and len(name) > 4:
+        name = name[:-4]
+    return name.lower()
+
+
+def _named_regularizers(
+    regularizers: Regularizer | Sequence[Regularizer] | Mapping[str, Regularizer] | None,
+) -> dict[str, Regularizer]:
+    if regularizers is None:
+        return {}
+    if isinstance(regularizers, torch.nn.Module):
+        items: list[tuple[str | None, Any]] = [(None, regularizers)]
+    elif isinstance(regularizers, Mapping):
+        items = list(regularizers.items())
+    elif isinstance(regularizers, Sequence) and not isinstance(regularizers, str):
+        items = [(None, r) for r in regularizers]
+    else:
+        raise TypeError(
+            "regularizers must be a Regularizer, a list of them or a dict name -> Regularizer, "
+            f"got {type(regularizers).__name__}"
+        )
+    named: dict[str, Regularizer] = {}
+    for name, reg in items:
+        if not isinstance(reg, torch.nn.Module) or not callable(reg):
+            raise TypeError(f"a regularizer must be a torch.nn.Module, got {type(reg).__name__}")
+        if name is None:
+            base = _default_name(reg)
+            name, k = base, 1
+            while name in named:
+                name, k = f"{base}_{k}", k + 1
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(
+                f"regularizer names must be non-empty strings without '.', got {name!r}"
+            )
+        if name in named:
+            raise ValueError(f"duplicate regularizer name {name!r}")
+        named[name] = reg
+    return named
+
+
+class RegularizedModel(torch.nn.Module):
+    r"""``model`` with regularizers added to its loss: ``loss = task_loss + sum(reg.loss)``.
+
+    Args:
+        model: any Hugging Face model (``AutoModelFor...``) or module that accepts
+            ``output_hidden_states=True`` and ``return_dict=True`` and returns
+            ``hidden_states`` (and ``loss`` when given labels).
+        regularizers: one :class:`~isotropy.losses.base.Regularizer`, a list, or a dict
+            name -> regularizer (default names: ``istar``, ``cosreg``, ...).
+        regularize_eval: also add the regularizers in eval mode (default ``False``: in eval
+            mode the loss is the task loss, so evaluation losses compare across settings).
+
+    The returned output is the model's own output class with ``loss`` replaced, plus the
+    attributes ``task_loss`` (tensor or ``None``), ``regularizer_losses`` (name -> tensor) and
+    ``regularizer_logs`` (``"name/key"`` -> float); ``hidden_states`` is kept only if the
+    caller asked for it. ``last_logs`` holds the floats of the latest call. Attributes the
+    wrapper lacks (``config``, ``save_pretrained``, ``gradient_checkpointing_enable``, ...)
+    come from the wrapped model; ``save_pretrained`` writes the wrapped model only, which
+    ``AutoModelFor....from_pretrained`` loads back. For the ``Trainer`` the wrapper declares no
+    loss kwargs (the Trainer scales the loss for gradient accumulation itself); question
+    answering needs ``TrainingArguments(label_names=["start_positions", "end_positions"])``.
+
+    >>> from types import SimpleNamespace
+    >>> from isotropy.losses.cosreg import CosRegLoss
+    >>> class Toy(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.emb = torch.nn.Embedding(10, 4)
+    ...     def forward(self, input_ids, attention_mask=None, labels=None,
+    ...                 output_hidden_states=False, return_dict=True):
+    ...         e = self.emb(input_ids)
+    ...         return {"loss": e.pow(2).mean(), "hidden_states": (e, e.tanh())}
+    >>> model = RegularizedModel(Toy(), CosRegLoss(tuning=1.0))
+    >>> out = model(input_ids=torch.tensor([[1, 2, 3]]))
+    >>> bool(torch.isclose(out["loss"], out.task_loss + out.regularizer_losses["cosreg"]))
+    True
+    >>> sorted(model.last_logs)[:3]
+    ['cosreg/avg_cosine', 'cosreg/cosreg_term', 'cosreg/loss']
+    """
+
+    accepts_loss_kwargs = False
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        regularizers: Regularizer | Sequence[Regularizer] | Mapping[str, Regularizer] | None = None,
+        *,
+        regularize_eval: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.regularizers = torch.nn.ModuleDict(_named_regularizers(regularizers))
+        self.regularize_eval = bool(regularize_eval)
+        self.last_logs: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("model")
+            if inner is None or name.startswith("__"):
+                raise
+            return getattr(inner, name)
+
+    def save_pretrained(self, save_directory: str, *args: Any, **kwargs: Any) -> Any:
+        """Save the wrapped model (``model.save_pretrained``); the regularizers hold no weights."""
+        save = getattr(self.model, "save_pretrained", None)
+        if save is None:
+            raise AttributeError(
+                f"the wrapped {type(self.model).__name__} has no save_pretrained; "
+                "save model.state_dict() instead"
+            )
+        return save(save_directory, *args, **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the model with hidden states and add every regularizer to its loss."""
+        named = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            "inputs_embeds": inputs_embeds,
+            "labels": labels,
+            "start_positions": start_positions,
+            "end_positions": end_positions,
+        }
+        inputs = {k: v for k, v in named.items() if v is not None}
+        want_hidden = kwargs.pop("output_hidden_states", None)
+        return_dict = kwargs.pop("return_dict", None)
+        inputs.update(kwargs)
+        regularize = len(self.regularizers) > 0 and (self.training or self.regularize_eval)
+        outputs = self.model(
+            **inputs,
+            output_hidden_states=True if regularize else want_hidden,
+            return_dict=True,
+        )
+        if not isinstance(outputs, Mapping):
+            raise TypeError(
+                f"{type(self.model).__name__} returned {type(outputs).__name__}; "
+                "RegularizedModel needs a dict-like output (return_dict=True)"
+            )
+        task_loss = outputs.get("loss")
+        reg_losses: dict[str, torch.Tensor] = {}
+        reg_logs: dict[str, float] = {}
+        if regularize:
+            hidden_states = get_hidden_states(outputs)
+            for name, reg in self.regularizers.items():
+                out = reg(hidden_states, attention_mask=attention_mask, labels=labels)
+                reg_losses[name] = out.loss
+                reg_logs[f"{name}/loss"] = float(out.loss.detach())
+                for key, value in out.logs.items():
+                    reg_logs[f"{name}/{key}"] = float(value)
+        total = task_loss
+        for value in reg_losses.values():
+            total = value if total is None else total + value
+        fields = {k: v for k, v in outputs.items() if k != "loss"}
+        if not want_hidden:
+            fields.pop("hidden_states", None)
+        result = self._rebuild(outputs, total, fields)
+        for attr, value in (
+            ("task_loss", task_loss),
+            ("regularizer_losses", reg_losses),
+            ("regularizer_logs", reg_logs),
+        ):
+            object.__setattr__(result, attr, value)
+        logs = dict(reg_logs)
+        if task_loss is not None:
+            logs["task_loss"] = float(task_loss.detach())
+        if total is not None:
+            logs["loss"] = float(total.detach())
+        self.last_logs = logs
+        if return_dict is False and hasattr(result, "to_tuple"):
+            return result.to_tuple()
+        return result
+
+    @staticmethod
+    def _rebuild(outputs: Mapping[str, Any], total: Any, fields: dict[str, Any]) -> Any:
+        """A new output of the same class with ``loss`` first (``None`` fields left out)."""
+        cls = type(outputs)
+        if cls is dict:
+            return _Output({"loss": total, **fields} if total is not None else fields)
+        try:
+            return cls(loss=total, **fields)
+        except TypeError:
+            return _Output({"loss": total, **fields} if total is not None else fields)
+
+
+class _Output(dict):
+    """A plain dict output that also takes attributes (for models returning dicts)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as err:
+            raise AttributeError(name) from err

@@ -1,0 +1,182 @@
+"""Two real processes (gloo on localhost) against one process on the concatenated batch.
+
+Convention checked: every rank returns the loss of the global batch, each rank's gradient for
+its rows is ``world_size`` times the single-process gradient for those rows, and so a shared
+layer's parameter gradient, averaged over ranks as DDP does, equals the single-process one.
+Also: Sigma_S from sharded data is the covariance of exactly ``n_tokens`` rows in all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from isotropy.losses.cosreg import CosRegLoss
+from isotropy.losses.istar import IStarLoss
+from isotropy.shrinkage import collect_covariance
+
+WORLD = 2
+SIZES = (3, 5)  # unequal local batch sizes
+SEQ, DIM, N_STATES = 6, 5, 3  # hidden_states = (embeddings, layer 1, layer 2)
+N_TOKENS = 61  # odd: rank 0 contributes 31 rows, rank 1 30
+HAS_ENTROPY = importlib.util.find_spec("isotropy.losses.entropy") is not None
+
+
+def global_data():
+    g = torch.Generator().manual_seed(0)
+    n = sum(SIZES)
+    scale = torch.linspace(0.5, 2.0, DIM, dtype=torch.float64)
+    hs = [torch.randn(n, SEQ, DIM, generator=g, dtype=torch.float64) * scale + 0.3 * i
+          for i in range(N_STATES)]
+    lengths = torch.tensor([2, 6, 4, 3, 5, 6, 2, 4])  # different padding on each rank
+    mask = (torch.arange(SEQ)[None, :] < lengths[:, None]).long()
+    labels = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    a = torch.randn(DIM, 3 * DIM, generator=g, dtype=torch.float64)
+    c0 = a @ a.T / (3 * DIM)
+    lin = torch.nn.Linear(DIM, DIM, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(DIM, DIM, generator=g, dtype=torch.float64) / DIM**0.5)
+        lin.bias.copy_(torch.randn(DIM, generator=g, dtype=torch.float64) * 0.1)
+    return hs, mask, labels, c0, lin
+
+
+def loss_factories(c0: torch.Tensor) -> dict:
+    makers = {
+        "istar_shrinkage": lambda: IStarLoss(-2.0, zeta=0.3, shrinkage=c0),
+        "istar_identity": lambda: IStarLoss(1.5, zeta=0.2, layers=[2, 1]),
+        "cosreg": lambda: CosRegLoss(1.0),
+    }
+    if HAS_ENTROPY:
+        from isotropy.losses.entropy import PersistentEntropyLoss
+
+        makers["entropy"] = lambda: PersistentEntropyLoss(weight=1.0, pooling="cls")
+    return makers
+
+
+def run_loss(make, hs, mask, labels, lin):
+    """Loss, gradient w.r.t. the hidden states, and the shared Linear's parameter gradient."""
+    local = [h.clone().requires_grad_(True) for h in hs]
+    out = make()(tuple(local), attention_mask=mask, labels=labels)
+    out.loss.backward()
+    grads = torch.stack([t.grad if t.grad is not None else torch.zeros_like(t) for t in local])
+    lin.zero_grad()
+    make()(tuple(lin(h) for h in hs), attention_mask=mask, labels=labels).loss.backward()
+    pgrad = torch.cat([lin.weight.grad.flatten(), lin.bias.grad])
+    return float(out.loss.detach()), grads, pgrad
+
+
+class ToyEncoder(torch.nn.Module):
+    """A deterministic stand-in encoder: hidden_states = (e, tanh(e) + 1, 2 e)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.emb = torch.nn.Parameter(torch.randn(40, DIM, generator=g, dtype=torch.float64))
+
+    def forward(self, input_ids, attention_mask=None, output_hidden_states=False):
+        e = self.emb[input_ids]
+        return SimpleNamespace(hidden_states=(e, torch.tanh(e) + 1.0, 2.0 * e))
+
+
+def shard_batches(rank: int) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(2)
+    batches = []
+    for _ in range(8):
+        ids = torch.randint(1, 40, (3, 7), generator=g)
+        lengths = torch.randint(1, 8, (3,), generator=g)
+        mask = (torch.arange(7)[None, :] < lengths[:, None]).long()
+        batches.append({"input_ids": ids * mask, "attention_mask": mask})
+    return batches[rank::WORLD]
+
+
+def _worker(rank: int, port: int, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        hs, mask, labels, c0, lin = global_data()
+        lo = sum(SIZES[:rank])
+        hi = lo + SIZES[rank]
+        results = {}
+        for name, make in loss_factories(c0).items():
+            loss, grads, pgrad = run_loss(
+                make, [h[lo:hi] for h in hs], mask[lo:hi], labels[lo:hi], lin
+            )
+            dist.all_reduce(pgrad)
+            results[name] = (loss, grads, pgrad / WORLD)
+        stats = collect_covariance(ToyEncoder(), shard_batches(rank), n_tokens=N_TOKENS)
+        results["shrinkage"] = (stats.count, stats.covariance())
+        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    ctx = mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False)
+    deadline = time.monotonic() + 100
+    while not ctx.join(timeout=2):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            pytest.fail("the two-process run timed out")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+@pytest.mark.filterwarnings("ignore:IStarLoss has no shrinkage matrix")
+@pytest.mark.parametrize("name", list(loss_factories(torch.eye(DIM))))
+def test_loss_and_gradients_match_one_process(ranks, name):
+    hs, mask, labels, c0, lin = global_data()
+    loss, grads, pgrad = run_loss(loss_factories(c0)[name], hs, mask, labels, lin)
+    for rank in range(WORLD):
+        r_loss, r_grads, r_pgrad = ranks[rank][name]
+        lo = sum(SIZES[:rank])
+        hi = lo + SIZES[rank]
+        assert r_loss == pytest.approx(loss, rel=1e-10, abs=1e-12)
+        torch.testing.assert_close(r_grads, WORLD * grads[:, lo:hi], rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(r_pgrad, pgrad, rtol=1e-9, atol=1e-12)
+    assert float(grads.abs().max()) > 0
+
+
+def test_shrinkage_uses_exactly_n_tokens_rows_over_both_ranks(ranks):
+    model = ToyEncoder()
+    rows = []
+    for rank in range(WORLD):
+        quota = N_TOKENS // WORLD + (1 if rank < N_TOKENS % WORLD else 0)
+        mine = []
+        for batch in shard_batches(rank):
+            hs = model(**batch).hidden_states
+            m = batch["attention_mask"]
+            for b in range(m.shape[0]):
+                for t in range(m.shape[1]):
+                    if m[b, t]:
+                        mine.extend(hs[layer][b, t].detach().numpy() for layer in (1, 2))
+        rows.extend(mine[:quota])
+    expected = np.cov(np.array(rows).T)
+    for rank in range(WORLD):
+        count, cov = ranks[rank]["shrinkage"]
+        assert count == N_TOKENS
+        np.testing.assert_allclose(cov.numpy(), expected, rtol=1e-10, atol=1e-12)

