@@ -13,6 +13,7 @@ reports medians and the ratio. Usage::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -54,14 +55,21 @@ def gudhi_route(X: torch.Tensor, max_dimension: int = 2) -> float:
     return float(h.detach())
 
 
-def median_time(fn: Callable[[torch.Tensor], float], X: torch.Tensor, reps: int) -> float:
-    fn(X)  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(X)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def median_times(
+    fns: list[Callable[[torch.Tensor], float]], X: torch.Tensor, reps: list[int], rounds: int
+) -> list[float]:
+    """Median seconds per call of each function, interleaved round by round so that every
+    function sees the same machine load; ``reps[k]`` calls of ``fns[k]`` per round."""
+    for fn in fns:
+        fn(X)  # warm-up
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, r, out in zip(fns, reps, times, strict=True):
+            for _ in range(r):
+                t0 = time.perf_counter()
+                fn(X)
+                out.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def gudhi_dim2_in_subprocess(n: int, budget_s: float, mem_gb: float) -> str:
@@ -78,7 +86,11 @@ def gudhi_dim2_in_subprocess(n: int, budget_s: float, mem_gb: float) -> str:
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
     try:
         res = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=budget_s, env=env
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=budget_s,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return f"not finished within the {budget_s:.0f} s budget"
@@ -93,42 +105,61 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--budget", type=float, default=45.0, help="seconds for gudhi at 1,024 points")
     ap.add_argument("--mem-gb", type=float, default=4.0, help="memory cap for that run (GiB)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: gudhi is single-threaded, and a shared machine makes "
+        "multi-threaded timings of small problems erratic)",
+    )
     args = ap.parse_args()
-    reps = {64: 20 if args.quick else 100, 1024: 3 if args.quick else 10, 4096: 3}
+    torch.set_num_threads(args.threads)
+    rounds = 3 if args.quick else 10
     g = torch.Generator().manual_seed(0)
     rows = []
 
     X64 = torch.randn(64, DIM, generator=g)
     h_ours, h_ref = ours(X64), gudhi_route(X64)
-    assert abs(h_ours - h_ref) < 1e-4 * abs(h_ref), (h_ours, h_ref)
-    t_ours = median_time(ours, X64, reps[64])
-    t_ref = median_time(gudhi_route, X64, max(reps[64] // 5, 3))
+    assert abs(h_ours - h_ref) < 1e-4 * abs(h_ref), (h_ours, h_ref)  # same barcode
+    t_ours, t_ref = median_times([ours, gudhi_route], X64, [10, 2], rounds)
     rows.append(("64 x 768", f"{t_ours * 1e3:.2f} ms", f"{t_ref * 1e3:.1f} ms", t_ref / t_ours))
 
+    X256 = torch.randn(256, DIM, generator=g)
+    t_ours, t_ref = median_times([ours, gudhi_route], X256, [3, 1], 2 if args.quick else 3)
+    rows.append(("256 x 768", f"{t_ours * 1e3:.1f} ms", f"{t_ref * 1e3:.0f} ms", t_ref / t_ours))
+
     X1k = torch.randn(1024, DIM, generator=g)
-    t_ours = median_time(ours, X1k, reps[1024])
-    t_ref1 = median_time(lambda x: gudhi_route(x, 1), X1k, 1 if args.quick else 3)
     assert abs(ours(X1k) - gudhi_route(X1k, 1)) < 1e-4
+    t_ours, t_ref1 = median_times(
+        [ours, lambda x: gudhi_route(x, 1)], X1k, [3, 1], 1 if args.quick else 3
+    )
     rows.append(
-        ("1,024 x 768", f"{t_ours * 1e3:.1f} ms", f"{t_ref1 * 1e3:.0f} ms (max_dimension=1)",
-         t_ref1 / t_ours)
+        (
+            "1,024 x 768",
+            f"{t_ours * 1e3:.1f} ms",
+            f"{t_ref1 * 1e3:.0f} ms (max_dimension=1)",
+            t_ref1 / t_ours,
+        )
     )
     outcome = gudhi_dim2_in_subprocess(1024, args.budget, args.mem_gb)
-    rows.append(("1,024 x 768", "", f"max_dimension=2: {outcome}", None))
+    triangles = math.comb(1024, 3)
+    rows.append(("1,024 x 768", "", f"max_dimension=2 ({triangles:,} triangles): {outcome}", None))
 
     X4k = torch.randn(4096, DIM, generator=g)
-    t_ours = median_time(ours, X4k, reps[4096])
+    (t_ours,) = median_times([ours], X4k, [1], 3)
     rows.append(("4,096 x 768", f"{t_ours * 1e3:.0f} ms", "not run", None))
 
     print(f"command: python {' '.join(sys.argv)}")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}; fp32 input; "
-        "times are medians of forward + backward"
+        f"times are medians of forward + backward; load average {os.getloadavg()[0]:.1f}"
     )
     print()
-    print("| points x dim | ours: h0_barcode + persistent_entropy | gudhi RipsComplex route | "
-          "ratio (gudhi / ours) |")
+    print(
+        "| points x dim | ours: h0_barcode + persistent_entropy | gudhi RipsComplex route | "
+        "ratio (gudhi / ours) |"
+    )
     print("|---|---|---|---|")
     for size, a, b, ratio in rows:
         r = f"{ratio:.0f}x" if ratio is not None else ""

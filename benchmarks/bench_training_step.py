@@ -19,7 +19,10 @@ random lengths) padded to 128 tokens. One step = forward + backward + ``optimize
   gathers 64 points over gradient-accumulation steps.
 
 Configurations are timed round-robin (one step of each per round) so that load from other
-processes on a shared machine hits all of them alike; medians are reported.
+processes on a shared machine hits all of them alike; medians are reported. Because a
+difference of two noisy ~seconds-long steps is a poor estimate of a few-percent overhead, each
+penalty's forward + backward is also timed alone (many repeats) on the hidden states of one
+real batch, and reported as a share of the plain step.
 
 Sigma_S refresh: ``collect_covariance`` over ``--refresh-tokens`` rows of the union (batches of
 32 sentences padded to the longest in the batch) against the same forward passes
@@ -39,12 +42,16 @@ from pathlib import Path
 
 import torch
 
-from isotropy.hidden_states import token_cloud
-from isotropy.losses.base import Regularizer, RegularizerOutput
-from isotropy.losses.cosreg import CosRegLoss
-from isotropy.losses.istar import IStarLoss
-from isotropy.shrinkage import collect_covariance
-from isotropy.wrapper import RegularizedModel
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import median_time  # noqa: E402
+
+from isotropy.hidden_states import token_cloud  # noqa: E402
+from isotropy.losses.base import Regularizer, RegularizerOutput  # noqa: E402
+from isotropy.losses.cosreg import CosRegLoss  # noqa: E402
+from isotropy.losses.istar import IStarLoss  # noqa: E402
+from isotropy.shrinkage import collect_covariance  # noqa: E402
+from isotropy.wrapper import RegularizedModel  # noqa: E402
 
 try:
     from isotropy.losses.entropy import PersistentEntropyLoss
@@ -164,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    p.add_argument("--penalty-repeats", type=int, default=15,
+                   help="repeats of each penalty's forward + backward timed alone")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--refresh-tokens", type=int, default=250_000,
@@ -238,6 +247,24 @@ def main(argv: list[str] | None = None) -> None:
             step(m, batches[r])
             if r >= args.warmup:
                 times[name].append(time.perf_counter() - t)
+
+    # each penalty alone: forward + backward on one real batch's hidden states
+    with torch.no_grad():
+        ref_out = model(**batches[0], output_hidden_states=True)
+    hs = tuple(h.detach().requires_grad_(True) for h in ref_out.hidden_states)
+    mask, labels = batches[0]["attention_mask"], batches[0]["labels"]
+    alone: dict[str, float] = {}
+    for name, m in configs.items():
+        if not isinstance(m, RegularizedModel):
+            continue
+        reg = next(iter(m.regularizers.values()))
+
+        def penalty(reg: torch.nn.Module = reg) -> None:
+            for h in hs:
+                h.grad = None
+            reg(hs, attention_mask=mask, labels=labels).loss.backward()
+
+        alone[name] = median_time(penalty, repeat=args.penalty_repeats, warmup=2)
     total = time.perf_counter() - t_start
 
     med = {name: statistics.median(v) for name, v in times.items()}
@@ -252,14 +279,24 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.repeats} timed steps per row after {args.warmup} warm-up; "
           f"total {total:.0f} s")
     print()
-    print("| training step | median (s) | overhead vs plain | vs authors' formulation |")
-    print("|---|---|---|---|")
+    ours = "I-STAR, all 6 layers, with Sigma_S"
+    theirs = "I-STAR, authors' formulation (torch.cov + svdvals)"
+    print("| configuration | step median (s) | step vs plain | penalty fwd+bwd alone (ms) "
+          "| penalty / plain step |")
+    print("|---|---|---|---|---|")
     for name, t in med.items():
-        over = "-" if name.startswith("plain") else f"{100 * (t / plain - 1):+.1f}%"
-        vs = f"{authors / t:.2f}x faster" if name.startswith("I-STAR, all") else "-"
-        print(f"| {name} | {t:.3f} | {over} | {vs} |")
+        if name.startswith("plain"):
+            print(f"| {name} | {t:.3f} | - | - | - |")
+            continue
+        print(f"| {name} | {t:.3f} | {100 * (t / plain - 1):+.1f}% | {1e3 * alone[name]:.1f} "
+              f"| {100 * alone[name] / plain:.2f}% |")
     if PersistentEntropyLoss is None:
-        print(f"| {entropy_name} | n/a (isotropy.losses.entropy missing) | - | - |")
+        print(f"| {entropy_name} | n/a (isotropy.losses.entropy missing) | - | - | - |")
+    print()
+    print(f"I-STAR vs the authors' formulation: whole step {authors / med[ours]:.2f}x faster "
+          f"({med[ours]:.3f} s vs {authors:.3f} s); the penalty alone "
+          f"{alone[theirs] / alone[ours]:.1f}x faster "
+          f"({1e3 * alone[ours]:.1f} ms vs {1e3 * alone[theirs]:.1f} ms).")
     if refresh is not None:
         print()
         print("| Sigma_S refresh | with statistics (s) | forward passes only (s) | overhead |")

@@ -73,23 +73,28 @@ def main() -> None:
     t_ours = statistics.median(ours_times)
     if skdim is not None:
         t_ref = statistics.median(ref_times)
-        rows.append((
-            "20000 x 384 float32, ID ~ 10",
-            f"{ours:.10f}",
-            f"{theirs:.10f}",
-            f"{abs(ours - theirs) / abs(theirs):.1e}",
-            f"{t_ours:.2f}",
-            f"{t_ref:.2f}",
-            f"{t_ref / t_ours:.1f}x faster",
-        ))
+        rows.append(
+            (
+                "20000 x 384 float32, ID ~ 10",
+                f"{ours:.10f}",
+                f"{theirs:.10f}",
+                f"{abs(ours - theirs) / abs(theirs):.1e}",
+                f"{t_ours:.2f}",
+                f"{t_ref:.2f}",
+                f"{t_ref / t_ours:.1f}x faster",
+            )
+        )
     else:  # pragma: no cover
-        rows.append(("20000 x 384 float32, ID ~ 10", f"{ours:.10f}", "-", "-",
-                     f"{t_ours:.2f}", "-", "-"))
+        rows.append(
+            ("20000 x 384 float32, ID ~ 10", f"{ours:.10f}", "-", "-", f"{t_ours:.2f}", "-", "-")
+        )
 
     command = "python benchmarks/bench_twonn.py" + (" --large" if "--large" in sys.argv else "")
-    print(f"command: {command}  (torch {torch.__version__}, "
-          f"torch.get_num_threads() = {torch.get_num_threads()}"
-          + (f", scikit-dimension {skdim.__version__})" if skdim is not None else ")"))
+    print(
+        f"command: {command}  (torch {torch.__version__}, "
+        f"torch.get_num_threads() = {torch.get_num_threads()}"
+        + (f", scikit-dimension {skdim.__version__})" if skdim is not None else ")")
+    )
     print()
     print("| data | twonn | skdim TwoNN | rel. difference | twonn (s) | skdim (s) | speed |")
     print("|---|---|---|---|---|---|---|")
@@ -102,15 +107,17 @@ def bench_large(rows: list[tuple[str, ...]]) -> None:
     estimate: list[float] = []
     t_big = median_time(lambda: estimate.append(twonn(big)), repeat=1, warmup=0)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rows.append((
-        f"50000 x 384 float32 (twonn only; peak RSS of the process {peak_mib:.0f} MiB)",
-        f"{estimate[0]:.10f}",
-        "-",
-        "-",
-        f"{t_big:.2f}",
-        "-",
-        "-",
-    ))
+    rows.append(
+        (
+            f"50000 x 384 float32 (twonn only; peak RSS of the process {peak_mib:.0f} MiB)",
+            f"{estimate[0]:.10f}",
+            "-",
+            "-",
+            f"{t_big:.2f}",
+            "-",
+            "-",
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -177,3 +177,9 @@ def test_bounds_and_rotation_invariance(shape, seed, shift) -> None:  # type: ig
     assert -1.0 / (n - 1) - 1e-12 <= a <= 1.0 + 1e-12
     q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
     assert float(avg_cosine_similarity(x @ q)) == pytest.approx(a, abs=1e-12)
+
+
+def test_numpy_integer_n_pairs() -> None:
+    x = _cloud(10, 3, seed=9)
+    a = avg_cosine_similarity(x, n_pairs=np.int64(50), seed=2)
+    assert float(a) == float(avg_cosine_similarity(x, n_pairs=50, seed=2))

@@ -254,7 +254,8 @@ def test_registry() -> None:
     assert get_task("sst2").num_labels == 2 and get_task("SST-5").num_labels == 5
     assert get_task("stsb").num_labels == 1 and get_task("stsb").kind == "regression"
     assert get_task("squad").kind == "span" and get_task("squad").num_labels == 0
-    assert get_task("mrpc").metrics[:2] == ("f1", "accuracy")
+    assert get_task("mrpc").metrics == ("accuracy", "f1")
+    assert hash(get_task("mrpc")) == hash(get_task("MRPC"))
     assert "f1" in get_task("qqp").metrics and "accuracy" in get_task("qqp").metrics
     assert get_task("cola").main_metric == "matthews_correlation"
     assert get_task("stsb").main_metric == "pearson"

@@ -442,9 +442,13 @@ def test_symmetry_check_tolerates_rounding():
     assert float(isoscore_from_covariance(c + noise * c.abs())) == pytest.approx(
         expected, abs=1e-6
     )
-    c32 = torch.tensor(cloud(500, 64), dtype=torch.float32)
-    c32 = (c32 - c32.mean(0)).T @ (c32 - c32.mean(0))  # float32 product: not exactly symmetric
-    float(isoscore_from_covariance(c32))
+    for d in (64, 400):
+        x32 = torch.tensor(cloud(2 * d, d), dtype=torch.float32)
+        c32 = (x32 - x32.mean(0)).T @ (x32 - x32.mean(0))  # float32 product: rounding asymmetry
+        lam = torch.linalg.eigvalsh((c32.double() + c32.double().T) / 2)
+        assert float(isoscore_from_covariance(c32)) == pytest.approx(
+            float(iota_from_eigenvalues(lam)), abs=1e-6
+        )
     bad = c.clone()
     bad[5, 40] *= 1.01
     with pytest.raises(ValueError, match="cov is not symmetric"):

@@ -114,6 +114,12 @@ def test_rows_and_config(result, tiny) -> None:
     assert result.row(1, "token")["ph0_entropy"] is None
 
 
+def test_denormal_mode_is_restored(tiny) -> None:
+    model, tok = tiny
+    measure_model(model, tok, TEXTS[:4], max_tokens=10)
+    assert float(torch.tensor([1e-310], dtype=torch.float64) * 1.0) != 0.0
+
+
 def test_layer0_cls_is_degenerate_and_reported(result) -> None:
     row = result.row(0, "cls")  # [CLS] at position 0: identical embedding for every text
     assert row["isoscore"] is None and row["twonn"] is None
@@ -240,3 +246,20 @@ def test_real_minilm_quick() -> None:
     last = r.row(6, "token")
     assert 0.0 < last["isoscore"] < 1.0 and last["twonn"] > 0
     assert r.row(6, "cls")["ph0_entropy"] <= math.log(15) + 1e-9
+
+
+def test_atomic_writers(tmp_path: Path) -> None:
+    from isotropy.io import write_csv_atomic, write_json_atomic
+
+    target = tmp_path / "sub" / "r.json"
+    write_json_atomic(target, {"x": torch.tensor([1.0, float("nan")]), "p": tmp_path, "n": 3})
+    assert json.loads(target.read_text()) == {"x": [1.0, None], "p": str(tmp_path), "n": 3}
+    assert target.stat().st_mode & 0o777 != 0o600  # not mkstemp's private mode
+    with pytest.raises(TypeError, match="cannot convert"):
+        write_json_atomic(target, {"bad": object()})
+    assert json.loads(target.read_text())["n"] == 3  # the old file is intact
+    assert [p.name for p in target.parent.iterdir()] == ["r.json"]  # no temp file left
+    csv_path = write_csv_atomic(tmp_path / "r.csv", [{"a": 1, "b": None}, {"a": float("inf")}])
+    assert csv_path.read_text() == "a,b\n1,\n,\n"
+    with pytest.raises(ValueError, match="not in fieldnames"):
+        write_csv_atomic(tmp_path / "r.csv", [{"a": 1, "c": 2}], fieldnames=["a"])

@@ -127,3 +127,10 @@ def test_properties(n: int, d: int, seed: int, scale: float, center: bool) -> No
     if center:
         c = anisotropy_spectrum(x + 5.0, center=True).numpy()
         np.testing.assert_allclose(c, a, rtol=1e-7, atol=1e-11)
+
+
+def test_numpy_integer_k() -> None:
+    x = _cloud(10, 5, seed=8)
+    np.testing.assert_allclose(
+        anisotropy_spectrum(x, np.int64(2)).numpy(), _svd_scores(x, False)[:2], rtol=1e-8
+    )

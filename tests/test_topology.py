@@ -203,9 +203,7 @@ def test_entropy_known_values() -> None:
     h = persistent_entropy(torch.tensor([1.0, 1.0, 2.0], dtype=torch.float64))
     assert math.isclose(float(h), 1.5 * math.log(2.0), rel_tol=1e-14)
     bars = np.random.default_rng(1).exponential(size=30)
-    assert math.isclose(
-        float(persistent_entropy(bars)), scipy.stats.entropy(bars), rel_tol=1e-12
-    )
+    assert math.isclose(float(persistent_entropy(bars)), scipy.stats.entropy(bars), rel_tol=1e-12)
 
 
 @settings(max_examples=60, deadline=None)
@@ -415,9 +413,7 @@ def test_features_and_noise_are_differentiable_slices() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    hnp.arrays(
-        np.float64, st.integers(1, 30), elements=st.floats(0.0, 1e3, allow_nan=False)
-    ),
+    hnp.arrays(np.float64, st.integers(1, 30), elements=st.floats(0.0, 1e3, allow_nan=False)),
     st.integers(-8, 8),
 )
 def test_selection_invariants(bars: np.ndarray, k: int) -> None:

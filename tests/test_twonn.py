@@ -129,7 +129,7 @@ def test_reduced_precision_matmul_setting_stays_exact(precision: str) -> None:
 def test_chunked_equals_unchunked() -> None:
     x = torch.as_tensor(_subspace_data(300, 4, 30, seed=6), dtype=torch.float32)
     full = twonn(x, chunk_size=300)
-    for chunk in (1, 7, 64, 1000, None):
+    for chunk in (1, 7, 64, 1000, None, np.int64(13)):
         assert _rel(twonn(x, chunk_size=chunk), full) < 1e-12
     r1a, r2a = two_nearest_distances(x, chunk_size=1)
     r1b, r2b = two_nearest_distances(x, chunk_size=300)

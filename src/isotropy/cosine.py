@@ -11,6 +11,8 @@ Point clouds have shape ``(n_points, dim)``.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
@@ -62,8 +64,9 @@ def avg_cosine_similarity(
     if n_pairs is None:
         value = _off_diagonal_cosine_sum(u) / (n * (n - 1))
         return value.to(accumulation_dtype(x))
-    if isinstance(n_pairs, bool) or not isinstance(n_pairs, int) or n_pairs < 1:
+    if isinstance(n_pairs, bool) or not isinstance(n_pairs, numbers.Integral) or n_pairs < 1:
         raise ValueError(f"n_pairs must be a positive integer or None, got {n_pairs!r}")
+    n_pairs = int(n_pairs)
     gen = torch.Generator()
     if seed is None:
         gen.seed()

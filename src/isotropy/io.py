@@ -27,6 +27,12 @@ __all__ = [
 ]
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]):
     """Yield a temporary path next to ``path``; on success it replaces ``path`` atomically.
@@ -42,6 +48,7 @@ def atomic_path(path: str | os.PathLike[str]):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp creates 0600; use the usual mode
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

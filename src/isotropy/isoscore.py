@@ -116,6 +116,8 @@ def _trace_and_frobenius(c: ArrayLike, *, name: str) -> tuple[torch.Tensor, torc
     flat = c64.reshape(-1)
     tr, fro = torch.trace(c64), torch.dot(flat, flat)
     fro_f, tr_f = float(fro.detach()), float(tr.detach())
+    # the symmetry probe reads the input itself where it can (half the bytes for float32)
+    probed = t if t.dtype in (torch.float32, torch.float64) else c64
     if not (math.isfinite(fro_f) and math.isfinite(tr_f)):
         check_finite(t, name=name)  # raises for NaN / inf entries
         # Finite entries whose squares overflow: the ratio is scale free, so rescale.
@@ -124,7 +126,8 @@ def _trace_and_frobenius(c: ArrayLike, *, name: str) -> tuple[torch.Tensor, torc
         flat = c64.reshape(-1)
         tr, fro = torch.trace(c64), torch.dot(flat, flat)
         fro_f, tr_f = float(fro.detach()), float(tr.detach())
-    _check_covariance_values(c64.detach(), fro_f, name=name, source_dtype=t.dtype)
+        probed = c64
+    _check_covariance_values(probed.detach(), fro_f, name=name, source_dtype=t.dtype)
     if fro_f <= 0.0 or tr_f <= 0.0:
         raise ValueError(
             f"{name} has zero total variance (a zero matrix): IsoScore is undefined"

@@ -26,7 +26,8 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,6 +372,21 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     return row
 
 
+@contextmanager
+def _flush_denormals(enabled: bool) -> Iterator[None]:
+    """Flush denormal floats to zero inside the block (CPU), then restore the previous mode."""
+    if not enabled:
+        yield
+        return
+    probe = torch.tensor([1e-310], dtype=torch.float64)
+    before = bool((probe * 1.0)[0] == 0)
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
+
+
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -402,8 +418,6 @@ def measure_model(
     used by TwoNN and the partition score; ``k`` is the number of anisotropy-spectrum
     components reported. ``config`` entries are added to the result's configuration.
     """
-    from isotropy.hidden_states import get_hidden_states
-
     for name, value in [("batch_size", batch_size), ("max_length", max_length),
                         ("max_tokens", max_tokens), ("k", k)]:
         _check_positive(name, value)
@@ -415,10 +429,41 @@ def measure_model(
     is_pair = all(pairs)
     t0 = time.perf_counter()
     device = next(model.parameters()).device
-    if device.type == "cpu":
-        torch.set_flush_denormal(True)
+    with _flush_denormals(device.type == "cpu"):
+        return _measure(model, tokenizer, texts, is_pair, device, t0, batch_size=batch_size,
+                        max_length=max_length, max_tokens=max_tokens, k=k, seed=seed,
+                        progress=progress, config=config)
+
+
+def _measure(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: Sequence[Text],
+    is_pair: bool,
+    device: torch.device,
+    t0: float,
+    *,
+    batch_size: int,
+    max_length: int,
+    max_tokens: int,
+    k: int,
+    seed: int,
+    progress: bool,
+    config: dict[str, Any] | None,
+) -> MeasureResult:
+    from isotropy.hidden_states import get_hidden_states
+
     model.eval()
 
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
+        max_length = min(max_length, model_max)
+    if getattr(tokenizer, "pad_token", None) is None:
+        # padded positions are masked out, so any token id serves as padding
+        fallback = getattr(tokenizer, "eos_token", None) or getattr(tokenizer, "unk_token", None)
+        if fallback is None:
+            raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
+        tokenizer.pad_token = fallback
     if is_pair:
         enc = tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation=True,
                         max_length=max_length)
@@ -455,6 +500,9 @@ def measure_model(
                 samples = [torch.empty(0, dim) for _ in hs]
                 cls_parts = [[] for _ in hs]
             keep = sampler.select(n_new)
+            # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
+            first = mask.int().argmax(dim=1)
+            rows_idx = torch.arange(mask.shape[0], device=mask.device)
             for layer, h in enumerate(hs):
                 h = h.float()
                 if not bool(torch.isfinite(h).all()):
@@ -462,7 +510,7 @@ def measure_model(
                 rows = h[mask]
                 token_acc[layer].update(rows)
                 samples[layer] = torch.cat([samples[layer], rows.cpu()])[keep]
-                cls_parts[layer].append(h[:, 0].cpu())
+                cls_parts[layer].append(h[rows_idx, first].cpu())
     errors: list[str] = []
     rows_out: list[dict[str, Any]] = []
     kk = min(k, token_acc[0].stats.dim)
@@ -485,7 +533,7 @@ def measure_model(
         "seed": seed,
         "device": str(device),
         "layer_0": "embedding output",
-        "cls_cloud": "first token of each text",
+        "cls_cloud": "first non-padding token of each text",
     }
     if config:
         cfg.update(config)

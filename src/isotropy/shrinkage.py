@@ -15,7 +15,8 @@ Under ``torch.distributed`` every rank reads its own shard and contributes
 ``n_tokens // world_size`` rows (the first ``n_tokens % world_size`` ranks one more), and the
 statistics are all-reduced, so the union has exactly ``n_tokens`` rows. Statistics are
 streamed (:class:`~isotropy.covariance.CovarianceStats`, fp64 merges): the rows are never
-stored. If the data runs out first, a warning says how many rows were used.
+stored. If the data runs out first, a warning says how many rows were used. A batch without
+``attention_mask`` counts every position as a token.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from transformers.trainer_callback import TrainerCallback
+from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
+from transformers.training_args import TrainingArguments
 
 from isotropy.covariance import CovarianceStats
 from isotropy.distributed import is_distributed
@@ -278,7 +280,14 @@ class ShrinkageRefreshCallback(TrainerCallback):
         self.n_tokens = _check_n_tokens(n_tokens)
         self.last_shrinkage: dict[int, torch.Tensor] = {}
 
-    def on_epoch_begin(self, args, state, control, **kwargs):  # type: ignore[override]
+    def on_epoch_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> TrainerControl:
+        """Refresh Sigma_S of every target loss from ``kwargs['model']`` and the data."""
         model = kwargs.get("model")
         if model is None:
             raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")

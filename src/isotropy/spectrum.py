@@ -13,6 +13,8 @@ needed.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
@@ -39,10 +41,12 @@ def anisotropy_spectrum(
     x = as_point_cloud(X, min_points=1)
     n, d = x.shape
     r = min(n, d)
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= r):
-        raise ValueError(
-            f"k must be an integer in [1, min(n_points, dim)] = [1, {r}] or None, got {k!r}"
-        )
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= r:
+            raise ValueError(
+                f"k must be an integer in [1, min(n_points, dim)] = [1, {r}] or None, got {k!r}"
+            )
+        k = int(k)
     x64 = x.to(torch.float64)
     if center:
         x64 = x64 - x64.mean(0)

@@ -100,12 +100,10 @@ def h0_barcode(
         a_np, b_np = _prim_edges(sq.cpu().numpy())
         lo = torch.from_numpy(np.minimum(a_np, b_np)).to(x.device)
         hi = torch.from_numpy(np.maximum(a_np, b_np)).to(x.device)
-        xd = xa.detach()
-        exact = torch.linalg.vector_norm(xd[lo] - xd[hi], dim=1)  # same values as below
-        order = torch.argsort(exact, descending=True, stable=True)
-        lo, hi = lo[order], hi[order]
     # vector_norm has the subgradient 0 at a zero vector: duplicates get zero gradient
     lengths = torch.linalg.vector_norm(xa[lo] - xa[hi], dim=1)
+    order = torch.argsort(lengths.detach(), descending=True, stable=True)
+    lengths, lo, hi = lengths[order], lo[order], hi[order]
     if return_pairs:
         return lengths, torch.stack([lo, hi], dim=1)
     return lengths
@@ -123,13 +121,14 @@ def _as_bars(bars: ArrayLike, *, name: str = "bars") -> torch.Tensor:
         )
     if t.numel() == 0:
         raise ValueError(f"{name} is empty: at least one bar is needed")
-    finite = torch.isfinite(t.detach())
-    if not bool(finite.all()):
-        raise ValueError(f"{name} contains {int((~finite).sum())} NaN or infinite length(s)")
-    if bool((t.detach() < 0).any()):
+    lo, hi = torch.aminmax(t.detach())
+    if not (float(lo) >= 0.0 and float(hi) < math.inf):  # NaN fails both comparisons
+        td = t.detach()
+        finite = torch.isfinite(td)
+        if not bool(finite.all()):
+            raise ValueError(f"{name} contains {int((~finite).sum())} NaN or infinite length(s)")
         raise ValueError(
-            f"{name} contains {int((t.detach() < 0).sum())} negative length(s); "
-            "bar lengths must be >= 0"
+            f"{name} contains {int((td < 0).sum())} negative length(s); bar lengths must be >= 0"
         )
     return t
 
@@ -155,8 +154,8 @@ def persistent_entropy(bars: ArrayLike) -> torch.Tensor:
             "all bars have zero length (all points coincide): persistent entropy is undefined"
         )
     p = lengths / total
-    pos = p > 0
-    plogp = torch.where(pos, p * torch.log(torch.where(pos, p, torch.ones_like(p))), p * 0)
+    # log(1) = 0 stands in for log(0): the term is 0 and its gradient only flows through S
+    plogp = p * torch.log(torch.where(p > 0, p, 1.0))
     return 0.0 - plogp.sum()  # 0 - x rather than -x: no "-0." for a single nonzero bar
 
 

@@ -21,13 +21,16 @@ The nearest neighbours are exact. Pairwise distances are computed in row blocks
 (memory :math:`O(\text{chunk}\cdot n)`): candidates come from
 :math:`\lVert y\rVert^2 - 2x^\top y` on mean-centred data in fp32 (fp64 for fp64 input), the
 candidate distances are recomputed exactly in fp64 from coordinate differences, and a
-rounding-error bound proves that no other point is closer; rows where it cannot are redone in
-fp64. The estimate is not differentiable (sorting and nearest-neighbour selection).
+rounding-error bound proves that no other point is closer; rows where it cannot are redone
+with fp64 candidates, whose selection can only confuse points whose squared distances agree
+to within fp64 rounding (about :math:`d\cdot 10^{-16}\lVert x\rVert^2`). The estimate is not
+differentiable (sorting and nearest-neighbour selection).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import torch
@@ -45,9 +48,13 @@ _BLOCK_ELEMENTS = 1 << 24
 def _chunk_rows(n: int, chunk_size: int | None) -> int:
     if chunk_size is None:
         return max(1, min(n, _BLOCK_ELEMENTS // n))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    if (
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, numbers.Integral)
+        or chunk_size < 1
+    ):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
-    return min(chunk_size, n)
+    return min(int(chunk_size), n)
 
 
 def _matmul_eps(dtype: torch.dtype) -> float:
@@ -56,9 +63,7 @@ def _matmul_eps(dtype: torch.dtype) -> float:
         # torch.set_float32_matmul_precision("high" | "medium") lets fp32 products use
         # TF32 (10-bit mantissa) or bf16 (7-bit) arithmetic
         precision = torch.get_float32_matmul_precision()
-        return {"highest": torch.finfo(torch.float32).eps, "high": 2.0**-10}.get(
-            precision, 2.0**-7
-        )
+        return {"highest": torch.finfo(torch.float32).eps, "high": 2.0**-10}.get(precision, 2.0**-7)
     return torch.finfo(dtype).eps
 
 

@@ -383,9 +383,9 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         require_split("sst2", "dev", args.data_dir)
         source: dict[str, Any] = {"task": "sst2", "split": "dev"}
         label = "SST-2 dev"
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError):
         source = {"texts": list(BUILTIN_SENTENCES)}
-        label = f"{len(BUILTIN_SENTENCES)} built-in sentences ({err})"
+        label = f"{len(BUILTIN_SENTENCES)} built-in sentences (SST-2 dev not available)"
     print(f"\n== 2/2 measure on {label} -> {out / 'measure'}")
     paths_m = _measure(args, out / "measure", **source)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; outputs in {out.resolve()}:")

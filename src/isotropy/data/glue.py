@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -73,8 +73,10 @@ class TaskSpec:
     """What a fine-tuning harness needs to know about a task.
 
     ``kind``: ``"classification"``, ``"regression"`` (STS-B) or ``"span"`` (SQuAD).
-    ``metrics``: metric names, the first being the main one. ``hub``: the Hugging Face
-    ``datasets`` (path, config) with the same data, for machines that can reach the hub.
+    ``metrics``: metric names, the first being the main one (GLUE convention: accuracy, plus
+    F1 for MRPC/QQP; Matthews correlation for CoLA; Pearson for STS-B; F1/EM for SQuAD).
+    ``hub``: the Hugging Face ``datasets`` (path, config) with the same data, for machines
+    that can reach the hub.
     """
 
     name: str
@@ -83,7 +85,7 @@ class TaskSpec:
     kind: Literal["classification", "regression", "span"]
     label_list: tuple[str, ...]
     metrics: tuple[str, ...]
-    files: dict[str, str]
+    files: dict[str, str] = field(compare=False)
     hub: tuple[str, str | None]
     columns: tuple[str, str | None, str | None] = ("", None, None)
     is_pair: bool = False
@@ -114,9 +116,9 @@ TASKS: dict[str, TaskSpec] = {
                  _GLUE_FILES, ("glue", "qnli"), ("question", "sentence", "label"), True),
         TaskSpec("rte", "RTE", "RTE", "classification", _NLI, ("accuracy",),
                  _GLUE_FILES, ("glue", "rte"), ("sentence1", "sentence2", "label"), True),
-        TaskSpec("mrpc", "MRPC", "MRPC", "classification", _BINARY, ("f1", "accuracy"),
+        TaskSpec("mrpc", "MRPC", "MRPC", "classification", _BINARY, ("accuracy", "f1"),
                  _GLUE_FILES, ("glue", "mrpc"), ("#1 String", "#2 String", "Quality"), True),
-        TaskSpec("qqp", "QQP", "QQP", "classification", _BINARY, ("f1", "accuracy"),
+        TaskSpec("qqp", "QQP", "QQP", "classification", _BINARY, ("accuracy", "f1"),
                  _GLUE_FILES, ("glue", "qqp"), ("question1", "question2", "is_duplicate"),
                  True, skip_malformed=True),
         TaskSpec("cola", "CoLA", "CoLA", "classification", _BINARY, ("matthews_correlation",),

@@ -69,10 +69,12 @@ class PersistentEntropyLoss(Regularizer):
     plus the current micro-batch: a sliding window of the last ``k`` micro-batches, so every
     micro-step sees a full-size cloud once ``k - 1`` calls have been made. Gradient flows only
     into the current micro-batch's embeddings; the stored ones are constants. Each micro-batch
-    is therefore differentiated exactly once, inside the cloud of the optimizer step it belongs
-    to when the window is aligned with the accumulation cycle (at the last micro-step the cloud
-    is exactly that step's ``k`` micro-batches). The loss is returned at every micro-step; scale
-    it like the task loss (e.g. divide by ``k`` if you divide the task loss). Call
+    is therefore differentiated exactly once, at its own call, inside the window that ends with
+    it: at the last micro-step of an accumulation cycle that window is exactly the cycle's ``k``
+    micro-batches; earlier micro-steps see the tail of the previous cycle (embedded with the
+    previous parameters) in place of the cycle's micro-batches still to come. The loss is
+    returned at every micro-step; scale it like the task loss (e.g. divide by ``k`` if you
+    divide the task loss). Call
     :meth:`reset` to empty the window (e.g. at the start of an epoch). In eval mode the window
     is neither used nor updated.
 
