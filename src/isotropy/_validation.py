@@ -21,7 +21,8 @@ def as_tensor(x: ArrayLike, *, name: str = "X") -> torch.Tensor:
         t = x
     else:
         try:
-            t = torch.as_tensor(np.asarray(x))
+            # a contiguous copy: torch cannot wrap negative strides (a[::-1])
+            t = torch.as_tensor(np.ascontiguousarray(x))
         except (TypeError, ValueError) as err:
             raise TypeError(f"{name} must be a torch tensor or an array-like of numbers") from err
     if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):

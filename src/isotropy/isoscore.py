@@ -293,7 +293,7 @@ def _prepare(
         flat = s.reshape(-1)
         fro = float(torch.dot(flat, flat).double())
         if not math.isfinite(fro):
-            check_finite(s, name="shrinkage")
+            check_finite(s0, name="shrinkage")
             raise ValueError(f"shrinkage overflows {dtype} (||shrinkage||_F^2 = inf); rescale it")
         _check_covariance_values(s, fro, name="shrinkage", source_dtype=s0.dtype)
     return x.to(dtype), s
