@@ -18,15 +18,18 @@ random lengths) padded to 128 tokens. One step = forward + backward + ``optimize
   current 32 [CLS] embeddings plus the previous micro-batch's 32 (detached), as the paper
   gathers 64 points over gradient-accumulation steps.
 
-Configurations are timed round-robin (one step of each per round) so that load from other
-processes on a shared machine hits all of them alike; medians are reported. Because a
+Configurations are timed round-robin (one step of each per round, the order rotated every
+round) so that load from other processes on a shared machine hits all of them alike; medians
+are reported. Because a
 difference of two noisy ~seconds-long steps is a poor estimate of a few-percent overhead, each
 penalty's forward + backward is also timed alone (many repeats) on the hidden states of one
 real batch, and reported as a share of the plain step.
 
 Sigma_S refresh: ``collect_covariance`` over ``--refresh-tokens`` rows of the union (batches of
 32 sentences padded to the longest in the batch) against the same forward passes
-(``output_hidden_states=True``, eval, no_grad) without statistics.
+(``output_hidden_states=True``, eval, no_grad) without statistics, interleaved. The statistics'
+own cost (row selection + streaming update) is also timed alone on the stored hidden states of
+the first batches and scaled to the whole refresh by the number of rows.
 """
 
 from __future__ import annotations
@@ -46,11 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_time  # noqa: E402
 
+from isotropy.covariance import CovarianceStats  # noqa: E402
 from isotropy.hidden_states import token_cloud  # noqa: E402
 from isotropy.losses.base import Regularizer, RegularizerOutput  # noqa: E402
 from isotropy.losses.cosreg import CosRegLoss  # noqa: E402
 from isotropy.losses.istar import IStarLoss  # noqa: E402
-from isotropy.shrinkage import collect_covariance  # noqa: E402
+from isotropy.shrinkage import _batch_rows, collect_covariance  # noqa: E402
 from isotropy.wrapper import RegularizedModel  # noqa: E402
 
 try:
@@ -148,6 +152,23 @@ def bench_refresh(model, batches, n_rows: int, repeats: int) -> dict[str, float]
                 model(**b, output_hidden_states=True)
         model.train()
 
+    stored = []
+    model.eval()
+    with torch.no_grad():
+        for b in subset[:10]:
+            stored.append((model(**b, output_hidden_states=True).hidden_states,
+                           b["attention_mask"]))
+    model.train()
+    dim = model.config.hidden_size
+
+    def statistics_only() -> None:
+        stats = CovarianceStats.empty(dim)
+        for hs, m in stored:
+            stats.update(_batch_rows(hs, m, "all", n_rows))
+
+    stored_rows = sum(int(m.sum()) for _, m in stored) * n_layers
+    per_row = median_time(statistics_only, repeat=5, warmup=1) / stored_rows
+
     with_stats, without = [], []
     forward_only()  # warm-up
     for _ in range(repeats):
@@ -164,6 +185,7 @@ def bench_refresh(model, batches, n_rows: int, repeats: int) -> dict[str, float]
         "with": statistics.median(with_stats),
         "without": statistics.median(without),
         "cov": stats.covariance(),
+        "stats_alone": per_row * n_rows,
     }
 
 
@@ -241,8 +263,11 @@ def main(argv: list[str] | None = None) -> None:
         opt.zero_grad()
 
     times: dict[str, list[float]] = {name: [] for name in configs}
+    names = list(configs)
     for r in range(args.warmup + args.repeats):
-        for name, m in configs.items():
+        k = r % len(names)  # rotate the order so that no configuration always runs first
+        for name in names[k:] + names[:k]:
+            m = configs[name]
             t = time.perf_counter()
             step(m, batches[r])
             if r >= args.warmup:
@@ -299,12 +324,15 @@ def main(argv: list[str] | None = None) -> None:
           f"({1e3 * alone[ours]:.1f} ms vs {1e3 * alone[theirs]:.1f} ms).")
     if refresh is not None:
         print()
-        print("| Sigma_S refresh | with statistics (s) | forward passes only (s) | overhead |")
-        print("|---|---|---|---|")
+        print("| Sigma_S refresh | with statistics (s) | forward passes only (s) | overhead "
+              "| statistics alone (s) | statistics / forward passes |")
+        print("|---|---|---|---|---|---|")
         print(f"| {args.refresh_tokens:,} rows of the 6-layer union = {refresh['tokens']:,} "
               f"tokens, {refresh['batches']} batches of {args.batch_size} (padded to longest)"
               f" | {refresh['with']:.2f} | {refresh['without']:.2f} | "
-              f"{100 * (refresh['with'] / refresh['without'] - 1):+.1f}% |")
+              f"{100 * (refresh['with'] / refresh['without'] - 1):+.1f}% | "
+              f"{refresh['stats_alone']:.2f} | "
+              f"{100 * refresh['stats_alone'] / refresh['without']:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
 """isotropy: measure and shape the geometry of transformer representations.
 
 Point clouds are arrays of shape ``(n_points, dim)`` -- one row per point (the original
-IsoScore code used the transpose).
+IsoScore code used the transpose). Functions accept torch tensors and NumPy arrays.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from isotropy.cosine import avg_cosine_similarity, cosine_regularization_term
 from isotropy.covariance import CovarianceStats
 from isotropy.isoscore import (
     isoscore,
@@ -12,14 +17,63 @@ from isotropy.isoscore import (
     participation_ratio,
     participation_ratio_from_covariance,
 )
+from isotropy.losses import (
+    CosRegLoss,
+    IStarLoss,
+    PersistentEntropyLoss,
+    Regularizer,
+    RegularizerOutput,
+)
+from isotropy.metrics import IsoScoreMetric, isoscore_star_compute, isoscore_star_update
+from isotropy.partition import partition_score
+from isotropy.spectrum import anisotropy_spectrum
+from isotropy.topology import h0_barcode, persistent_entropy, prominent_features
+from isotropy.twonn import twonn
 
 __version__ = "0.1.0"
 
+# Names whose modules import transformers: loaded on first use to keep `import isotropy` light.
+_LAZY = {
+    "RegularizedModel": "isotropy.wrapper",
+    "refresh_shrinkage": "isotropy.shrinkage",
+    "estimate_shrinkage": "isotropy.shrinkage",
+    "ShrinkageRefreshCallback": "isotropy.shrinkage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'isotropy' has no attribute {name!r}")
+
+
 __all__ = [
+    "CosRegLoss",
     "CovarianceStats",
+    "IStarLoss",
+    "IsoScoreMetric",
+    "PersistentEntropyLoss",
+    "RegularizedModel",
+    "Regularizer",
+    "RegularizerOutput",
+    "ShrinkageRefreshCallback",
+    "anisotropy_spectrum",
+    "avg_cosine_similarity",
+    "cosine_regularization_term",
+    "estimate_shrinkage",
+    "h0_barcode",
     "isoscore",
     "isoscore_from_covariance",
     "isoscore_star",
+    "isoscore_star_compute",
+    "isoscore_star_update",
     "participation_ratio",
     "participation_ratio_from_covariance",
+    "partition_score",
+    "persistent_entropy",
+    "prominent_features",
+    "refresh_shrinkage",
+    "twonn",
 ]

@@ -25,7 +25,8 @@ def as_tensor(x: ArrayLike, *, name: str = "X") -> torch.Tensor:
             t = torch.as_tensor(np.ascontiguousarray(x))
         except (TypeError, ValueError) as err:
             raise TypeError(f"{name} must be a torch tensor or an array-like of numbers") from err
-    if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
+    integer = (torch.int32, torch.int64, torch.int16, torch.uint8)
+    if not (t.is_floating_point() or t.dtype in integer):
         raise TypeError(f"{name} must hold real numbers, got dtype {t.dtype}")
     if not t.is_floating_point():
         t = t.to(torch.float64)

@@ -58,7 +58,7 @@ class _GatherRows(torch.autograd.Function):
         bufs = [torch.empty_like(padded) for _ in range(ws)]
         dist.all_gather(bufs, padded.contiguous(), group=group)
         ctx.counts, ctx.rank, ctx.group = counts, rank, group
-        return torch.cat([b[:c] for b, c in zip(bufs, counts)], dim=0)
+        return torch.cat([b[:c] for b, c in zip(bufs, counts, strict=True)], dim=0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]

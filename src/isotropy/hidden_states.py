@@ -61,7 +61,9 @@ def _layer_indices(n_states: int, layers: Layers) -> list[int]:
     return out
 
 
-def select_layers(hidden_states: Sequence[torch.Tensor], layers: Layers = "all") -> list[torch.Tensor]:
+def select_layers(
+    hidden_states: Sequence[torch.Tensor], layers: Layers = "all"
+) -> list[torch.Tensor]:
     """The chosen hidden-state tensors, each of shape ``(batch, seq, dim)``."""
     return [hidden_states[j] for j in _layer_indices(len(hidden_states), layers)]
 
@@ -104,7 +106,10 @@ def token_cloud(
     attention_mask: torch.Tensor | None,
     layers: Layers = "all",
 ) -> torch.Tensor:
-    """Union over the chosen layers of the non-padding token states: ``(n_layers*n_tokens, dim)``."""
+    """Union over the chosen layers of the non-padding token states.
+
+    Shape ``(n_layers * n_tokens, dim)``.
+    """
     clouds = layer_token_clouds(hidden_states, attention_mask, layers)
     return clouds[0] if len(clouds) == 1 else torch.cat(clouds, dim=0)
 
@@ -112,7 +117,7 @@ def token_cloud(
 def pool(
     hidden: torch.Tensor, attention_mask: torch.Tensor | None = None, pooling: Pooling = "cls"
 ) -> torch.Tensor:
-    """Sentence embeddings ``(batch, dim)``: the first ([CLS]) token, or the mean of non-padding tokens."""
+    """Sentence embeddings ``(batch, dim)``: the first ([CLS]) token or the non-padding mean."""
     m = _check_mask(hidden, attention_mask)
     if pooling == "cls":
         out = hidden[:, 0]

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 import torch
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import squareform
 
 from isotropy._validation import (
     ArrayLike,
@@ -63,6 +65,43 @@ def _prim_edges(sq_dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+# Up to this many points the tree comes from scipy's single-linkage (one C call) instead of the
+# Python-level Prim loop; above it Prim is faster.
+_LINKAGE_MAX_POINTS = 128
+
+
+def _linkage_edges(sq_dist: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """MST edges from the single-linkage merge heights, or ``None`` if they are ambiguous.
+
+    The merge heights of single linkage are the weights of a minimum spanning tree. When
+    exactly ``n - 1`` pairs have a weight among them, every one of those pairs is a tree edge
+    (each height ``v`` of multiplicity ``m`` needs at least ``m`` pairs of weight ``v``), so they
+    are the edges of that tree. Otherwise (tied weights) ``None`` is returned.
+    """
+    n = sq_dist.shape[0]
+    cond = squareform(sq_dist, checks=False).astype(np.float64)
+    heights = linkage(cond, "single")[:, 2]
+    pos = np.searchsorted(heights, cond)
+    np.minimum(pos, n - 2, out=pos)
+    idx = np.flatnonzero(heights[pos] == cond)
+    if len(idx) != n - 1:
+        return None
+    rows, cols = _triu_indices(n)
+    return rows[idx], cols[idx]
+
+
+_TRIU_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _triu_indices(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, 1)`` (the order of a condensed distance vector), cached."""
+    out = _TRIU_CACHE.get(n)
+    if out is None:
+        out = np.triu_indices(n, 1)
+        _TRIU_CACHE[n] = out
+    return out
+
+
 def h0_barcode(
     X: ArrayLike, *, return_pairs: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -97,9 +136,14 @@ def h0_barcode(
             check_finite(x, name="X")
             raise ValueError(f"X is too large: squared distances overflow in {acc}")
         sq = (sq_norm[:, None] + sq_norm[None, :] - 2.0 * gram).clamp_min_(0.0)
-        a_np, b_np = _prim_edges(sq.cpu().numpy())
-        lo = torch.from_numpy(np.minimum(a_np, b_np)).to(x.device)
-        hi = torch.from_numpy(np.maximum(a_np, b_np)).to(x.device)
+        sq_np = sq.cpu().numpy()
+        n = sq_np.shape[0]
+        edges = _linkage_edges(sq_np) if 2 < n <= _LINKAGE_MAX_POINTS else None
+        if edges is None:
+            a_np, b_np = _prim_edges(sq_np)
+            edges = np.minimum(a_np, b_np), np.maximum(a_np, b_np)
+        lo = torch.from_numpy(edges[0]).to(x.device)
+        hi = torch.from_numpy(edges[1]).to(x.device)
     # vector_norm has the subgradient 0 at a zero vector: duplicates get zero gradient
     lengths = torch.linalg.vector_norm(xa[lo] - xa[hi], dim=1)
     order = torch.argsort(lengths.detach(), descending=True, stable=True)
