@@ -37,6 +37,7 @@ _LAZY = {
     "RegularizedModel": "isotropy.wrapper",
     "refresh_shrinkage": "isotropy.shrinkage",
     "estimate_shrinkage": "isotropy.shrinkage",
+    "collect_covariance": "isotropy.shrinkage",
     "ShrinkageRefreshCallback": "isotropy.shrinkage",
 }
 
@@ -61,6 +62,7 @@ __all__ = [
     "ShrinkageRefreshCallback",
     "anisotropy_spectrum",
     "avg_cosine_similarity",
+    "collect_covariance",
     "cosine_regularization_term",
     "estimate_shrinkage",
     "h0_barcode",

@@ -27,6 +27,11 @@ import torch
 from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 
+try:  # the C routine behind linkage(y, "single"), without its per-call input checks
+    from scipy.cluster._hierarchy import mst_single_linkage as _mst_single_linkage
+except ImportError:  # pragma: no cover - depends on the scipy build
+    _mst_single_linkage = None
+
 from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
@@ -80,7 +85,7 @@ def _linkage_edges(sq_dist: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """
     n = sq_dist.shape[0]
     cond = squareform(sq_dist, checks=False).astype(np.float64)
-    heights = linkage(cond, "single")[:, 2]
+    heights = _single_linkage_heights(cond, n)
     pos = np.searchsorted(heights, cond)
     np.minimum(pos, n - 2, out=pos)
     idx = np.flatnonzero(heights[pos] == cond)
@@ -88,6 +93,16 @@ def _linkage_edges(sq_dist: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     rows, cols = _triu_indices(n)
     return rows[idx], cols[idx]
+
+
+def _single_linkage_heights(cond: np.ndarray, n: int) -> np.ndarray:
+    """Ascending merge heights of single linkage on a finite condensed float64 matrix."""
+    if _mst_single_linkage is not None:
+        try:
+            return np.asarray(_mst_single_linkage(cond, n))[:, 2]
+        except TypeError:  # pragma: no cover - a scipy with another private signature
+            pass
+    return linkage(cond, "single")[:, 2]
 
 
 _TRIU_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -102,6 +117,51 @@ def _triu_indices(n: int) -> tuple[np.ndarray, np.ndarray]:
     return out
 
 
+class _EdgeLengths(torch.autograd.Function):
+    """Lengths ``||x[lo] - x[hi]||`` sorted longest first, with the end points in that order.
+
+    The gradient of a length with respect to ``x[lo]`` is the unit vector ``(x[lo] - x[hi])/l``
+    (and its negative for ``x[hi]``); a zero-length edge has zero gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):  # type: ignore[override]
+        diff = x.index_select(0, lo) - x.index_select(0, hi)
+        lengths = torch.linalg.vector_norm(diff, dim=1)
+        if lengths.device.type == "cpu":  # small 1-D work: numpy has less per-call overhead
+            ln = lengths.numpy()
+            order_np = np.argsort(-ln, kind="stable")  # ties keep their original order
+            with np.errstate(divide="ignore"):
+                inv = torch.from_numpy(np.where(ln > 0, 1.0 / ln, 0.0).astype(ln.dtype))
+            order = torch.from_numpy(order_np)
+            out = torch.from_numpy(ln[order_np]), lo[order], hi[order]
+        else:
+            order = torch.argsort(lengths, descending=True, stable=True)
+            inv = torch.where(lengths > 0, lengths, 1.0).reciprocal() * (lengths > 0)
+            out = lengths[order], lo[order], hi[order]
+        ctx.save_for_backward(x, lo, hi, order, diff, inv)
+        ctx.mark_non_differentiable(out[1], out[2])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad, _glo, _ghi):  # type: ignore[override]
+        x, lo, hi, order, diff, inv = ctx.saved_tensors
+        # back from the sorted order to the order of lo, hi and diff
+        grad = torch.empty_like(grad).index_copy_(0, order, grad)
+        if torch.is_grad_enabled():  # create_graph: build the gradient from differentiable ops
+            diff = x.index_select(0, lo) - x.index_select(0, hi)
+            lengths = torch.linalg.vector_norm(diff, dim=1)
+            inv = torch.where(lengths > 0, lengths, 1.0).reciprocal() * (lengths > 0)
+            contrib = diff * (grad * inv).unsqueeze(1)
+            gx = torch.zeros_like(x).index_add(0, lo, contrib).index_add(0, hi, -contrib)
+            return gx, None, None
+        contrib = diff * (grad * inv).unsqueeze(1)
+        gx = torch.zeros_like(x)
+        gx.index_add_(0, lo, contrib)
+        gx.index_add_(0, hi, contrib, alpha=-1)
+        return gx, None, None
+
+
 def h0_barcode(
     X: ArrayLike, *, return_pairs: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -109,8 +169,9 @@ def h0_barcode(
 
     These are the :math:`n - 1` edge lengths :math:`\lVert x_a - x_b\rVert` of a Euclidean
     minimum spanning tree (all births are 0; the infinite bar is omitted). The tree is chosen
-    without gradient (dense Prim on squared distances from the Gram matrix of the centred
-    cloud, in fp64 for fp64 input and fp32 otherwise); the chosen lengths are then recomputed
+    without gradient on squared distances from the Gram matrix of the centred cloud, in fp64
+    for fp64 input and fp32 otherwise (scipy's single-linkage routine for small clouds, dense
+    Prim for large ones or tied weights); the chosen lengths are then recomputed
     from ``X`` so the result is differentiable in ``X``. A zero-length bar (duplicate points)
     has zero gradient. With ``return_pairs`` the ``(n - 1, 2)`` long tensor of edge end points
     (row indices of ``X``, smaller index first) is returned too, in the same order.
@@ -130,13 +191,14 @@ def h0_barcode(
     with torch.no_grad():
         xs = xa.detach()
         xs = xs - xs.mean(dim=0, keepdim=True)
-        gram = xs @ xs.T
-        sq_norm = torch.diagonal(gram)
-        if not bool(torch.isfinite(sq_norm).all()):  # NaN/inf in X reach the norms
+        gram = (xs @ xs.T).cpu().numpy()
+        sq_norm = np.diagonal(gram)
+        if not np.isfinite(sq_norm).all():  # NaN/inf in X reach the norms
             check_finite(x, name="X")
             raise ValueError(f"X is too large: squared distances overflow in {acc}")
-        sq = (sq_norm[:, None] + sq_norm[None, :] - 2.0 * gram).clamp_min_(0.0)
-        sq_np = sq.cpu().numpy()
+        sq_np = sq_norm[:, None] + sq_norm[None, :]
+        sq_np -= 2.0 * gram
+        np.maximum(sq_np, 0.0, out=sq_np)
         n = sq_np.shape[0]
         edges = _linkage_edges(sq_np) if 2 < n <= _LINKAGE_MAX_POINTS else None
         if edges is None:
@@ -144,10 +206,7 @@ def h0_barcode(
             edges = np.minimum(a_np, b_np), np.maximum(a_np, b_np)
         lo = torch.from_numpy(edges[0]).to(x.device)
         hi = torch.from_numpy(edges[1]).to(x.device)
-    # vector_norm has the subgradient 0 at a zero vector: duplicates get zero gradient
-    lengths = torch.linalg.vector_norm(xa[lo] - xa[hi], dim=1)
-    order = torch.argsort(lengths.detach(), descending=True, stable=True)
-    lengths, lo, hi = lengths[order], lo[order], hi[order]
+    lengths, lo, hi = _EdgeLengths.apply(xa, lo, hi)
     if return_pairs:
         return lengths, torch.stack([lo, hi], dim=1)
     return lengths
@@ -191,16 +250,35 @@ def persistent_entropy(bars: ArrayLike) -> torch.Tensor:
     tensor(0.)
     """
     b = _as_bars(bars)
-    lengths = b.to(accumulation_dtype(b))
-    total = lengths.sum()
-    if not float(total.detach()) > 0.0:
-        raise ValueError(
-            "all bars have zero length (all points coincide): persistent entropy is undefined"
-        )
-    p = lengths / total
-    # log(1) = 0 stands in for log(0): the term is 0 and its gradient only flows through S
-    plogp = p * torch.log(torch.where(p > 0, p, 1.0))
-    return 0.0 - plogp.sum()  # 0 - x rather than -x: no "-0." for a single nonzero bar
+    return _Entropy.apply(b.to(accumulation_dtype(b)))
+
+
+class _Entropy(torch.autograd.Function):
+    r"""Persistent entropy of validated lengths, with the gradient
+    :math:`-(\log p_k + H)/S` (:math:`(1 - H)/S` for a zero bar) in one step."""
+
+    @staticmethod
+    def forward(ctx, lengths):  # type: ignore[override]
+        total = lengths.sum()
+        if not float(total) > 0.0:
+            raise ValueError(
+                "all bars have zero length (all points coincide): persistent entropy is undefined"
+            )
+        p = lengths / total
+        h = 0.0 - torch.xlogy(p, p).sum()  # 0 log 0 = 0; 0 - x rather than -x: no "-0."
+        ctx.save_for_backward(lengths, p, total, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        lengths, p, total, h = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: build the gradient from differentiable ops
+            total = lengths.sum()
+            p = lengths / total
+            h = 0.0 - torch.xlogy(p, p).sum()
+        # log(1) = 0 stands in for log(0) at a zero bar
+        neg_log_p = torch.where(p > 0, p, 1.0).log().neg()
+        return (torch.where(p > 0, neg_log_p, 1.0) - h) * (grad / total)
 
 
 def _entropy_np(lengths: np.ndarray) -> float:

@@ -87,6 +87,8 @@ class CosRegLoss(Regularizer):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
     ) -> RegularizerOutput:
+        r""":math:`\lambda(\lVert s\rVert^2 - M)/M^2` over the layer's non-padding token states
+        (global under ``torch.distributed``; ``labels`` is ignored)."""
         hs = check_hidden_states(hidden_states, self.layer)
         x = token_cloud(hs, attention_mask, self.layer)
         m_local = x.shape[0]

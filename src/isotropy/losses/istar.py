@@ -184,6 +184,8 @@ class IStarLoss(Regularizer):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
     ) -> RegularizerOutput:
+        r""":math:`\lambda(1 - \mathrm{IsoScore}^\star)` of the union of the chosen layers'
+        non-padding token states (``labels`` is ignored)."""
         hs = check_hidden_states(hidden_states, self.layers)
         x = token_cloud(hs, attention_mask, self.layers)
         if x.shape[0] == 0:
