@@ -8,14 +8,7 @@ import torch
 
 from isotropy.losses.cosreg import CosRegLoss
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscription on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(seed: int = 0, batch: int = 4, seq: int = 6, d: int = 5, layers: int = 2):

@@ -9,17 +9,14 @@ Also: Sigma_S from sharded data is the covariance of exactly ``n_tokens`` rows i
 from __future__ import annotations
 
 import importlib.util
-import socket
-import time
-from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _distributed import run_on_ranks
+from _models import padding_mask, random_inputs
 
 from isotropy.losses.cosreg import CosRegLoss
 from isotropy.losses.istar import IStarLoss
@@ -39,7 +36,7 @@ def global_data():
     hs = [torch.randn(n, SEQ, DIM, generator=g, dtype=torch.float64) * scale + 0.3 * i
           for i in range(N_STATES)]
     lengths = torch.tensor([2, 6, 4, 3, 5, 6, 2, 4])  # different padding on each rank
-    mask = (torch.arange(SEQ)[None, :] < lengths[:, None]).long()
+    mask = padding_mask(lengths, SEQ)
     labels = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
     a = torch.randn(DIM, 3 * DIM, generator=g, dtype=torch.float64)
     c0 = a @ a.T / (3 * DIM)
@@ -90,60 +87,28 @@ class ToyEncoder(torch.nn.Module):
 
 def shard_batches(rank: int) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(2)
-    batches = []
-    for _ in range(8):
-        ids = torch.randint(1, 40, (3, 7), generator=g)
-        lengths = torch.randint(1, 8, (3,), generator=g)
-        mask = (torch.arange(7)[None, :] < lengths[:, None]).long()
-        batches.append({"input_ids": ids * mask, "attention_mask": mask})
+    batches = [random_inputs(g, batch=3, seq=7, vocab_size=40, min_length=1) for _ in range(8)]
     return batches[rank::WORLD]
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=timedelta(seconds=60),
-    )
-    try:
-        hs, mask, labels, c0, lin = global_data()
-        lo = sum(SIZES[:rank])
-        hi = lo + SIZES[rank]
-        results = {}
-        for name, make in loss_factories(c0).items():
-            loss, grads, pgrad = run_loss(
-                make, [h[lo:hi] for h in hs], mask[lo:hi], labels[lo:hi], lin
-            )
-            dist.all_reduce(pgrad)
-            results[name] = (loss, grads, pgrad / WORLD)
-        stats = collect_covariance(ToyEncoder(), shard_batches(rank), n_tokens=N_TOKENS)
-        results["shrinkage"] = (stats.count, stats.covariance())
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int) -> dict:
+    hs, mask, labels, c0, lin = global_data()
+    lo = sum(SIZES[:rank])
+    hi = lo + SIZES[rank]
+    results = {}
+    for name, make in loss_factories(c0).items():
+        loss, grads, pgrad = run_loss(make, [h[lo:hi] for h in hs], mask[lo:hi], labels[lo:hi], lin)
+        dist.all_reduce(pgrad)
+        results[name] = (loss, grads, pgrad / WORLD)
+    stats = collect_covariance(ToyEncoder(), shard_batches(rank), n_tokens=N_TOKENS)
+    results["shrinkage"] = (stats.count, stats.covariance())
+    return results
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    ctx = mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False)
-    deadline = time.monotonic() + 100
-    while not ctx.join(timeout=2):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            pytest.fail("the two-process run timed out")
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return run_on_ranks(_worker, world_size=WORLD, out_dir=out, timeout=100)
 
 
 @pytest.mark.filterwarnings("ignore:IStarLoss has no shrinkage matrix")

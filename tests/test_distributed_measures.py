@@ -8,15 +8,11 @@ eigenvalue route (``eigvalsh`` + autograd) on the concatenated batch in one proc
 from __future__ import annotations
 
 import math
-import socket
-from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from _distributed import require_gloo, run_on_ranks
 
 from isotropy.covariance import CovarianceStats
 from isotropy.isoscore import isoscore_star
@@ -75,79 +71,60 @@ def _local(case: dict, rank: int) -> slice:
     return slice(start, start + case["sizes"][rank])
 
 
-def _worker(rank: int, port: int, payload: dict, outdir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=timedelta(seconds=60),
-    )
-    try:
-        out: dict = {}
-        for name, case in payload.items():
-            sl = _local(case, rank)
-            zeta, s = case["zeta"], case["s"]
-            # the score of the global batch and the local rows' gradient
-            x = case["x"][sl].clone().requires_grad_(True)
-            value = isoscore_star(x, zeta, s, sync_dist=True)
-            value.backward()
-            # a shared linear layer under DDP: averaged parameter gradients
-            lin = torch.nn.Linear(D_IN, x.shape[1], dtype=F64)
-            with torch.no_grad():
-                lin.weight.copy_(case["w"])
-                lin.bias.copy_(case["b"])
-            ddp = torch.nn.parallel.DistributedDataParallel(lin)
-            isoscore_star(ddp(case["x_in"][sl]), zeta, s, sync_dist=True).backward()
-            # statistics and the metric
-            stats = CovarianceStats.from_batch(case["x"][sl]).all_reduce()
-            metric = IsoScoreMetric(zeta, s, dim=x.shape[1])
-            for chunk in torch.split(case["x"][sl], 4):
-                metric.update(chunk)
-            global_value = float(metric.compute(sync_dist=True))
-            metric.sync()
-            synced_count, synced_value = metric.stats.count, float(metric.compute())
-            metric.unsync()
-            out[name] = {
-                "value": float(value.detach()),
-                "grad": x.grad.clone(),
-                "w_grad": lin.weight.grad.clone(),
-                "b_grad": lin.bias.grad.clone(),
-                "stats": (stats.count, stats.mean, stats.covariance()),
-                "metric": (global_value, synced_count, synced_value, metric.stats.count),
-            }
-        # bad input on one rank: every rank raises, none hangs
-        errors = []
-        bad = torch.randn(5, 3, dtype=F64)
-        if rank == 1:
-            bad[2, 1] = float("nan")
-        for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):  # NaN on rank 1; one row in all
-            try:
-                isoscore_star(x, 0.2, sync_dist=True)
-                errors.append("")
-            except ValueError as err:
-                errors.append(str(err))
-        out["errors"] = errors
-        torch.save(out, Path(outdir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _worker(rank: int, payload: dict) -> dict:
+    out: dict = {}
+    for name, case in payload.items():
+        sl = _local(case, rank)
+        zeta, s = case["zeta"], case["s"]
+        # the score of the global batch and the local rows' gradient
+        x = case["x"][sl].clone().requires_grad_(True)
+        value = isoscore_star(x, zeta, s, sync_dist=True)
+        value.backward()
+        # a shared linear layer under DDP: averaged parameter gradients
+        lin = torch.nn.Linear(D_IN, x.shape[1], dtype=F64)
+        with torch.no_grad():
+            lin.weight.copy_(case["w"])
+            lin.bias.copy_(case["b"])
+        ddp = torch.nn.parallel.DistributedDataParallel(lin)
+        isoscore_star(ddp(case["x_in"][sl]), zeta, s, sync_dist=True).backward()
+        # statistics and the metric
+        stats = CovarianceStats.from_batch(case["x"][sl]).all_reduce()
+        metric = IsoScoreMetric(zeta, s, dim=x.shape[1])
+        for chunk in torch.split(case["x"][sl], 4):
+            metric.update(chunk)
+        global_value = float(metric.compute(sync_dist=True))
+        metric.sync()
+        synced_count, synced_value = metric.stats.count, float(metric.compute())
+        metric.unsync()
+        out[name] = {
+            "value": float(value.detach()),
+            "grad": x.grad.clone(),
+            "w_grad": lin.weight.grad.clone(),
+            "b_grad": lin.bias.grad.clone(),
+            "stats": (stats.count, stats.mean, stats.covariance()),
+            "metric": (global_value, synced_count, synced_value, metric.stats.count),
+        }
+    # bad input on one rank: every rank raises, none hangs
+    errors = []
+    bad = torch.randn(5, 3, dtype=F64)
+    if rank == 1:
+        bad[2, 1] = float("nan")
+    for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):  # NaN on rank 1; one row in all
+        try:
+            isoscore_star(x, 0.2, sync_dist=True)
+            errors.append("")
+        except ValueError as err:
+            errors.append(str(err))
+    out["errors"] = errors
+    return out
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
+    require_gloo()
     outdir = tmp_path_factory.mktemp("ddp")
     payload = make_payload()
-    mp.spawn(_worker, args=(_free_port(), payload, str(outdir)), nprocs=WORLD, join=True)
-    results = [torch.load(outdir / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    results = run_on_ranks(_worker, payload, world_size=WORLD, out_dir=outdir)
     return payload, results
 
 

@@ -14,13 +14,7 @@ from isotropy.losses.istar import IStarLoss
 ref = pytest.importorskip("IsoScore.IsoScore")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscription on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # The package computes sqrt(d) in float32 (torch.sqrt of an integer tensor): agreement is

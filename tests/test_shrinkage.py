@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertModel
+from _models import random_inputs, tiny_bert
+from transformers import BertModel
 
 from isotropy.losses.istar import IStarLoss
 from isotropy.shrinkage import (
@@ -18,39 +19,20 @@ from isotropy.shrinkage import (
 )
 from isotropy.wrapper import RegularizedModel
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscription on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-    return BertModel(cfg)
+    return tiny_bert(BertModel, vocab_size=50)
 
 
 def make_batches(n_batches: int = 6, batch: int = 4, seq: int = 10, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n_batches):
-        ids = torch.randint(1, 50, (batch, seq), generator=g)
-        lengths = torch.randint(2, seq + 1, (batch,), generator=g)
-        mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
-        out.append({"input_ids": ids * mask, "attention_mask": mask})
-    return out
+    return [
+        random_inputs(g, batch=batch, seq=seq, vocab_size=50, min_length=2)
+        for _ in range(n_batches)
+    ]
 
 
 def rows_by_loop(model, batches, layer_ids, n):

@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _models import random_inputs, tiny_bert
 from transformers import (
     AutoModelForSequenceClassification,
-    BertConfig,
     BertForSequenceClassification,
     Trainer,
     TrainingArguments,
@@ -23,38 +23,25 @@ from isotropy.wrapper import RegularizedModel
 ref = pytest.importorskip("IsoScore.IsoScore")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscription on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(seed: int = 0) -> BertForSequenceClassification:
-    torch.manual_seed(seed)
-    cfg = BertConfig(
+    return tiny_bert(
+        BertForSequenceClassification,
         vocab_size=60,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
+        seed=seed,
         num_labels=2,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    return BertForSequenceClassification(cfg)
 
 
 def make_batch(batch: int = 6, seq: int = 9, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, 60, (batch, seq), generator=g)
-    lengths = torch.randint(3, seq + 1, (batch,), generator=g)
-    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    inputs = random_inputs(g, batch=batch, seq=seq, vocab_size=60, min_length=3)
     labels = torch.randint(0, 2, (batch,), generator=g)
-    return {"input_ids": ids * mask, "attention_mask": mask, "labels": labels}
+    return {**inputs, "labels": labels}
 
 
 def ref_isoscore_star(points: torch.Tensor, c0: torch.Tensor, zeta: float) -> float:

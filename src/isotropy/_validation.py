@@ -65,6 +65,19 @@ def as_point_cloud(
     return t
 
 
+def check_finite_float(value: float, name: str, *, allow_bool: bool = True) -> float:
+    """Validate a finite real number (any sign); ``allow_bool=False`` also rejects booleans."""
+    if not allow_bool and isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a real number, got {value!r}") from err
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
 def check_zeta(zeta: float) -> float:
     """Validate the shrinkage weight: a real number in [0, 1]."""
     try:

@@ -14,14 +14,18 @@ the feature bars (the long inter-cluster distances become more even) and, with
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
 
-from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    check_finite_float,
+)
 from isotropy.distributed import gather_rows
 from isotropy.hidden_states import pool, select_layers
 from isotropy.losses.base import Regularizer, RegularizerOutput
@@ -30,16 +34,6 @@ from isotropy.topology import h0_barcode, persistent_entropy, prominent_features
 __all__ = ["PersistentEntropyLoss"]
 
 MIN_GROUP_SIZE = 3
-
-
-def _finite_float(value: float, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a real number, got {value!r}") from err
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
 
 
 class PersistentEntropyLoss(Regularizer):
@@ -100,8 +94,8 @@ class PersistentEntropyLoss(Regularizer):
         sync_dist: bool = True,
     ) -> None:
         super().__init__()
-        self.weight = _finite_float(weight, "weight")
-        self.in_cluster_weight = _finite_float(in_cluster_weight, "in_cluster_weight")
+        self.weight = check_finite_float(weight, "weight")
+        self.in_cluster_weight = check_finite_float(in_cluster_weight, "in_cluster_weight")
         if pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
         if not isinstance(layer, int) or isinstance(layer, bool):

@@ -17,13 +17,12 @@ averaging of parameter gradients reproduces the single-process gradient.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 
 import torch
 
-from isotropy._validation import ArrayLike, as_covariance, check_zeta
+from isotropy._validation import ArrayLike, as_covariance, check_finite_float, check_zeta
 from isotropy.hidden_states import Layers, token_cloud
 from isotropy.isoscore import isoscore_star
 from isotropy.losses.base import Regularizer, RegularizerOutput
@@ -33,15 +32,7 @@ __all__ = ["IStarLoss"]
 
 def check_tuning(tuning: float, name: str = "tuning") -> float:
     """Validate a tuning weight: a finite real number (any sign)."""
-    if isinstance(tuning, bool):
-        raise TypeError(f"{name} must be a real number, got {tuning!r}")
-    try:
-        value = float(tuning)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a real number, got {tuning!r}") from err
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {tuning!r}")
-    return value
+    return check_finite_float(tuning, name, allow_bool=False)
 
 
 def check_layers(layers: Layers) -> Layers:

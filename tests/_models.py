@@ -1,0 +1,39 @@
+"""A tiny random BERT and random padded token batches for tests that run a real model."""
+
+from __future__ import annotations
+
+import torch
+
+TINY_HIDDEN = 32  # hidden size of tiny_bert
+
+
+def padding_mask(lengths: torch.Tensor, seq: int) -> torch.Tensor:
+    """``(batch, seq)`` attention mask with the first ``lengths[b]`` positions of row b set."""
+    return (torch.arange(seq)[None, :] < lengths[:, None]).long()
+
+
+def random_inputs(
+    g: torch.Generator, *, batch: int, seq: int, vocab_size: int, min_length: int
+) -> dict[str, torch.Tensor]:
+    """Token ids in ``[1, vocab_size)`` with lengths in ``[min_length, seq]``, padding id 0."""
+    ids = torch.randint(1, vocab_size, (batch, seq), generator=g)
+    lengths = torch.randint(min_length, seq + 1, (batch,), generator=g)
+    mask = padding_mask(lengths, seq)
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def tiny_bert(model_class: type, *, vocab_size: int, seed: int = 0, **config: object):
+    """A freshly initialised 2-layer BERT (hidden size 32) of ``model_class``, seeded."""
+    from transformers import BertConfig
+
+    torch.manual_seed(seed)
+    cfg = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=TINY_HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        **config,
+    )
+    return model_class(cfg)
