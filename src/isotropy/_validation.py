@@ -89,10 +89,8 @@ def check_zeta(zeta: float) -> float:
     return z
 
 
-def as_covariance(
-    c: ArrayLike, *, dim: int | None = None, name: str = "shrinkage", rtol: float = 1e-5
-) -> torch.Tensor:
-    """Validate a covariance matrix: square, finite, symmetric, non-negative diagonal."""
+def as_square_matrix(c: ArrayLike, *, name: str, dim: int | None = None) -> torch.Tensor:
+    """``c`` as a floating tensor of shape ``(dim, dim)`` (shape checks only)."""
     t = as_tensor(c, name=name)
     if t.ndim != 2 or t.shape[0] != t.shape[1]:
         raise ValueError(f"{name} must be a square (dim, dim) matrix, got shape {tuple(t.shape)}")
@@ -100,6 +98,14 @@ def as_covariance(
         raise ValueError(
             f"{name} has shape {tuple(t.shape)} but the point cloud has dimension {dim}"
         )
+    return t
+
+
+def as_covariance(
+    c: ArrayLike, *, dim: int | None = None, name: str = "shrinkage", rtol: float = 1e-5
+) -> torch.Tensor:
+    """Validate a covariance matrix: square, finite, symmetric, non-negative diagonal."""
+    t = as_square_matrix(c, name=name, dim=dim)
     check_finite(t, name=name)
     scale = float(t.abs().max()) if t.numel() else 0.0
     asym = float((t - t.T).abs().max()) if t.numel() else 0.0

@@ -35,6 +35,7 @@ from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
     as_point_cloud,
+    as_square_matrix,
     as_tensor,
     check_finite,
     check_zeta,
@@ -67,14 +68,8 @@ def _probe(d: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def _square_matrix(c: ArrayLike, *, name: str, dim: int | None = None) -> torch.Tensor:
-    """``c`` as a floating tensor of shape ``(dim, dim)`` (shape checks only)."""
-    t = as_tensor(c, name=name)
-    if t.ndim != 2 or t.shape[0] != t.shape[1]:
-        raise ValueError(f"{name} must be a square (dim, dim) matrix, got shape {tuple(t.shape)}")
-    if dim is not None and t.shape[0] != dim:
-        raise ValueError(
-            f"{name} has shape {tuple(t.shape)} but the point cloud has dimension {dim}"
-        )
+    """``c`` as a non-empty floating tensor of shape ``(dim, dim)`` (shape checks only)."""
+    t = as_square_matrix(c, name=name, dim=dim)
     if t.shape[0] == 0:
         raise ValueError(f"{name} is an empty (0, 0) matrix")
     return t
