@@ -55,10 +55,33 @@ def glue_dir(tmp_path: Path) -> Path:
 
 
 def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """stderr of a command that must fail its checks: status 2, one line, no traceback."""
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
-    return capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("isotropy: error: ") and err.endswith("\n"), err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture()
+def no_compute(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make the two computations fail the test if they start; returns the calls seen."""
+    import isotropy.experiments.stability as stability
+    import isotropy.measure as measure_module
+
+    calls: list[str] = []
+
+    def forbidden(name: str):
+        def run(*args, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"{name} ran although a check should have failed first")
+        return run
+
+    monkeypatch.setattr(stability, "run_stability", forbidden("run_stability"))
+    monkeypatch.setattr(measure_module, "measure_model", forbidden("measure_model"))
+    return calls
 
 
 def test_stability_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,17 +192,231 @@ def test_bad_paths_and_devices(tiny_dir: Path, texts_file: Path, glue_dir: Path,
     assert "not a torch device" in err
 
 
-def test_runtime_failure_returns_1(tmp_path: Path, texts_file: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path,
+                                            no_compute: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken_model"
     broken.mkdir()
     err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken)], capsys)
     assert "no config.json" in err
     (broken / "config.json").write_text('{"model_type": "bert"}')  # no weights, no tokenizer
-    code = main(["measure", "--texts", str(texts_file), "--model", str(broken),
+    err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken),
+                        "--output-dir", str(tmp_path / "o")], capsys)
+    assert "could not load a model" in err
+    assert no_compute == [] and not (tmp_path / "o").exists()
+
+
+def test_failure_while_computing_returns_1(tiny_dir: Path, texts_file: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import isotropy.measure as measure_module
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB")
+
+    monkeypatch.setattr(measure_module, "measure_model", fails)
+    code = main(["measure", "--model", str(tiny_dir), "--texts", str(texts_file),
                  "--no-progress", "--output-dir", str(tmp_path / "o")])
     assert code == 1
-    assert "isotropy measure: error: could not load a model" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "isotropy: error: CUDA out of memory. Tried to allocate 2 GiB\n")
+
+
+# --------------------------------------------------------------------------- checks first
+
+_STAB_SMALL = ["--dim", "8", "--sizes", "4", "--shrinkage-points", "100", "--repeats", "1"]
+
+
+def _command(cmd: str, tiny_dir: Path, texts_file: Path, glue_dir: Path) -> list[str]:
+    if cmd == "stability":
+        return ["stability", *_STAB_SMALL]
+    common = ["--model", str(tiny_dir), "--no-progress", "--device", "cpu"]
+    if cmd == "measure":
+        return ["measure", "--texts", str(texts_file), *common]
+    return ["demo", "--data-dir", str(glue_dir), *common]
+
+
+@pytest.mark.parametrize("cmd", ["stability", "measure", "demo"])
+def test_output_dir_that_is_a_file_fails_first(cmd: str, tiny_dir: Path, texts_file: Path,
+                                               glue_dir: Path, tmp_path: Path,
+                                               no_compute: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _command(cmd, tiny_dir, texts_file, glue_dir)
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("keep me\n")
+    err = _usage_error([*argv, "--output-dir", str(a_file)], capsys)
+    expected = (f"is a file, so {a_file / 'stability'} cannot be created" if cmd == "demo"
+                else "exists and is not a directory")
+    assert "--output-dir" in err and expected in err
+    err = _usage_error([*argv, "--output-dir", str(a_file / "sub" / "dir")], capsys)
+    assert f"{a_file} is a file, so" in err and "cannot be created under it" in err
+    assert a_file.read_text() == "keep me\n"
+    out = tmp_path / "out"
+    names = {"stability": "stability.csv", "measure": "measure.json", "demo": "measure/measure.csv"}
+    (out / names[cmd]).mkdir(parents=True)  # an output file's name taken by a directory
+    err = _usage_error([*argv, "--output-dir", str(out)], capsys)
+    assert f"{out / names[cmd]} is a directory" in err
+    assert no_compute == []
+
+
+def _unwritable_dir(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in, or skip."""
+    import os
+    import tempfile
+
+    d = tmp_path / "read_only"
+    d.mkdir()
+    d.chmod(0o555)
+    candidates = [d, Path("/proc")]  # root ignores the mode bits; /proc takes no new files
+    for c in candidates:
+        try:
+            with tempfile.NamedTemporaryFile(dir=c):
+                pass
+        except OSError:
+            return c
+    os.chmod(d, 0o755)
+    pytest.skip("no unwritable directory available to this process")
+
+
+@pytest.mark.parametrize("cmd", ["stability", "measure", "demo"])
+def test_unwritable_output_dir_fails_first(cmd: str, tiny_dir: Path, texts_file: Path,
+                                           glue_dir: Path, tmp_path: Path,
+                                           no_compute: list[str],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    locked = _unwritable_dir(tmp_path)
+    argv = _command(cmd, tiny_dir, texts_file, glue_dir)
+    err = _usage_error([*argv, "--output-dir", str(locked / "new" / "out")], capsys)
+    assert f"{locked} is not writable" in err
+    assert no_compute == []
+
+
+def test_demo_unreachable_model_fails_before_stability(glue_dir: Path, tmp_path: Path,
+                                                       no_compute: list[str],
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network try
+    out = tmp_path / "demo"
+    err = _usage_error(["demo", "--model", str(tmp_path / "no" / "such" / "model"),
+                        "--data-dir", str(glue_dir), "--output-dir", str(out)], capsys)
+    assert "does not exist" in err
+    # a hub id that cannot be fetched (offline, or no such repository)
+    err = _usage_error(["demo", "--model", "no-such-org-4f1c/no-such-model",
+                        "--data-dir", str(glue_dir), "--output-dir", str(out)], capsys)
+    assert "could not load a model and tokenizer from 'no-such-org-4f1c/no-such-model'" in err
+    assert no_compute == [] and not out.exists()
+
+
+@pytest.mark.parametrize(("cmd", "least"), [("measure", 2), ("demo", 2), ("pairs", 3)])
+def test_max_length_below_special_tokens_is_rejected(cmd: str, least: int, tiny_dir: Path,
+                                                     texts_file: Path, glue_dir: Path,
+                                                     tmp_path: Path, no_compute: list[str],
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    if cmd == "pairs":
+        (glue_dir / "RTE").mkdir()
+        rows = "".join(f"{i}\t{a}\t{b}\tentailment\n"
+                       for i, (a, b) in enumerate(zip(SENTENCES[:-1], SENTENCES[1:], strict=True)))
+        (glue_dir / "RTE" / "dev.tsv").write_text(
+            "index\tsentence1\tsentence2\tlabel\n" + rows, encoding="utf-8")
+        argv = ["measure", "--task", "rte", "--data-dir", str(glue_dir), "--model",
+                str(tiny_dir)]
+    else:
+        argv = _command(cmd, tiny_dir, texts_file, glue_dir)
+    for too_small in range(1, least):
+        err = _usage_error([*argv, "--max-length", str(too_small), "--output-dir",
+                            str(tmp_path / "o")], capsys)
+        assert f"smallest valid max_length is {least}" in err
+    assert no_compute == []
+
+
+def test_bad_data_file_fails_before_stability(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
+                                              no_compute: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    sst = glue_dir / "SST-2" / "dev.tsv"
+    sst.write_bytes(sst.read_bytes() + "caf\xe9\t1\n".encode("latin-1"))
+    err = _usage_error(["demo", "--model", str(tiny_dir), "--data-dir", str(glue_dir),
+                        "--output-dir", str(tmp_path / "d")], capsys)
+    assert f"{sst}:{len(SENTENCES) + 2}: not valid UTF-8" in err
+    assert no_compute == []
+
+
+# --------------------------------------------------------------------------- options reach
+
+
+def test_measure_options_reach_the_computation(tiny_dir: Path, texts_file: Path,
+                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+    import isotropy.measure as measure_module
+
+    real = measure_module.measure_model
+    seen: dict = {}
+
+    def spy(model, tokenizer, texts, **kwargs):
+        seen.update(kwargs)
+        batches: list[int] = []
+        hook = model.register_forward_pre_hook(
+            lambda _m, _a, kw: batches.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        try:
+            return real(model, tokenizer, texts, **kwargs)
+        finally:
+            hook.remove()
+            seen["batches"] = batches
+
+    monkeypatch.setattr(measure_module, "measure_model", spy)
+    assert main(["measure", "--model", str(tiny_dir), "--texts", str(texts_file),
+                 "--batch-size", "3", "--seed", "7", "--max-length", "5", "--max-tokens", "9",
+                 "--top-k", "2", "--no-progress", "--output-dir", str(tmp_path / "o")]) == 0
+    assert seen["batches"] == [3, 3, 2]  # 8 texts in forward passes of at most 3
+    assert {k: seen[k] for k in ("batch_size", "seed", "max_length", "max_tokens", "k")} == {
+        "batch_size": 3, "seed": 7, "max_length": 5, "max_tokens": 9, "k": 2}
+    doc = json.loads((tmp_path / "o" / "measure.json").read_text())
+    assert doc["config"]["n_tokens"] <= 5 * len(SENTENCES)  # truncation honoured
+
+
+def _sampled(tiny_dir: Path, texts_file: Path, out: Path, seed: str) -> list:
+    assert main(["measure", "--model", str(tiny_dir), "--texts", str(texts_file),
+                 "--max-tokens", "12", "--seed", seed, "--no-progress",
+                 "--output-dir", str(out)]) == 0
+    rows = json.loads((out / "measure.json").read_text())["rows"]
+    return [(r["log_partition"], r["twonn"], r["isoscore"]) for r in rows
+            if r["cloud"] == "token"]
+
+
+def test_seed_changes_the_token_sample(tiny_dir: Path, texts_file: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    a = _sampled(tiny_dir, texts_file, tmp_path / "a", "0")
+    b = _sampled(tiny_dir, texts_file, tmp_path / "b", "0")
+    c = _sampled(tiny_dir, texts_file, tmp_path / "c", "1")
+    assert a == b
+    # the 12-token sample feeds the partition score; the streamed IsoScore uses all tokens
+    assert [r[0] for r in a] != [r[0] for r in c]
+    assert [r[2] for r in a] == pytest.approx([r[2] for r in c], rel=1e-12)
+
+
+def test_stability_seed_reaches_the_computation(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import isotropy.experiments.stability as stability
+
+    real = stability.run_stability
+    seen: list[dict] = []
+
+    def spy(**kwargs):
+        seen.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(stability, "run_stability", spy)
+    values = []
+    for seed in ("3", "3", "4"):
+        out = tmp_path / f"s{len(values)}"
+        assert main(["stability", *_STAB_SMALL, "--seed", seed, "--output-dir", str(out)]) == 0
+        values.append(json.loads((out / "stability.json").read_text())["values"])
+    assert [kw["seed"] for kw in seen] == [3, 3, 4]
+    assert seen[0]["dim"] == 8 and seen[0]["repeats"] == 1 and seen[0]["sizes"] == [4]
+    assert values[0] == values[1] and values[0] != values[2]
 
 
 def test_module_help_runs() -> None:

@@ -267,3 +267,133 @@ def test_registry() -> None:
         split_path("sst2", "holdout", "/tmp")
     with pytest.raises(ValueError, match="no 'test' split"):
         split_path("squad", "test", "/tmp")
+
+
+# --------------------------------------------------------------------------- malformed input
+
+_STSB_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1"
+                "\tsentence2\tscore\n")
+
+
+@pytest.mark.parametrize("score", ["nan", "NaN", "inf", "-inf", "Infinity"])
+def test_stsb_non_finite_score_names_file_and_line(tmp_path: Path, score: str) -> None:
+    path = _write(tmp_path, "STS-B/dev.tsv",
+                  _STSB_HEADER
+                  + "0\tg\tf\t2012\t0\tnone\tnone\tA man.\tA person.\t4.0\n"
+                  + f"1\tg\tf\t2012\t1\tnone\tnone\tA dog.\tA cat.\t{score}\n")
+    with pytest.raises(ValueError, match="not a finite number") as info:
+        load_split("stsb", "dev", tmp_path)
+    assert f"{path}:3:" in str(info.value)  # header is line 1
+
+
+@pytest.mark.parametrize(
+    ("rel", "task", "lines", "bad_line"),
+    [
+        ("SST-2/dev.tsv", "sst2", ["sentence\tlabel", "fine\t1", "caf\xe9 \t0"], 3),
+        ("CoLA/dev.tsv", "cola", ["gj04\t1\t\tGood.", "gj04\t0\t*\tna\xefve"], 2),
+        ("SST-5/sst_dev.txt", "sst5", ["__label__1\tok", "__label__2\tcaf\xe9"], 2),
+        ("SQuAD/dev-v1.1.json", "squad", ['{"data":', '["caf\xe9"]}'], 2),
+    ],
+)
+def test_non_utf8_file_names_file_and_line(tmp_path: Path, rel: str, task: str,
+                                           lines: list[str], bad_line: int) -> None:
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    path.write_bytes("\n".join(lines).encode("latin-1"))  # é / ï as one byte: not UTF-8
+    with pytest.raises(ValueError, match="not valid UTF-8") as info:
+        load_split(task, "dev", tmp_path)
+    assert str(info.value).startswith(f"{path}:{bad_line}: ")
+
+
+def test_utf8_error_line_and_byte(tmp_path: Path) -> None:
+    from isotropy.io import read_text_utf8
+
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"\xef\xbb\xbfab\n\xc3\xa9x\ncd\xff\n")  # BOM, valid 2-byte char, bad 0xff
+    with pytest.raises(ValueError, match=r"t\.txt:3: not valid UTF-8 \(byte 0xff, byte 3 of"):
+        read_text_utf8(p)
+    p.write_bytes(b"\xef\xbb\xbfab\r\n\xc3\xa9x\n")
+    assert read_text_utf8(p) == "ab\r\n\xe9x\n"
+
+
+def _squad_doc() -> dict:
+    return {"version": "1.1", "data": [
+        {"title": "a", "paragraphs": [{"context": "Paris is big.", "qas": [
+            {"id": "q0", "question": "Big?", "answers": [{"text": "big", "answer_start": 9}]},
+        ]}]},
+        {"title": "b", "paragraphs": [
+            {"context": "Rome is old.", "qas": [
+                {"id": "q1", "question": "Old?", "answers": [{"text": "old", "answer_start": 8}]},
+                {"id": "q2", "question": "Rome?", "answers": [{"text": "Rome", "answer_start": 0}]},
+            ]},
+        ]},
+    ]}
+
+
+def _del(doc: dict, path: list, key: str) -> dict:
+    node = doc
+    for step in path:
+        node = node[step]
+    del node[key]
+    return doc
+
+
+def _set(doc: dict, path: list, key: str, value: object) -> dict:
+    node = doc
+    for step in path:
+        node = node[step]
+    node[key] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: _del(d, ["data", 1, "paragraphs", 0, "qas", 1], "answers"),
+         "data[1].paragraphs[0].qas[1].answers is missing"),
+        (lambda d: _del(d, ["data", 1, "paragraphs", 0], "context"),
+         "data[1].paragraphs[0].context is missing"),
+        (lambda d: _del(d, ["data", 0], "paragraphs"), "data[0].paragraphs is missing"),
+        (lambda d: _del(d, ["data", 1, "paragraphs", 0, "qas", 0], "question"),
+         "data[1].paragraphs[0].qas[0].question is missing"),
+        (lambda d: _del(d, ["data", 0, "paragraphs", 0, "qas", 0, "answers", 0], "text"),
+         "data[0].paragraphs[0].qas[0].answers[0].text is missing"),
+        (lambda d: _del(d, [], "data"), "data is missing"),
+        (lambda d: _set(d, ["data", 1, "paragraphs", 0, "qas", 1], "answers", "Rome"),
+         'data[1].paragraphs[0].qas[1].answers must be a list, got "Rome"'),
+        (lambda d: _set(d, ["data", 0, "paragraphs", 0, "qas", 0, "answers", 0],
+                        "answer_start", "9"),
+         'data[0].paragraphs[0].qas[0].answers[0].answer_start must be an integer, got "9"'),
+        (lambda d: _set(d, ["data", 0, "paragraphs", 0, "qas", 0, "answers", 0],
+                        "answer_start", True),
+         "data[0].paragraphs[0].qas[0].answers[0].answer_start must be an integer, got true"),
+        (lambda d: _set(d, ["data", 0, "paragraphs", 0, "qas", 0, "answers", 0],
+                        "answer_start", 99),
+         "data[0].paragraphs[0].qas[0].answers[0].answer_start = 99 lies outside the context "
+         "(0..13)"),
+        (lambda d: _set(d, ["data", 0, "paragraphs", 0], "context", None),
+         "data[0].paragraphs[0].context must be a string, got null"),
+        (lambda d: _set(d, ["data", 1, "paragraphs"], 0, ["not", "an", "object"]),
+         'data[1].paragraphs[0] must be an object, got ["not", "an", "object"]'),
+        (lambda d: _set(d, ["data", 1, "paragraphs", 0, "qas", 0], "id", 1.5),
+         "data[1].paragraphs[0].qas[0].id must be a string or an integer, got 1.5"),
+    ],
+)
+def test_squad_schema_errors_name_json_path(tmp_path: Path, edit, message: str) -> None:
+    good = _write(tmp_path, "SQuAD/dev-v1.1.json", json.dumps(_squad_doc()))
+    assert [e.guid for e in load_split("squad", "dev", tmp_path)] == ["q0", "q1", "q2"]
+    bad = _write(tmp_path, "SQuAD/dev-v1.1.json", json.dumps(edit(_squad_doc())))
+    assert bad == good
+    with pytest.raises(ValueError) as info:
+        load_split("squad", "dev", tmp_path)
+    assert str(info.value) == f"{bad}: {message}"
+
+
+def test_squad_not_an_object_and_json_error_line(tmp_path: Path) -> None:
+    _write(tmp_path, "SQuAD/dev-v1.1.json", "[1, 2]")
+    with pytest.raises(ValueError, match="expected a SQuAD JSON object"):
+        load_split("squad", "dev", tmp_path)
+    path = _write(tmp_path, "SQuAD/dev-v1.1.json", '{"data": [\n{"title": "x",,}\n]}')
+    with pytest.raises(ValueError, match="not valid JSON") as info:
+        load_split("squad", "dev", tmp_path)
+    assert str(info.value).startswith(f"{path}:2:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 from pathlib import Path
@@ -120,11 +121,87 @@ def test_denormal_mode_is_restored(tiny) -> None:
     assert float(torch.tensor([1e-310], dtype=torch.float64) * 1.0) != 0.0
 
 
-def test_layer0_cls_is_degenerate_and_reported(result) -> None:
-    row = result.row(0, "cls")  # [CLS] at position 0: identical embedding for every text
-    assert row["isoscore"] is None and row["twonn"] is None
+VARIANCE_KEYS = ("isoscore", "participation_ratio", "spectrum_centered_1", "spectrum_centered_2",
+                 "spectrum_centered_3", "twonn", "ph0_entropy")
+VARIANCE_NAMES = ("isoscore", "participation_ratio", "spectrum_centered", "twonn", "ph0_entropy")
+
+
+def test_layer0_cls_is_degenerate_and_reported(result, tiny) -> None:
+    model, tok = tiny
+    _, _, cls = _full_clouds(model, tok, TEXTS, 3)
+    x = cls[0]  # [CLS] at position 0 with token type 0: the same embedding for every text
+    assert bool((x == x[0]).all())
+    row = result.row(0, "cls")
+    for key in VARIANCE_KEYS:
+        assert row[key] is None, key
+    for name in VARIANCE_NAMES:
+        assert f"layer 0 cls {name}: zero variance: all points identical" in result.errors
+    # defined on identical points: cosine 1, one raw direction, log I = -2 |x| (Z(+-x/|x|))
     assert row["avg_cosine"] == pytest.approx(1.0)
-    assert any(e.startswith("layer 0 cls isoscore") for e in result.errors)
+    assert [row[f"spectrum_raw_{i}"] for i in (1, 2, 3)] == pytest.approx([1, 0, 0], abs=1e-9)
+    assert row["log_partition"] == pytest.approx(-2 * float(x[0].double().norm()), rel=1e-6)
+    # no other cell is undefined
+    assert all(e.startswith("layer 0 cls ") for e in result.errors)
+
+
+def _near_constant(n: int = 7, d: int = 5) -> torch.Tensor:
+    """``n`` copies of one point, two coordinates moved by one float32 ulp (rounding noise)."""
+    x = torch.full((n, d), 0.1)
+    x[3, 2] = torch.nextafter(x[3, 2], torch.tensor(1.0))
+    x[5, 0] = torch.nextafter(x[5, 0], torch.tensor(0.0))
+    return x
+
+
+def test_near_constant_cloud_is_undefined_whatever_the_functions_return() -> None:
+    from isotropy.measure import _cls_row, _token_row, _TokenAccumulator
+
+    x = _near_constant()
+    assert float(isoscore(x.double())) > 0.1  # the library scores the rounding noise
+    errors: list[str] = []
+    row = _cls_row(0, x, 3, errors)
+    acc = _TokenAccumulator(5)
+    acc.update(x[:4])
+    acc.update(x[4:])
+    tok_row = _token_row(0, acc, x, 3, errors)
+    for r in (row, tok_row):
+        for key in VARIANCE_KEYS[:-1]:
+            assert r[key] is None, (r["cloud"], key)
+        assert r["avg_cosine"] == pytest.approx(1.0)
+    assert row["ph0_entropy"] is None
+    assert "layer 0 token twonn: zero variance: all points identical" in errors
+    assert "layer 0 cls ph0_entropy: zero variance: all points identical" in errors
+    # a spread well above rounding is a real cloud
+    y = x.clone()
+    y[1, 1] *= 1 + 1e-4
+    row = _cls_row(0, y, 3, [])
+    assert row["isoscore"] is not None and row["participation_ratio"] is not None
+
+
+def test_measure_errors_are_recorded_per_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    from isotropy.measure import _cls_row
+
+    # the modules (``isotropy.isoscore`` as an attribute is the re-exported function)
+    iso_mod = importlib.import_module("isotropy.isoscore")
+    twonn_mod = importlib.import_module("isotropy.twonn")
+    x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def zero_variance(*args, **kwargs):
+        raise ValueError("X has zero variance: IsoScore is undefined")
+
+    real_twonn = twonn_mod.twonn
+    monkeypatch.setattr(iso_mod, "isoscore", zero_variance)
+    monkeypatch.setattr(twonn_mod, "twonn", lambda z: torch.tensor(real_twonn(z)))
+    errors: list[str] = []
+    row = _cls_row(4, x, 3, errors)
+    assert row["isoscore"] is None
+    assert errors == ["layer 4 cls isoscore: X has zero variance: IsoScore is undefined"]
+    assert row["participation_ratio"] == pytest.approx(float(participation_ratio(x)))
+    assert isinstance(row["twonn"], float)  # a 0-d tensor result is stored as a float
+    assert row["twonn"] == pytest.approx(float(real_twonn(x)))
+    monkeypatch.setattr(iso_mod, "participation_ratio", lambda z: float("nan"))
+    errors = []
+    assert _cls_row(4, x, 3, errors)["participation_ratio"] is None
+    assert errors[-1].startswith("layer 4 cls participation_ratio: the value is not finite")
 
 
 def test_streamed_token_measures_match_library(result, tiny) -> None:
@@ -144,7 +221,7 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
         assert row["n_sampled"] == x.shape[0]
         assert row["log_partition"] == pytest.approx(
             float(partition_score(x, log=True)), rel=1e-3, abs=1e-4)
-        assert row["twonn"] == pytest.approx(twonn(torch.unique(x, dim=0)), rel=1e-3)
+        assert row["twonn"] == pytest.approx(float(twonn(torch.unique(x, dim=0))), rel=1e-3)
     for layer in (1, 2):
         row = result.row(layer, "cls")
         assert row["isoscore"] == pytest.approx(float(isoscore(cls[layer].double())), rel=1e-4)
@@ -171,6 +248,58 @@ def test_token_sample_cap_and_seed(tiny) -> None:
     assert r1.row(2, "token")["isoscore"] == pytest.approx(
         measure_model(model, tok, TEXTS, max_tokens=10_000).row(2, "token")["isoscore"],
         rel=1e-4)
+
+
+def test_pairs_reach_the_model_with_token_type_ids(tiny) -> None:
+    model, tok = tiny
+    pairs = [(a, b) for a, b in zip(TEXTS[:6], TEXTS[6:], strict=True)]
+    r = measure_model(model, tok, pairs, batch_size=4, max_tokens=10_000)
+    enc = tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+    assert bool((enc["token_type_ids"] == 1).any())
+
+    def token_isoscores(batch) -> list[float]:
+        with torch.no_grad():
+            out = model(**batch, output_hidden_states=True)
+        clouds = layer_token_clouds(out.hidden_states, batch["attention_mask"], [0, 1, 2])
+        return [float(isoscore(c.double())) for c in clouds]
+
+    with_types = token_isoscores(enc)
+    without = token_isoscores({**enc, "token_type_ids": torch.zeros_like(enc["token_type_ids"])})
+    measured = [r.row(layer, "token")["isoscore"] for layer in range(3)]
+    assert measured == pytest.approx(with_types, rel=1e-4)
+    for a, b in zip(with_types, without, strict=True):
+        assert abs(a - b) > 1e-3 * abs(a)  # the check above can tell the two apart
+
+
+def test_max_length_below_special_tokens_is_rejected(tiny) -> None:
+    from isotropy.measure import min_max_length
+
+    model, tok = tiny
+    pairs = [(a, b) for a, b in zip(TEXTS[:4], TEXTS[4:8], strict=True)]
+    assert (min_max_length(tok), min_max_length(tok, pairs=True)) == (2, 3)
+    with pytest.raises(ValueError, match="smallest valid max_length is 2"):
+        measure_model(model, tok, TEXTS, max_length=1)
+    with pytest.raises(ValueError, match="smallest valid max_length is 3"):
+        measure_model(model, tok, pairs, max_length=2)
+    # the smallest valid value is honoured: [CLS] [SEP] per text, [CLS] a [SEP] [SEP] per pair
+    assert measure_model(model, tok, TEXTS, max_length=2).config["n_tokens"] == 2 * len(TEXTS)
+    assert measure_model(model, tok, pairs, max_length=3).config["n_tokens"] == 3 * len(pairs)
+
+
+def test_options_are_checked_before_the_model_is_loaded(tmp_path: Path) -> None:
+    missing = tmp_path / "no_model"
+    with pytest.raises(ValueError, match="batch_size"):
+        measure(missing, texts=TEXTS, batch_size=0)
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        measure(missing, texts=TEXTS, seed=1.5)
+    with pytest.raises(ValueError, match="at least 2 texts"):
+        measure(missing, texts=TEXTS[:1])
+    with pytest.raises(ValueError, match="expected a string or a"):
+        measure(missing, texts=[("a", "b"), ("c",)])
+    with pytest.raises(ValueError, match="not a torch device"):
+        measure(missing, texts=TEXTS, device="warp-drive")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        measure(missing, texts=TEXTS)
 
 
 def test_sentence_pairs(tiny) -> None:
@@ -230,6 +359,9 @@ def test_load_texts(tmp_path: Path) -> None:
         load_texts(texts_file=tmp_path / "empty.txt")
     with pytest.raises(FileNotFoundError, match="QNLI train split not found"):
         load_texts(task="qnli", split="train", data_dir=tmp_path)
+    (tmp_path / "latin1.txt").write_bytes("one\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt:2: not valid UTF-8"):
+        load_texts(texts_file=tmp_path / "latin1.txt")
 
 
 def test_measure_wrapper_records_source(tiny_dir: Path) -> None:
@@ -263,3 +395,17 @@ def test_atomic_writers(tmp_path: Path) -> None:
     assert csv_path.read_text() == "a,b\n1,\n,\n"
     with pytest.raises(ValueError, match="not in fieldnames"):
         write_csv_atomic(tmp_path / "r.csv", [{"a": 1, "c": 2}], fieldnames=["a"])
+
+
+def test_hub_ids_are_not_taken_for_paths(tmp_path: Path) -> None:
+    from isotropy.measure import check_model_path, looks_like_path
+
+    for hub_id in ("bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2"):
+        assert not looks_like_path(hub_id)
+        check_model_path(hub_id)  # left to the loader
+    for path in ("./model", "~/model", "/abs/model", "runs/a/model", str(tmp_path)):
+        assert looks_like_path(path)
+    with pytest.raises(FileNotFoundError, match="runs/a/model does not exist"):
+        check_model_path("runs/a/model")
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        check_model_path(str(tmp_path))

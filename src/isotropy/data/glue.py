@@ -12,20 +12,30 @@ GLUE TSVs are read with quoting off (``csv.QUOTE_NONE``): QNLI, MRPC and RTE con
 Texts are kept verbatim (SST-2 keeps its trailing space before the tab).
 
 Every loader returns a list of :class:`Example`. Labels are indices into the task's
-``label_list`` for classification, floats for STS-B, and ``None`` for unlabelled test splits
-and for SQuAD (whose gold spans are in ``Example.answers``).
+``label_list`` for classification, finite floats for STS-B, and ``None`` for unlabelled test
+splits and for SQuAD (whose gold spans are in ``Example.answers``).
+
+Malformed input raises ``ValueError`` naming the file and where in it: ``path:line`` for text
+files (bytes that are not UTF-8, too few fields, a label outside the task's label set, a score
+that is not a finite number) and ``path: data[3].paragraphs[0].qas[2].answers`` (the JSON
+path) for a SQuAD field that is missing or of the wrong type.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+from isotropy.io import read_text_utf8
 
 __all__ = [
     "Answer",
@@ -224,18 +234,23 @@ def _missing(spec: TaskSpec, split: str, path: Path) -> FileNotFoundError:
 
 
 def _read_tsv(path: Path) -> list[list[str]]:
+    """Rows of a tab-separated UTF-8 file, quoting off (one row per line)."""
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    text = read_text_utf8(path)
+    return list(csv.reader(io.StringIO(text, newline=""), delimiter="\t",
+                           quoting=csv.QUOTE_NONE))
 
 
 def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
     raw = raw.strip()
     if spec.kind == "regression":
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError as err:
             raise ValueError(f"{where}: score {raw!r} is not a number") from err
+        if not math.isfinite(score):
+            raise ValueError(f"{where}: score {raw!r} is not a finite number")
+        return score
     try:
         return spec.label_list.index(raw)
     except ValueError as err:
@@ -294,7 +309,7 @@ def _load_glue_tsv(spec: TaskSpec, path: Path, split: str) -> list[Example]:
 
 def _load_sst5(spec: TaskSpec, path: Path, split: str) -> list[Example]:
     out: list[Example] = []
-    with path.open(encoding="utf-8") as f:
+    with io.StringIO(read_text_utf8(path)) as f:
         for line_no, line in enumerate(f, start=1):
             line = line.rstrip("\n")
             if not line.strip():
@@ -312,24 +327,67 @@ def _load_sst5(spec: TaskSpec, path: Path, split: str) -> list[Example]:
     return out
 
 
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+
+
+def _expect(file: Path, value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    """``value`` if it has the JSON type ``kind``, else ``ValueError`` naming file and path."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(_JSON_KINDS[k] for k in kinds)
+        got = json.dumps(value)
+        got = got if len(got) <= 40 else got[:37] + "..."
+        raise ValueError(f"{file}: {where} must be {wanted}, got {got}")
+    return value
+
+
+def _field(file: Path, obj: dict[str, Any], key: str, kind: type | tuple[type, ...],
+           where: str) -> Any:
+    """``obj[key]`` checked by :func:`_expect`; a missing key names its JSON path."""
+    path = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise ValueError(f"{file}: {path} is missing")
+    return _expect(file, obj[key], kind, path)
+
+
+def _items(
+    file: Path, obj: dict[str, Any], key: str, where: str
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, item)`` for the objects of the list ``obj[key]``."""
+    path = f"{where}.{key}" if where else key
+    for i, item in enumerate(_field(file, obj, key, list, where)):
+        yield f"{path}[{i}]", _expect(file, item, dict, f"{path}[{i}]")
+
+
+def _squad_answer(file: Path, answer: dict[str, Any], where: str, context: str) -> Answer:
+    start = _field(file, answer, "answer_start", int, where)
+    if not 0 <= start <= len(context):
+        raise ValueError(
+            f"{file}: {where}.answer_start = {start} lies outside the context "
+            f"(0..{len(context)})"
+        )
+    return Answer(text=_field(file, answer, "text", str, where), start=start)
+
+
 def _load_squad(spec: TaskSpec, path: Path, split: str) -> list[Example]:
-    with path.open(encoding="utf-8") as f:
-        try:
-            doc = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err})") from err
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+    try:
+        doc = json.loads(read_text_utf8(path))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err})") from err
+    if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a SQuAD JSON object with a 'data' list")
     out: list[Example] = []
-    for article in doc["data"]:
-        for para in article.get("paragraphs", []):
-            context = para["context"]
-            for qa in para.get("qas", []):
+    for where_a, article in _items(path, doc, "data", ""):
+        for where_p, para in _items(path, article, "paragraphs", where_a):
+            context = _field(path, para, "context", str, where_p)
+            for where_q, qa in _items(path, para, "qas", where_p):
                 answers = tuple(
-                    Answer(text=a["text"], start=int(a["answer_start"]))
-                    for a in qa.get("answers", [])
+                    _squad_answer(path, a, where, context)
+                    for where, a in _items(path, qa, "answers", where_q)
                 )
-                out.append(Example(guid=str(qa["id"]), text_a=qa["question"], text_b=context,
+                qid = _field(path, qa, "id", (str, int), where_q)
+                question = _field(path, qa, "question", str, where_q)
+                out.append(Example(guid=str(qid), text_a=question, text_b=context,
                                    label=None, answers=answers))
     return out
 
