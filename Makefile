@@ -1,13 +1,16 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   create .venv, install isotropy, run `isotropy demo`
 #   make test   create .venv, install isotropy with its test extras, run the test suite
+# Benchmarks (same set-up):
+#   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
+#   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # CPU build of PyTorch, pinned so that an unpinned install never pulls a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -27,7 +30,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/run_all.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
+
+bench-quick: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
