@@ -1,18 +1,28 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   create .venv, install isotropy, run `isotropy demo`
-#   make test   create .venv, install isotropy with its test extras, run the test suite
+#   make demo         create .venv, install isotropy, run `isotropy demo`
+#   make test         create .venv, install isotropy with its test extras, run the test suite
+# Benchmarks (same set-up):
+#   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
+#   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# CPU build of PyTorch, pinned so that an unpinned install never pulls a multi-GB CUDA build.
+# PyTorch is pinned so that the version is reproducible. Which *build* the pin resolves to is
+# decided by pip's index: from PyPI on Linux x86_64, torch==X.Y.Z is the CUDA build (several
+# GB of NVIDIA wheels); there it is the CPU build only where pip is configured to find CPU
+# wheels (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS), or when the PyTorch CPU index is named:
+#   make TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu test
+# Empty (the default): pip's own configuration decides.
 TORCH_PIN ?= torch==2.13.0
+TORCH_INDEX_URL ?=
+TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH_PIN)"
+	$(PIP) install --quiet $(TORCH_INDEX_ARG) "$(TORCH_PIN)"
 	$(PIP) install --quiet -e ".[test]"
 	touch $@
 
@@ -27,7 +37,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/run_all.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
+
+bench-quick: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

