@@ -28,7 +28,7 @@ from isotropy.data.task_metrics import (
     prediction_summary,
     predictions_from_logits,
 )
-from isotropy.hidden_states import get_hidden_states, select_layers
+from isotropy.hidden_states import select_layers
 from isotropy.isoscore import isoscore_from_covariance
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.shrinkage import ShrinkageRefreshCallback
@@ -247,14 +247,52 @@ class IsotropyTrainer(Trainer):
             self._log_sums, self._log_counts = {}, {}
         super().log(logs, start_time)
 
+    def _inner(self) -> torch.nn.Module:
+        return self.model.model if isinstance(self.model, RegularizedModel) else self.model
+
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None,
                         ignore_keys=None, metric_key_prefix="eval"):
-        out = super().evaluation_loop(dataloader, description, prediction_loss_only,
-                                      ignore_keys, metric_key_prefix)
-        measures = self.measure(dataloader)
+        self._stats: dict[str, CovarianceStats] = {}
+        handle = self._inner().register_forward_hook(self._collect, with_kwargs=True)
+        try:
+            out = super().evaluation_loop(dataloader, description, prediction_loss_only,
+                                          ignore_keys, metric_key_prefix)
+        finally:
+            handle.remove()
+        measures = self._measures()
         out.metrics.update({f"{metric_key_prefix}_{k}": v for k, v in measures.items()})
         self.last_eval, self.last_eval_step = out, self.state.global_step
         return out
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """The Trainer's step, with hidden states computed for the measurements (and kept
+        out of the gathered predictions)."""
+        inputs = {**inputs, "output_hidden_states": True}
+        ignore_keys = [*(ignore_keys or []), "hidden_states"]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    @torch.no_grad()
+    def _collect(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any],
+                 output: Any) -> None:
+        """Forward hook: stream the token rows (padding excluded) of the last layer and of
+        the union of the transformer layers into covariance statistics."""
+        hs = getattr(output, "hidden_states", None)
+        if hs is None and isinstance(output, Mapping):
+            hs = output.get("hidden_states")
+        if hs is None:
+            return
+        layers = select_layers(tuple(hs), "all")
+        mask = kwargs.get("attention_mask")
+        mask = (torch.ones(layers[0].shape[:2], dtype=torch.bool, device=layers[0].device)
+                if mask is None else mask.bool())
+        left = self.measure_max_tokens - (self._stats["last"].count if self._stats else 0)
+        if left <= 0:
+            return
+        rows = [h.detach()[mask][:left].double() for h in layers]
+        for key, x in (("last", rows[-1]), ("union", torch.cat(rows))):
+            if key not in self._stats:
+                self._stats[key] = CovarianceStats.empty(x.shape[1], x.device)
+            self._stats[key].update(x)
 
     def _istar_loss(self) -> IStarLoss | None:
         for m in self.model.modules():
@@ -262,44 +300,19 @@ class IsotropyTrainer(Trainer):
                 return m
         return None
 
-    @torch.no_grad()
-    def measure(self, dataloader: Any) -> dict[str, float]:
-        r"""IsoScore of the token clouds (padding excluded) of the last layer and of the union
-        of all transformer layers; with I-STAR also IsoScore* :math:`\iota((1-\zeta)\Sigma_X +
-        \zeta\Sigma_S)` with the training Sigma_S."""
-        inner = self.model.model if isinstance(self.model, RegularizedModel) else self.model
-        was_training = inner.training
-        inner.eval()
-        device = next(inner.parameters()).device
-        stats: dict[str, CovarianceStats] = {}
-        budget = self.measure_max_tokens
-        try:
-            for batch in dataloader:
-                if stats and stats["last"].count >= budget:
-                    break
-                inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.args.bf16):
-                    hs = get_hidden_states(inner(**inputs, output_hidden_states=True))
-                mask = inputs["attention_mask"].bool()
-                layers = select_layers(hs, "all")
-                left = budget - (stats["last"].count if stats else 0)
-                rows = [h[mask][:left].double() for h in layers]
-                for key, x in (("last", rows[-1]), ("union", torch.cat(rows))):
-                    if key not in stats:
-                        stats[key] = CovarianceStats.empty(x.shape[1], x.device)
-                    stats[key].update(x)
-        finally:
-            inner.train(was_training)
+    def _measures(self) -> dict[str, float]:
+        r"""IsoScore of the evaluation token clouds (last layer; union of all transformer
+        layers; at most ``measure_max_tokens`` tokens per layer); with I-STAR also IsoScore*
+        :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the training Sigma_S."""
         out: dict[str, float] = {}
         istar = self._istar_loss()
-        for key, st in stats.items():
+        for key, st in self._stats.items():
             if st.count < 2:
                 continue
             cov = st.covariance(ddof=1)
             out[f"isoscore_{key}"] = float(isoscore_from_covariance(cov))
             if istar is not None:
-                shrink = istar.shrinkage.to(cov)
-                mixed = (1 - istar.zeta) * cov + istar.zeta * shrink
+                mixed = (1 - istar.zeta) * cov + istar.zeta * istar.shrinkage.to(cov)
                 out[f"isoscore_star_{key}"] = float(isoscore_from_covariance(mixed))
         return out
 
