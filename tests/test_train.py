@@ -139,6 +139,35 @@ def test_regression_task(tiny_model_dir, glue_dir, tmp_path):
     r = pearsonr([float(x["prediction"]) for x in rows], [float(x["label"]) for x in rows])[0]
     assert results["final"]["eval_pearson"] == pytest.approx(float(r), abs=1e-6)
     assert np.isfinite(results["final"]["eval_loss"])
+    # The evaluation IsoScore, recomputed from the saved model by an independent route:
+    # eigenvalues of the token covariance, (PR - 1) / (d - 1), PR = (sum l)^2 / sum l^2.
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    last, union = [], []
+    with torch.no_grad():
+        for row in rows:
+            i = int(row["guid"].split("-")[1])
+            a, b = _stsb_pair(glue_dir, i)
+            hs = model(**tok(a, b, truncation=True, max_length=24, return_tensors="pt"),
+                       output_hidden_states=True).hidden_states
+            last.append(hs[-1][0])
+            union.extend(h[0] for h in hs[1:])
+
+    def iso(x):
+        lam = np.linalg.eigvalsh(np.cov(torch.cat(x).double().numpy().T))
+        return ((lam.sum() ** 2 / (lam**2).sum()) - 1) / (lam.size - 1)
+
+    assert results["final"]["eval_isoscore_last"] == pytest.approx(iso(last), rel=1e-4)
+    assert results["final"]["eval_isoscore_union"] == pytest.approx(iso(union), rel=1e-4)
+
+
+def _stsb_pair(glue_dir, index):
+    with (glue_dir / "STS-B" / "dev.tsv").open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    row = next(r for r in rows if r["index"] == str(index))
+    return row["sentence1"], row["sentence2"]
 
 
 class _Crash(TrainerCallback):
@@ -274,3 +303,29 @@ def test_config_file_and_preset(tmp_path):
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
         parse_train_args(["--config", str(bad), "--output_dir", "x"])
+
+
+def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys):
+    import argparse
+
+    from isotropy.cli.train import add_train_parser, run_train
+
+    parser = argparse.ArgumentParser(prog="isotropy")
+    add_train_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "bf16"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--bf16",
+                 "--regularizer", "istar", "--num_train_epochs", "1")
+    i = argv.index("--use_cpu")
+    args = parser.parse_args(["train", *argv[:i], *argv[i + 2:]])  # bf16 alone picks the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run_train(args) == 0
+    assert "accuracy:" in capsys.readouterr().out
+    settings = json.loads((out / "config.json").read_text())["settings"]["training"]
+    assert settings["bf16"] is True
+    if not torch.cuda.is_available():
+        assert settings["use_cpu"] is True
+    bad = parser.parse_args(["train", "--task", "sst2", "--output_dir", str(tmp_path / "x"),
+                             "--regularizer", "nope"])
+    assert run_train(bad) == 2
+    assert "unknown regularizer 'nope'" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from isotropy.data.task_metrics import (
     prediction_summary,
     predictions_from_logits,
 )
+from isotropy.distributed import is_distributed
 from isotropy.hidden_states import select_layers
 from isotropy.isoscore import isoscore_from_covariance
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
@@ -439,10 +440,18 @@ def run_training(
     wrapped = RegularizedModel(model, regs)
 
     def make_loader(epoch: int) -> torch.utils.data.DataLoader:
-        g = torch.Generator().manual_seed(targs.seed * 1000 + epoch)
+        """The Sigma_S pass: seeded order of its own; under torch.distributed a shard per rank
+        (the statistics are all-reduced by ``collect_covariance``)."""
+        seed = targs.seed * 1000 + epoch
+        if is_distributed():
+            sampler: torch.utils.data.Sampler = torch.utils.data.DistributedSampler(
+                train_ds, shuffle=True, seed=seed)
+        else:
+            sampler = torch.utils.data.RandomSampler(
+                train_ds, generator=torch.Generator().manual_seed(seed))
         return torch.utils.data.DataLoader(
-            train_ds, batch_size=targs.per_device_train_batch_size,
-            sampler=torch.utils.data.RandomSampler(train_ds, generator=g), collate_fn=collator)
+            train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
+            collate_fn=collator)
 
     state_cb = IsotropyStateCallback(
         [r for r in regs.values() if isinstance(r, IStarLoss)],
