@@ -130,8 +130,10 @@ def test_every_regularizer_gives_a_complete_run(tiny_model_dir, glue_dir, tmp_pa
 
 def test_regression_task(tiny_model_dir, glue_dir, tmp_path):
     out = tmp_path / "stsb"
-    _run(_argv(tiny_model_dir, glue_dir, out, "--task", "stsb", "--regularizer", "istar"))
-    _, results = _check_run_dir(out, "pearson")
+    _run(_argv(tiny_model_dir, glue_dir, out, "--task", "stsb", "--regularizer", "istar",
+               "--group_by_length"))
+    config, results = _check_run_dir(out, "pearson")
+    assert config["settings"]["training"]["train_sampling_strategy"] == "group_by_length"
     header = (out / "eval_predictions.csv").read_text().splitlines()[0]
     assert header == "guid,label,prediction,output_0"
     with (out / "eval_predictions.csv").open() as f:
@@ -226,6 +228,8 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
     stamp = (out / "results.json").stat().st_mtime_ns
     assert _run(argv).status == "finished"
     assert (out / "results.json").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="finished run with other settings.*learning_rate"):
+        _run([*argv, "--learning_rate", "5e-4"])
     assert _run([*argv, "--overwrite"]).status == "trained"
     assert (out / "results.json").stat().st_mtime_ns != stamp
 

@@ -119,14 +119,19 @@ class RunDirectory:
         if overwrite:
             self.clear()
             return "new"
+        diff = same_settings(self.read_config())
         if self.finished:
+            if diff:
+                raise ValueError(
+                    f"{self.path} holds a finished run with other settings ({diff}): pass "
+                    "--overwrite to replace it or choose another --output_dir"
+                )
             return "finished"
         if not resume:
             raise ValueError(
                 f"{self.path} holds an unfinished run: pass --resume to continue it or "
                 "--overwrite to start again"
             )
-        diff = same_settings(self.read_config())
         if diff:
             raise ValueError(f"cannot resume {self.path}: {diff}")
         return "resume"

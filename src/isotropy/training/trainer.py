@@ -35,6 +35,7 @@ from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.shrinkage import ShrinkageRefreshCallback
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
 from isotropy.training.features import (
+    TaskDataset,
     seeded_subset,
     split_examples,
     tokenize_examples,
@@ -473,7 +474,11 @@ def run_training(
     final = dict(trainer.last_eval.metrics)
     logits = trainer.last_eval.predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
-    write_csv_atomic(run_dir.file(PREDICTIONS), _predictions_rows(spec, data.eval, logits))
+    order = _eval_order(trainer, eval_ds)
+    logits_in_order = np.empty_like(logits)
+    logits_in_order[order] = logits
+    write_csv_atomic(run_dir.file(PREDICTIONS),
+                     _predictions_rows(spec, data.eval, logits_in_order))
     pred = predictions_from_logits(spec, logits)
     run_dir.save_model(model, tokenizer)
     records = run_dir.read_metrics()
@@ -492,6 +497,16 @@ def run_training(
     }
     run_dir.write_results(results)
     return TrainResult(run_dir.path, "trained", results)
+
+
+def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
+    """The example index of each evaluation prediction: the Trainer's evaluation sampler is
+    length-grouped (seeded) under ``group_by_length``, sequential otherwise."""
+    sampler = trainer._get_eval_sampler(eval_ds)
+    order = np.asarray(list(sampler) if sampler is not None else range(len(eval_ds)))
+    if sorted(order.tolist()) != list(range(len(eval_ds))):
+        raise RuntimeError("the evaluation sampler does not visit every example once")
+    return order
 
 
 def _checkpoint_step(checkpoint: Path | None) -> int:
