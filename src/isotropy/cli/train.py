@@ -1,0 +1,80 @@
+"""``isotropy train``: fine-tune an encoder on a GLUE-style task with a regularizer.
+
+Every ``transformers.TrainingArguments`` option is a flag in Hugging Face's spelling
+(``--learning_rate``, ``--per_device_train_batch_size``, ``--bf16``, ...), plus ours (``--task``,
+``--model``, ``--regularizer``, ...). ``isotropy train --help`` lists them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["add_train_parser", "main", "run_train"]
+
+_EXAMPLES = """\
+examples:
+  isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
+      --output_dir runs/rte-istar --bf16
+  isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
+  isotropy train --config settings.yaml --output_dir runs/x --resume
+"""
+
+
+def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``train`` subcommand, with every option of the training parser, to a
+    ``subparsers`` object; its handler is :func:`run_train`."""
+    from isotropy.training.config import build_parser
+
+    p = subparsers.add_parser(
+        "train", help="fine-tune an encoder with a regularizer (Hugging Face Trainer)",
+        description=__doc__, epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for action in build_parser()._actions:
+        if action.dest != "help":
+            p._add_action(action)
+    p.set_defaults(handler=run_train)
+    return p
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Run ``isotropy train`` from the namespace of :func:`add_train_parser`; returns the
+    exit code (0 ok, 2 bad input)."""
+    from isotropy.training.config import args_from_dict
+
+    return _run(lambda: args_from_dict(vars(args)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse the flags, train, print where the run is; one-line errors."""
+    from isotropy.training.config import parse_train_args
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return _run(lambda: parse_train_args(argv))
+
+
+def _run(parse: Any) -> int:
+    from isotropy.training.trainer import run_training
+
+    try:
+        ours, targs = parse()
+        result = run_training(ours, targs)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        print(f"isotropy train: error: {err}", file=sys.stderr)
+        return 2
+    final = result.results.get("final", {})
+    main_metric = result.results.get("main_metric")
+    value = final.get(f"eval_{main_metric}")
+    print(f"run directory: {result.run_dir} ({result.status})")
+    print(f"{main_metric}: {value}")
+    summary = result.results.get("prediction_summary", {})
+    if summary.get("collapsed"):
+        print("WARNING: the classifier collapsed: every evaluation prediction is one class")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Fine-tuning harness: ``isotropy train`` on the Hugging Face ``Trainer``.
+
+Data (task registry, local files) -> tokenised features -> ``AutoModelFor...`` wrapped in a
+:class:`~isotropy.wrapper.RegularizedModel` -> ``Trainer`` with the Sigma_S refresh and the
+regularizer logs -> a self-describing run directory.
+"""
+
+from isotropy.training.config import (
+    PRESETS,
+    REGULARIZERS,
+    IsotropyArguments,
+    TrainArguments,
+    parse_train_args,
+)
+from isotropy.training.trainer import TrainResult, run_training
+
+__all__ = [
+    "PRESETS",
+    "REGULARIZERS",
+    "IsotropyArguments",
+    "TrainArguments",
+    "TrainResult",
+    "parse_train_args",
+    "run_training",
+]

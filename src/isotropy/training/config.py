@@ -1,0 +1,273 @@
+"""Arguments of ``isotropy train``: ours plus every ``transformers.TrainingArguments`` option.
+
+Both dataclasses are parsed together by ``transformers.HfArgumentParser``, so every
+``TrainingArguments`` flag keeps Hugging Face's spelling (``--learning_rate``, ``--bf16``, ...).
+Values are taken, lowest priority first, from: the dataclass defaults, a ``--preset``, a
+``--config`` file (JSON or YAML, keys spelled as the flags without dashes), the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import HfArgumentParser, TrainingArguments
+
+from isotropy.data.glue import get_task
+
+__all__ = [
+    "PRESETS",
+    "REGULARIZERS",
+    "IsotropyArguments",
+    "TrainArguments",
+    "parse_layers",
+    "parse_train_args",
+    "preset_values",
+]
+
+REGULARIZERS = ("none", "istar", "cosreg", "entropy")
+
+
+@dataclass
+class IsotropyArguments:
+    """What to fine-tune, on which data, with which regularizers (``isotropy train``)."""
+
+    task: str = field(default="rte", metadata={"help": "GLUE-style task: sst2, qnli, rte, mrpc, "
+                                                        "qqp, cola, stsb, sst5"})
+    model: str = field(default="minilm", metadata={
+        "help": "hub id, local model directory, or 'minilm' (offline MiniLM-L6-H384)"})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "local glue_data/ directory (default: $GLUE_DIR, else ../shared/glue_data)"})
+    max_seq_length: int = field(default=128, metadata={"help": "truncate inputs to this length"})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "train on a seeded random subset of this many examples"})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "evaluate on a seeded random subset of this many examples"})
+    split_dev_for_training: float | None = field(default=None, metadata={
+        "help": "FRACTION of the dev split used for training, the rest for evaluation "
+                "(seeded, disjoint; for tasks whose train file is absent)"})
+    group_by_length: bool = field(default=False, metadata={
+        "help": "length-bucketed batches (train_sampling_strategy=group_by_length)"})
+    regularizer: list[str] = field(default_factory=lambda: ["none"], metadata={
+        "help": "none | istar | cosreg | entropy (several allowed)"})
+    tuning: float = field(default=-1.0, metadata={"help": "I-STAR lambda"})
+    zeta: float = field(default=0.2, metadata={"help": "I-STAR shrinkage weight zeta in [0, 1]"})
+    istar_layers: str = field(default="all", metadata={
+        "help": "I-STAR layers: all, last, one index or a comma-separated list"})
+    shrinkage_tokens: int = field(default=250_000, metadata={
+        "help": "token rows for Sigma_S (estimated before every epoch)"})
+    cosreg_tuning: float = field(default=1.0, metadata={"help": "CosReg lambda"})
+    entropy_weight: float = field(default=1.0, metadata={"help": "persistent entropy beta"})
+    in_cluster_weight: float = field(default=0.0, metadata={
+        "help": "persistent entropy gamma (in-cluster noise-bar term)"})
+    select_features: bool = field(default=True, metadata={
+        "help": "prominent-feature selection of the H0 bars (false: all bars)"})
+    pooling: str = field(default="cls", metadata={"help": "entropy pooling: cls or mean"})
+    entropy_window: int | None = field(default=None, metadata={
+        "help": "micro-batches per entropy cloud (default: gradient_accumulation_steps)"})
+    measure_max_tokens: int = field(default=20_000, metadata={
+        "help": "token rows of the evaluation set measured per layer (IsoScore*)"})
+    preset: str | None = field(default=None, metadata={"help": "istar or entropy: the papers' "
+                                                               "settings"})
+    config: str | None = field(default=None, metadata={"help": "JSON or YAML file of settings"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue an unfinished run in output_dir from its last checkpoint"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "delete a previous run in output_dir and start again"})
+
+    def __post_init__(self) -> None:
+        self.task = get_task(self.task).name
+        regs = [r.strip().lower() for r in self.regularizer]
+        unknown = [r for r in regs if r not in REGULARIZERS]
+        if unknown:
+            raise ValueError(
+                f"unknown regularizer {unknown[0]!r}; choose from {', '.join(REGULARIZERS)}"
+            )
+        regs = [r for r in dict.fromkeys(regs) if r != "none"]
+        self.regularizer = regs or ["none"]
+        if get_task(self.task).kind == "span":
+            raise ValueError("SQuAD training is not supported by isotropy train yet")
+        for name in ("max_seq_length", "shrinkage_tokens", "measure_max_tokens"):
+            if getattr(self, name) < 2:
+                raise ValueError(f"--{name} must be >= 2, got {getattr(self, name)}")
+        for name in ("max_train_samples", "max_eval_samples", "entropy_window"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}")
+        f = self.split_dev_for_training
+        if f is not None and not 0.0 < f < 1.0:
+            raise ValueError(f"--split_dev_for_training must be a fraction in (0, 1), got {f}")
+        if not 0.0 <= self.zeta <= 1.0:
+            raise ValueError(f"--zeta must be in [0, 1], got {self.zeta}")
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"--pooling must be cls or mean, got {self.pooling!r}")
+        parse_layers(self.istar_layers)
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
+
+    @property
+    def regularizers(self) -> list[str]:
+        """The active regularizers (empty for ``none``)."""
+        return [r for r in self.regularizer if r != "none"]
+
+
+def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
+    """``'all'``, ``'last'``, one index or a list of indices from a flag value.
+
+    >>> parse_layers("all"), parse_layers("3"), parse_layers("1,2,-1")
+    ('all', 3, [1, 2, -1])
+    """
+    if isinstance(text, int) or (isinstance(text, Sequence) and not isinstance(text, str)):
+        return text if isinstance(text, int) else list(text)
+    t = str(text).strip().lower()
+    if t in ("all", "last"):
+        return t
+    try:
+        values = [int(v) for v in t.split(",") if v.strip()]
+    except ValueError as err:
+        raise ValueError(
+            f"--istar_layers must be all, last, an index or a comma-separated list, got {text!r}"
+        ) from err
+    if not values:
+        raise ValueError("--istar_layers is empty")
+    return values[0] if len(values) == 1 else values
+
+
+@dataclass
+class TrainArguments(TrainingArguments):
+    """``TrainingArguments`` with the harness's defaults: evaluate, save and log every epoch
+    (logging every 10 steps), no external reporters; ``--bf16`` on a machine without a GPU
+    trains on the CPU with bf16 autocast."""
+
+    output_dir: str | None = field(default=None, metadata={"help": "the run directory"})
+    eval_strategy: str = field(default="epoch", metadata={"help": "no, steps or epoch"})
+    save_strategy: str = field(default="epoch", metadata={"help": "no, steps, epoch or best"})
+    logging_steps: float = field(default=10, metadata={"help": "log every X update steps"})
+
+    def __post_init__(self) -> None:
+        if (self.bf16 or self.bf16_full_eval) and not torch.cuda.is_available():
+            self.use_cpu = True
+        super().__post_init__()
+
+
+def _entropy_preset(task: str) -> dict[str, Any]:
+    table = {"mrpc": (8e-5, 8e-6), "cola": (5e-5, 5e-6)}
+    lr, wd = table.get(get_task(task).name, table["mrpc"])
+    return {
+        "regularizer": ["entropy"], "learning_rate": lr, "weight_decay": wd,
+        "num_train_epochs": 10, "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 8, "entropy_window": 8,
+    }
+
+
+PRESETS: dict[str, str] = {
+    "istar": "AdamW, linear warm-up (10% of steps), batch 32, gradient accumulation 2, "
+             "bf16 where a GPU exists, I-STAR lambda=-1 zeta=0.2",
+    "entropy": "persistent-entropy paper: MRPC lr 8e-5 wd 8e-6, CoLA lr 5e-5 wd 5e-6, "
+               "10 epochs, 64 [CLS] points as 8 micro-batches of 8",
+}
+
+
+def preset_values(name: str, task: str) -> dict[str, Any]:
+    """The settings of a preset (flag name -> value) for ``task``.
+
+    >>> preset_values("entropy", "cola")["learning_rate"]
+    5e-05
+    """
+    if name == "istar":
+        return {
+            "regularizer": ["istar"], "tuning": -1.0, "zeta": 0.2, "optim": "adamw_torch",
+            "lr_scheduler_type": "linear", "warmup_ratio": 0.1,
+            "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
+            "bf16": bool(torch.cuda.is_available()),
+        }
+    if name == "entropy":
+        return _entropy_preset(task)
+    raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+
+
+def _read_config_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file {p} does not exist")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"config file {p} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p} must hold a mapping of setting -> value")
+    return data
+
+
+def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
+    """The ``HfArgumentParser`` of :class:`IsotropyArguments` and :class:`TrainArguments`.
+
+    With ``suppress_defaults`` a parsed namespace holds only the flags given, so a preset and
+    a config file can fill in the rest (:func:`args_from_dict`).
+    """
+    parser = HfArgumentParser((IsotropyArguments, TrainArguments))
+    if suppress_defaults:
+        for action in parser._actions:
+            if action.dest != "help":
+                action.default = argparse.SUPPRESS
+    return parser
+
+
+def field_names() -> set[str]:
+    """Every setting's name (the flag without dashes)."""
+    return {f.name for cls in (IsotropyArguments, TrainArguments) for f in fields(cls)
+            if f.init}
+
+
+def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
+    """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
+    (priority: given > file > preset > defaults). Bad values raise ``ValueError``."""
+    names = field_names()
+    given = {k: v for k, v in given.items() if k in names}
+    from_file = _read_config_file(given["config"]) if given.get("config") else {}
+    unknown = sorted(set(from_file) - names)
+    if unknown:
+        raise ValueError(f"unknown setting(s) in the config file: {', '.join(unknown)}")
+    preset = given.get("preset") or from_file.get("preset")
+    task = given.get("task") or from_file.get("task") or IsotropyArguments.task
+    settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}
+    settings.update(from_file)
+    settings.update(given)
+    if settings.get("output_dir") is None:
+        raise ValueError("--output_dir (the run directory) is required")
+    if isinstance(settings.get("regularizer"), str):
+        settings["regularizer"] = [settings["regularizer"]]
+    ours, targs = build_parser(suppress_defaults=False).parse_dict(settings)
+    if ours.group_by_length:
+        targs.train_sampling_strategy = "group_by_length"
+    return ours, targs
+
+
+def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
+    """Parse command-line flags (plus ``--config`` and ``--preset``) into the two dataclasses.
+
+    Malformed flags exit with argparse's usage message; bad values raise ``ValueError``.
+    """
+    namespace = build_parser().parse_args(list(argv if argv is not None else []))
+    return args_from_dict(vars(namespace))
+
+
+def describe(ours: IsotropyArguments, targs: TrainingArguments) -> dict[str, Any]:
+    """Every setting as plain JSON-able values (``isotropy`` and ``training`` sections)."""
+    from dataclasses import asdict
+
+    training = {k: v for k, v in targs.to_dict().items() if not k.startswith("_")}
+    training = json.loads(json.dumps(training, default=str))
+    return {"isotropy": asdict(ours), "training": training, "cwd": os.getcwd()}

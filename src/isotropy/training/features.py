@@ -1,0 +1,89 @@
+"""Task examples -> tokenised features (a torch ``Dataset``), seeded subsets and dev splits.
+
+Features are unpadded lists of token ids; batches are padded per batch by
+``transformers.DataCollatorWithPadding`` (dynamic padding), so length-bucketed sampling
+(``--group_by_length``) removes most padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from isotropy.data.glue import Example, TaskSpec
+
+__all__ = ["TaskDataset", "seeded_subset", "split_examples", "tokenize_examples"]
+
+
+def seeded_subset(examples: Sequence[Example], k: int | None, seed: int) -> list[Example]:
+    """``k`` examples drawn without replacement with ``seed``, in their original order
+    (all of them when ``k`` is ``None`` or at least ``len(examples)``).
+
+    >>> ex = [Example(str(i), "t", None, 0) for i in range(10)]
+    >>> [e.guid for e in seeded_subset(ex, 3, seed=0)] == [e.guid for e in seeded_subset(ex, 3, 0)]
+    True
+    """
+    if k is None or k >= len(examples):
+        return list(examples)
+    idx = np.sort(np.random.default_rng(seed).permutation(len(examples))[:k])
+    return [examples[i] for i in idx]
+
+
+def split_examples(
+    examples: Sequence[Example], train_fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """A seeded, disjoint split: ``round(train_fraction * n)`` examples for training, the rest
+    for evaluation (each part keeps the original order).
+
+    >>> ex = [Example(str(i), "t", None, 0) for i in range(10)]
+    >>> a, b = split_examples(ex, 0.7, seed=1)
+    >>> len(a), len(b), set(e.guid for e in a).isdisjoint(e.guid for e in b)
+    (7, 3, True)
+    """
+    n = len(examples)
+    k = int(round(train_fraction * n))
+    if k < 1 or k >= n:
+        raise ValueError(
+            f"--split_dev_for_training {train_fraction} of {n} examples leaves an empty part"
+        )
+    perm = np.random.default_rng(seed).permutation(n)
+    train = [examples[i] for i in np.sort(perm[:k])]
+    evaluation = [examples[i] for i in np.sort(perm[k:])]
+    return train, evaluation
+
+
+@dataclass
+class TaskDataset(torch.utils.data.Dataset):
+    """Tokenised examples: item ``i`` is a dict of id lists plus ``labels`` (int or float)."""
+
+    features: list[dict[str, Any]]
+    examples: list[Example]
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.features[i]
+
+
+def tokenize_examples(
+    examples: Sequence[Example], tokenizer: Any, spec: TaskSpec, max_seq_length: int
+) -> TaskDataset:
+    """Tokenise single sentences or pairs (truncated to ``max_seq_length``), unpadded."""
+    if not examples:
+        raise ValueError(f"no {spec.display_name} examples to tokenise")
+    if any(e.label is None for e in examples):
+        raise ValueError(f"{spec.display_name}: unlabelled examples cannot be trained on")
+    a = [e.text_a for e in examples]
+    b = [e.text_b for e in examples] if spec.is_pair else None
+    enc = tokenizer(a, b, truncation=True, max_length=max_seq_length)
+    keys = [k for k in enc if k in ("input_ids", "attention_mask", "token_type_ids")]
+    cast = float if spec.kind == "regression" else int
+    features = [
+        {**{k: enc[k][i] for k in keys}, "labels": cast(e.label)} for i, e in enumerate(examples)
+    ]
+    return TaskDataset(features, list(examples))

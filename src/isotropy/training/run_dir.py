@@ -1,0 +1,199 @@
+"""The run directory of ``isotropy train``.
+
+::
+
+    config.json         every setting, the resolved data source and sizes, versions, git commit
+    metrics.jsonl       one JSON object per Trainer log (training and evaluation)
+    checkpoint-N/       the Trainer's checkpoints (plus isotropy_state.pt: Sigma_S, entropy window)
+    eval_predictions.csv  one row per evaluation example (guid, label, prediction, outputs)
+    model/              the fine-tuned model and tokenizer (``AutoModel...from_pretrained``)
+    results.json        final and best metrics; written last: its presence marks a finished run
+
+A finished run is not re-run unless ``overwrite``; an unfinished one is continued with
+``resume`` or started again with ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from isotropy.io import to_jsonable, write_json_atomic
+
+__all__ = ["RunDirectory", "library_versions", "git_commit"]
+
+CONFIG = "config.json"
+RESULTS = "results.json"
+METRICS = "metrics.jsonl"
+PREDICTIONS = "eval_predictions.csv"
+MODEL = "model"
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries a run depends on."""
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    for name in ("isotropy", "torch", "transformers", "accelerate", "numpy", "scikit-learn",
+                 "scipy"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the source tree of this package, if it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+class RunDirectory:
+    """Paths and state of one run directory (see the module doc)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def finished(self) -> bool:
+        return self.file(RESULTS).is_file()
+
+    def checkpoints(self) -> list[Path]:
+        """Checkpoint folders ordered by step."""
+        found = []
+        if self.path.is_dir():
+            for p in self.path.glob("checkpoint-*"):
+                tail = p.name.rsplit("-", 1)[-1]
+                if p.is_dir() and tail.isdigit():
+                    found.append((int(tail), p))
+        return [p for _, p in sorted(found)]
+
+    def last_checkpoint(self) -> Path | None:
+        cps = self.checkpoints()
+        return cps[-1] if cps else None
+
+    def check_writable(self) -> None:
+        """Create the folder if needed and prove a file can be written in it."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"output directory {self.path} exists and is not a directory")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".write-test-", dir=self.path)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as err:
+            raise ValueError(f"output directory {self.path} cannot be written: {err}") from err
+
+    def prepare(self, *, resume: bool, overwrite: bool,
+                same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
+        """Decide what to do with the folder: ``'new'``, ``'resume'`` or ``'finished'``.
+
+        ``same_settings(old_config)`` returns a description of a difference (resume refuses
+        to continue a run with other settings) or ``None``.
+        """
+        self.check_writable()
+        entries = [p for p in self.path.iterdir() if not p.name.startswith(".write-test-")]
+        if not entries:
+            return "new"
+        if not self.file(CONFIG).is_file():
+            raise ValueError(
+                f"output directory {self.path} is not empty and holds no run "
+                f"({CONFIG} missing): choose another --output_dir"
+            )
+        if overwrite:
+            self.clear()
+            return "new"
+        diff = same_settings(self.read_config())
+        if self.finished:
+            if diff:
+                raise ValueError(
+                    f"{self.path} holds a finished run with other settings ({diff}): pass "
+                    "--overwrite to replace it or choose another --output_dir"
+                )
+            return "finished"
+        if not resume:
+            raise ValueError(
+                f"{self.path} holds an unfinished run: pass --resume to continue it or "
+                "--overwrite to start again"
+            )
+        if diff:
+            raise ValueError(f"cannot resume {self.path}: {diff}")
+        return "resume"
+
+    def clear(self) -> None:
+        """Delete the run's contents (only called on a folder holding a run)."""
+        for p in self.path.iterdir():
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+    def read_config(self) -> dict[str, Any]:
+        return json.loads(self.file(CONFIG).read_text(encoding="utf-8"))
+
+    def write_config(self, config: Mapping[str, Any]) -> Path:
+        return write_json_atomic(self.file(CONFIG), config)
+
+    def write_results(self, results: Mapping[str, Any]) -> Path:
+        return write_json_atomic(self.file(RESULTS), results)
+
+    def read_results(self) -> dict[str, Any]:
+        return json.loads(self.file(RESULTS).read_text(encoding="utf-8"))
+
+    def append_metrics(self, record: Mapping[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` (flushed and synced)."""
+        line = json.dumps(to_jsonable(record), allow_nan=False) + "\n"
+        with self.file(METRICS).open("a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keep only the records up to ``max_step`` (a resumed run redoes the later ones)."""
+        path = self.file(METRICS)
+        if not path.is_file():
+            return
+        kept = [
+            line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= max_step
+        ]
+        from isotropy.io import write_text_atomic
+
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        path = self.file(METRICS)
+        if not path.is_file():
+            return []
+        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+    def save_model(self, model: Any, tokenizer: Any) -> Path:
+        """``save_pretrained`` of model and tokenizer into ``model/``, moved into place whole."""
+        target = self.file(MODEL)
+        tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=self.path))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target

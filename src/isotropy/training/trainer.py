@@ -1,0 +1,513 @@
+"""``isotropy train``: build the data, model, regularizers and ``Trainer``; run; write the run.
+
+:func:`run_training` checks every input (task, data files, model, output directory) before any
+work, then fine-tunes ``AutoModelForSequenceClassification`` wrapped in a
+:class:`~isotropy.wrapper.RegularizedModel` with :class:`IsotropyTrainer`, which adds the task
+loss and every regularizer's logs (averaged over the logging interval) to the Trainer's logs,
+and the task metrics and IsoScore of the evaluation set to every evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import Trainer, TrainerCallback
+
+from isotropy.covariance import CovarianceStats
+from isotropy.data.glue import Example, TaskSpec, get_task, load_split, require_split
+from isotropy.data.task_metrics import (
+    compute_task_metrics,
+    prediction_summary,
+    predictions_from_logits,
+)
+from isotropy.distributed import is_distributed
+from isotropy.hidden_states import select_layers
+from isotropy.isoscore import isoscore_from_covariance
+from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
+from isotropy.shrinkage import ShrinkageRefreshCallback
+from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.features import (
+    TaskDataset,
+    seeded_subset,
+    split_examples,
+    tokenize_examples,
+)
+from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
+from isotropy.wrapper import RegularizedModel
+
+__all__ = [
+    "IsotropyTrainer",
+    "TrainResult",
+    "build_regularizers",
+    "load_task_data",
+    "resolve_model",
+    "run_training",
+]
+
+STATE_FILE = "isotropy_state.pt"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def resolve_model(name: str) -> str:
+    """``minilm`` -> the offline MiniLM path; a local path must be a model directory."""
+    if name.lower() == "minilm":
+        from isotropy.measure import default_model_path
+
+        return default_model_path()
+    looks_local = os.path.sep in name or name.startswith(".") or os.path.exists(name)
+    if looks_local:
+        if not os.path.isdir(name):
+            raise ValueError(f"model directory {name} does not exist")
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{name} has no config.json: not a Hugging Face model directory")
+    return name
+
+
+def _check_model(path: str) -> None:
+    """Load the model's config and tokenizer (cheap) so a bad model fails before any work."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        AutoConfig.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(
+            f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
+            "reached, pass a local model directory as --model (or --model minilm) and the data "
+            "with --data_dir"
+        ) from err
+
+
+@dataclass
+class TaskData:
+    """Train/eval examples and where they came from (recorded in ``config.json``)."""
+
+    train: list[Example]
+    eval: list[Example]
+    source: dict[str, Any]
+
+
+def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
+    """Load the train and eval examples from the local files, with the seeded subsets/split."""
+    spec = get_task(ours.task)
+    source: dict[str, Any] = {"kind": "local", "task": spec.name}
+    dev_path = require_split(spec.name, "dev", ours.data_dir)
+    source["data_dir"] = str(dev_path.parent.parent)
+    dev = load_split(spec.name, "dev", ours.data_dir)
+    if ours.split_dev_for_training is not None:
+        train, evaluation = split_examples(dev, ours.split_dev_for_training, seed)
+        source.update(train_file=str(dev_path), eval_file=str(dev_path),
+                      split_dev_for_training=ours.split_dev_for_training, split_seed=seed)
+    else:
+        train_path = require_split(spec.name, "train", ours.data_dir)
+        train, evaluation = load_split(spec.name, "train", ours.data_dir), dev
+        source.update(train_file=str(train_path), eval_file=str(dev_path))
+    source.update(n_train_available=len(train), n_eval_available=len(evaluation))
+    train = seeded_subset(train, ours.max_train_samples, seed)
+    evaluation = seeded_subset(evaluation, ours.max_eval_samples, seed + 1)
+    source.update(n_train=len(train), n_eval=len(evaluation), subset_seeds=[seed, seed + 1])
+    if not train or not evaluation:
+        raise ValueError(f"{spec.display_name}: the train or eval set is empty")
+    return TaskData(train, evaluation, source)
+
+
+def build_regularizers(
+    ours: IsotropyArguments, gradient_accumulation_steps: int
+) -> dict[str, torch.nn.Module]:
+    """name -> regularizer module for every active ``--regularizer``."""
+    regs: dict[str, torch.nn.Module] = {}
+    for name in ours.regularizers:
+        if name == "istar":
+            regs[name] = IStarLoss(tuning=ours.tuning, zeta=ours.zeta,
+                                   layers=parse_layers(ours.istar_layers))
+        elif name == "cosreg":
+            regs[name] = CosRegLoss(tuning=ours.cosreg_tuning)
+        elif name == "entropy":
+            regs[name] = PersistentEntropyLoss(
+                weight=ours.entropy_weight, in_cluster_weight=ours.in_cluster_weight,
+                select_features=ours.select_features, pooling=ours.pooling,  # type: ignore[arg-type]
+                accumulation_steps=ours.entropy_window or gradient_accumulation_steps,
+            )
+    return regs
+
+
+# ----------------------------------------------------------------------------- callbacks
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Append every Trainer log, with its step and epoch, to ``metrics.jsonl``."""
+
+    def __init__(self, run_dir: RunDirectory) -> None:
+        self.run_dir = run_dir
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+        if state.is_world_process_zero and logs:
+            self.run_dir.append_metrics({"step": state.global_step, "epoch": state.epoch, **logs})
+        return control
+
+
+class IsotropyStateCallback(ShrinkageRefreshCallback):
+    r"""Sigma_S before every epoch from a seeded pass over the training set, and the state a
+    resumed run needs saved with every checkpoint.
+
+    The Sigma_S pass reads the training set in an order drawn from its own generator
+    (seed + epoch), so it leaves the global random state, and hence training, untouched.
+    ``isotropy_state.pt`` in each checkpoint holds Sigma_S (and the epoch it was estimated
+    for) and the persistent-entropy windows: resuming mid-epoch reuses that epoch's Sigma_S
+    instead of estimating it from the mid-epoch model.
+    """
+
+    def __init__(self, istar: Sequence[IStarLoss], entropy: Sequence[PersistentEntropyLoss],
+                 make_loader: Callable[[int], Any], n_tokens: int,
+                 resume_from: str | None = None) -> None:
+        super().__init__(losses=list(istar) or None, n_tokens=n_tokens)
+        self.istar = list(istar)
+        self.entropy = list(entropy)
+        self.make_loader = make_loader
+        self.resume_from = resume_from
+        self.shrinkage_epoch: int | None = None
+        self._restored: dict[str, Any] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        if self.resume_from:
+            path = Path(self.resume_from) / STATE_FILE
+            if path.is_file():
+                self._restored = torch.load(path, map_location="cpu", weights_only=False)
+                for loss, window in zip(self.entropy, self._restored["entropy_windows"],
+                                        strict=True):
+                    loss.reset()
+                    loss._window.extend(window)
+        return control
+
+    def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
+        epoch = int(math.floor(state.epoch + 1e-9)) if state.epoch else 0
+        restored = self._restored
+        self._restored = None
+        if restored is not None and restored["shrinkage_epoch"] == epoch and self.istar:
+            for loss, cov in zip(self.istar, restored["shrinkage"], strict=True):
+                loss.set_shrinkage(cov)
+            self.shrinkage_epoch = epoch
+            return control
+        if self.istar:
+            self.dataloader = self.make_loader(epoch)
+            super().on_epoch_begin(args, state, control, **kwargs)
+            self.shrinkage_epoch = epoch
+        return control
+
+    def on_save(self, args, state, control, **kwargs):  # noqa: D102
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            payload = {
+                "shrinkage_epoch": self.shrinkage_epoch,
+                "shrinkage": [loss.shrinkage for loss in self.istar],
+                "entropy_windows": [list(loss._window) for loss in self.entropy],
+            }
+            torch.save(payload, folder / STATE_FILE)
+        return control
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+class IsotropyTrainer(Trainer):
+    """``Trainer`` that logs the task loss and the regularizers' logs, and measures the
+    evaluation set's IsoScore (last layer and union of layers) at every evaluation."""
+
+    def __init__(self, *args: Any, measure_max_tokens: int = 20_000, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.measure_max_tokens = measure_max_tokens
+        self._log_sums: dict[str, float] = {}
+        self._log_counts: dict[str, int] = {}
+        self.last_eval: Any = None
+        self.last_eval_step: int | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                   num_items_in_batch=num_items_in_batch)
+        if model.training and isinstance(self.model, RegularizedModel):
+            for key, value in self.model.last_logs.items():
+                if key != "loss" and math.isfinite(value):
+                    self._log_sums[key] = self._log_sums.get(key, 0.0) + value
+                    self._log_counts[key] = self._log_counts.get(key, 0) + 1
+        return out
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add the interval means of the regularizer logs to a training log."""
+        if "loss" in logs and self._log_sums:
+            for key, total in self._log_sums.items():
+                logs[key] = total / self._log_counts[key]
+            self._log_sums, self._log_counts = {}, {}
+        super().log(logs, start_time)
+
+    def _inner(self) -> torch.nn.Module:
+        return self.model.model if isinstance(self.model, RegularizedModel) else self.model
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None,
+                        ignore_keys=None, metric_key_prefix="eval"):
+        self._stats: dict[str, CovarianceStats] = {}
+        handle = self._inner().register_forward_hook(self._collect, with_kwargs=True)
+        try:
+            out = super().evaluation_loop(dataloader, description, prediction_loss_only,
+                                          ignore_keys, metric_key_prefix)
+        finally:
+            handle.remove()
+        measures = self._measures()
+        out.metrics.update({f"{metric_key_prefix}_{k}": v for k, v in measures.items()})
+        self.last_eval, self.last_eval_step = out, self.state.global_step
+        return out
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """The Trainer's step, with hidden states computed for the measurements (and kept
+        out of the gathered predictions)."""
+        inputs = {**inputs, "output_hidden_states": True}
+        ignore_keys = [*(ignore_keys or []), "hidden_states"]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    @torch.no_grad()
+    def _collect(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any],
+                 output: Any) -> None:
+        """Forward hook: stream the token rows (padding excluded) of the last layer and of
+        the union of the transformer layers into covariance statistics."""
+        hs = getattr(output, "hidden_states", None)
+        if hs is None and isinstance(output, Mapping):
+            hs = output.get("hidden_states")
+        if hs is None:
+            return
+        layers = select_layers(tuple(hs), "all")
+        mask = kwargs.get("attention_mask")
+        mask = (torch.ones(layers[0].shape[:2], dtype=torch.bool, device=layers[0].device)
+                if mask is None else mask.bool())
+        left = self.measure_max_tokens - (self._stats["last"].count if self._stats else 0)
+        if left <= 0:
+            return
+        rows = [h.detach()[mask][:left].double() for h in layers]
+        for key, x in (("last", rows[-1]), ("union", torch.cat(rows))):
+            if key not in self._stats:
+                self._stats[key] = CovarianceStats.empty(x.shape[1], x.device)
+            self._stats[key].update(x)
+
+    def _istar_loss(self) -> IStarLoss | None:
+        for m in self.model.modules():
+            if isinstance(m, IStarLoss) and m.shrinkage is not None:
+                return m
+        return None
+
+    def _measures(self) -> dict[str, float]:
+        r"""IsoScore of the evaluation token clouds (last layer; union of all transformer
+        layers; at most ``measure_max_tokens`` tokens per layer); with I-STAR also IsoScore*
+        :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the training Sigma_S."""
+        out: dict[str, float] = {}
+        istar = self._istar_loss()
+        for key, st in self._stats.items():
+            if st.count < 2:
+                continue
+            cov = st.covariance(ddof=1)
+            out[f"isoscore_{key}"] = float(isoscore_from_covariance(cov))
+            if istar is not None:
+                mixed = (1 - istar.zeta) * cov + istar.zeta * istar.shrinkage.to(cov)
+                out[f"isoscore_star_{key}"] = float(isoscore_from_covariance(mixed))
+        return out
+
+
+def make_compute_metrics(spec: TaskSpec) -> Callable[[Any], dict[str, float]]:
+    """Task metrics (scikit-learn/scipy) and the collapsed-classifier flag from logits."""
+
+    def compute(eval_pred: Any) -> dict[str, float]:
+        logits = eval_pred.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        pred = predictions_from_logits(spec, logits)
+        metrics = compute_task_metrics(spec, pred, eval_pred.label_ids)
+        metrics.pop("undefined", None)
+        summary = prediction_summary(spec, pred)
+        metrics["collapsed"] = float(summary["collapsed"])
+        if "majority_fraction" in summary:
+            metrics["majority_fraction"] = summary["majority_fraction"]
+        return metrics
+
+    return compute
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class TrainResult:
+    """Where the run is and what it gave: ``status`` is ``'trained'`` or ``'finished'``
+    (an earlier finished run found and kept)."""
+
+    run_dir: Path
+    status: str
+    results: dict[str, Any]
+
+
+_IGNORED_FOR_RESUME = {
+    ("isotropy", "resume"), ("isotropy", "overwrite"), ("training", "resume_from_checkpoint"),
+    ("training", "overwrite_output_dir"), ("training", "logging_dir"),
+}
+
+
+def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    for section in ("isotropy", "training"):
+        a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if (section, key) in _IGNORED_FOR_RESUME:
+                continue
+            if a.get(key) != b.get(key):
+                return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"
+    return None
+
+
+def _predictions_rows(spec: TaskSpec, examples: Sequence[Example], logits: np.ndarray):
+    pred = predictions_from_logits(spec, logits)
+    for e, p, out in zip(examples, pred, logits, strict=True):
+        row: dict[str, Any] = {"guid": e.guid, "label": e.label, "prediction": p.item()}
+        for j, v in enumerate(np.atleast_1d(out)):
+            row[f"output_{j}"] = float(v)
+        yield row
+
+
+def _best(records: list[dict[str, Any]], key: str, greater: bool = True) -> dict[str, Any] | None:
+    evals = [r for r in records if r.get(key) is not None]
+    if not evals:
+        return None
+    pick = max if greater else min
+    return pick(evals, key=lambda r: r[key])
+
+
+def run_training(
+    ours: IsotropyArguments,
+    targs: TrainArguments,
+    *,
+    callbacks: Sequence[TrainerCallback] = (),
+    echo: Callable[[str], None] = print,
+) -> TrainResult:
+    """Fine-tune as configured; returns the run directory and its results (see module doc)."""
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        set_seed,
+    )
+    from transformers.utils import logging as hf_logging
+
+    from isotropy.io import write_csv_atomic
+
+    spec = get_task(ours.task)
+    data = load_task_data(ours, targs.seed)
+    model_path = resolve_model(ours.model)
+    _check_model(model_path)
+    run_dir = RunDirectory(targs.output_dir)
+    settings = describe(ours, targs)
+    status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
+                             same_settings=lambda old: _settings_difference(old, settings))
+    if status == "finished":
+        echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
+        return TrainResult(run_dir.path, "finished", run_dir.read_results())
+    resume_from = run_dir.last_checkpoint() if status == "resume" else None
+    if status == "new" or not run_dir.file("config.json").is_file():
+        run_dir.write_config({
+            "settings": settings, "model_path": model_path, "data": data.source,
+            "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
+                     "metrics": list(spec.metrics)},
+            "versions": library_versions(), "git_commit": git_commit(),
+        })
+    run_dir.truncate_metrics(_checkpoint_step(resume_from))
+
+    if not torch.cuda.is_available():
+        torch.set_flush_denormal(True)
+    set_seed(targs.seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_path, num_labels=spec.num_labels)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
+    eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
+    collator = DataCollatorWithPadding(tokenizer)
+    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
+    wrapped = RegularizedModel(model, regs)
+
+    def make_loader(epoch: int) -> torch.utils.data.DataLoader:
+        """The Sigma_S pass: seeded order of its own; under torch.distributed a shard per rank
+        (the statistics are all-reduced by ``collect_covariance``)."""
+        seed = targs.seed * 1000 + epoch
+        if is_distributed():
+            sampler: torch.utils.data.Sampler = torch.utils.data.DistributedSampler(
+                train_ds, shuffle=True, seed=seed)
+        else:
+            sampler = torch.utils.data.RandomSampler(
+                train_ds, generator=torch.Generator().manual_seed(seed))
+        return torch.utils.data.DataLoader(
+            train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
+            collate_fn=collator)
+
+    state_cb = IsotropyStateCallback(
+        [r for r in regs.values() if isinstance(r, IStarLoss)],
+        [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
+        make_loader, ours.shrinkage_tokens,
+        resume_from=str(resume_from) if resume_from else None)
+    trainer = IsotropyTrainer(
+        model=wrapped, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
+        data_collator=collator, processing_class=tokenizer,
+        compute_metrics=make_compute_metrics(spec),
+        callbacks=[state_cb, MetricsFileCallback(run_dir), *callbacks],
+        measure_max_tokens=ours.measure_max_tokens,
+    )
+    t0 = time.perf_counter()
+    train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    train_seconds = time.perf_counter() - t0
+    if trainer.last_eval_step != trainer.state.global_step or targs.load_best_model_at_end:
+        trainer.evaluate()
+    final = dict(trainer.last_eval.metrics)
+    logits = trainer.last_eval.predictions
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    order = _eval_order(trainer, eval_ds)
+    logits_in_order = np.empty_like(logits)
+    logits_in_order[order] = logits
+    write_csv_atomic(run_dir.file(PREDICTIONS),
+                     _predictions_rows(spec, data.eval, logits_in_order))
+    pred = predictions_from_logits(spec, logits)
+    run_dir.save_model(model, tokenizer)
+    records = run_dir.read_metrics()
+    main_key = f"eval_{spec.main_metric}"
+    results = {
+        "task": spec.name, "main_metric": spec.main_metric,
+        "regularizers": ours.regularizers or ["none"],
+        "final": final,
+        "best": _best(records, main_key),
+        "prediction_summary": prediction_summary(spec, pred),
+        "metrics_detail": compute_task_metrics(spec, pred, trainer.last_eval.label_ids),
+        "train": {**train_out.metrics, "global_step": train_out.global_step,
+                  "wall_seconds_this_process": train_seconds, "resumed_from":
+                  str(resume_from) if resume_from else None},
+        "data": data.source, "model_dir": str(run_dir.file("model")),
+    }
+    run_dir.write_results(results)
+    return TrainResult(run_dir.path, "trained", results)
+
+
+def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
+    """The example index of each evaluation prediction: the Trainer's evaluation sampler is
+    length-grouped (seeded) under ``group_by_length``, sequential otherwise."""
+    sampler = trainer._get_eval_sampler(eval_ds)
+    order = np.asarray(list(sampler) if sampler is not None else range(len(eval_ds)))
+    if sorted(order.tolist()) != list(range(len(eval_ds))):
+        raise RuntimeError("the evaluation sampler does not visit every example once")
+    return order
+
+
+def _checkpoint_step(checkpoint: Path | None) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint is not None else 0

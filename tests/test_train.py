@@ -1,0 +1,335 @@
+"""``isotropy train`` end to end with a tiny random BERT on tiny task files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _models import tiny_bert
+from scipy.stats import pearsonr
+from transformers import TrainerCallback
+
+from isotropy.cli.train import main as train_main
+from isotropy.training.config import parse_train_args
+from isotropy.training.trainer import run_training
+
+WORDS = [
+    "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",
+    "film", "plot", "actor", "story", "the", "a", "is", "was", "very", "not",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny random BERT encoder with a WordPiece tokenizer over ``WORDS``."""
+    from transformers import BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny_bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
+    model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0)
+    out = root / "model"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _sentence(rng: random.Random, label: int) -> str:
+    cue = rng.choice(["good", "great", "nice", "happy"] if label else ["bad", "awful", "poor"])
+    return " ".join([*rng.choices(WORDS[9:], k=rng.randint(2, 8)), cue])
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    """SST-2 and STS-B train/dev files (glue_data layout) of a few dozen rows."""
+    root = tmp_path_factory.mktemp("glue")
+    rng = random.Random(0)
+    (root / "SST-2").mkdir()
+    (root / "STS-B").mkdir()
+    for split, n in (("train", 48), ("dev", 24)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = rng.randint(0, 1)
+            rows.append(f"{_sentence(rng, y)}\t{y}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        rows = ["index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+                "sentence2\tscore"]
+        for i in range(n):
+            s = rng.uniform(0, 5)
+            rows.append(f"{i}\tg\tf\t2012\t{i}\ts\ts\t{_sentence(rng, 1)}\t"
+                        f"{_sentence(rng, 0)}\t{s:.3f}")
+        (root / "STS-B" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def _argv(model_dir, glue, out, *extra):
+    return [
+        "--model", str(model_dir), "--data_dir", str(glue), "--output_dir", str(out),
+        "--max_seq_length", "24", "--per_device_train_batch_size", "8",
+        "--per_device_eval_batch_size", "16", "--num_train_epochs", "2",
+        "--learning_rate", "1e-3", "--logging_steps", "2", "--seed", "3",
+        "--disable_tqdm", "true", "--report_to", "none", "--use_cpu", "true",
+        "--shrinkage_tokens", "300", *extra,
+    ]
+
+
+def _run(argv, callbacks=()):
+    ours, targs = parse_train_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_training(ours, targs, callbacks=callbacks, echo=lambda s: None)
+
+
+def _check_run_dir(out, task_metric):
+    from transformers import AutoModel
+
+    for name in ("config.json", "results.json", "metrics.jsonl", "eval_predictions.csv"):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["data"]["n_train"] > 0 and config["versions"]["torch"] == torch.__version__
+    results = json.loads((out / "results.json").read_text())
+    assert f"eval_{task_metric}" in results["final"]
+    rows = (out / "eval_predictions.csv").read_text().splitlines()
+    assert len(rows) == 1 + config["data"]["n_eval"]
+    AutoModel.from_pretrained(out / "model")  # loads as a plain HF model
+    return config, results
+
+
+@pytest.mark.parametrize("regs", [["none"], ["istar"], ["cosreg"], ["entropy"],
+                                  ["istar", "entropy"]])
+def test_every_regularizer_gives_a_complete_run(tiny_model_dir, glue_dir, tmp_path, regs):
+    out = tmp_path / "run"
+    res = _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--regularizer", *regs,
+                     "--max_train_samples", "32"))
+    config, results = _check_run_dir(out, "accuracy")
+    assert config["data"]["n_train"] == 32 and config["data"]["n_eval"] == 24
+    assert res.status == "trained" and results["regularizers"] == regs
+    logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train_logs = [r for r in logs if "loss" in r]
+    evals = [r for r in logs if "eval_accuracy" in r]
+    assert len(evals) == 2  # one evaluation per epoch
+    assert "eval_isoscore_union" in evals[-1] and 0 <= evals[-1]["eval_isoscore_last"] <= 1
+    for r in (x for x in regs if x != "none"):
+        assert all(f"{r}/loss" in t for t in train_logs), r
+        assert all("task_loss" in t for t in train_logs)
+    if "istar" in regs:
+        assert 0 <= evals[-1]["eval_isoscore_star_union"] <= 1
+        assert all(0 <= t["istar/isoscore_star"] <= 1 for t in train_logs)
+
+
+def test_regression_task(tiny_model_dir, glue_dir, tmp_path):
+    out = tmp_path / "stsb"
+    _run(_argv(tiny_model_dir, glue_dir, out, "--task", "stsb", "--regularizer", "istar",
+               "--group_by_length"))
+    config, results = _check_run_dir(out, "pearson")
+    assert config["settings"]["training"]["train_sampling_strategy"] == "group_by_length"
+    header = (out / "eval_predictions.csv").read_text().splitlines()[0]
+    assert header == "guid,label,prediction,output_0"
+    with (out / "eval_predictions.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    r = pearsonr([float(x["prediction"]) for x in rows], [float(x["label"]) for x in rows])[0]
+    assert results["final"]["eval_pearson"] == pytest.approx(float(r), abs=1e-6)
+    assert np.isfinite(results["final"]["eval_loss"])
+    # The evaluation IsoScore, recomputed from the saved model by an independent route:
+    # eigenvalues of the token covariance, (PR - 1) / (d - 1), PR = (sum l)^2 / sum l^2.
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    last, union = [], []
+    with torch.no_grad():
+        for row in rows:
+            i = int(row["guid"].split("-")[1])
+            a, b = _stsb_pair(glue_dir, i)
+            hs = model(**tok(a, b, truncation=True, max_length=24, return_tensors="pt"),
+                       output_hidden_states=True).hidden_states
+            last.append(hs[-1][0])
+            union.extend(h[0] for h in hs[1:])
+
+    def iso(x):
+        lam = np.linalg.eigvalsh(np.cov(torch.cat(x).double().numpy().T))
+        return ((lam.sum() ** 2 / (lam**2).sum()) - 1) / (lam.size - 1)
+
+    assert results["final"]["eval_isoscore_last"] == pytest.approx(iso(last), rel=1e-4)
+    assert results["final"]["eval_isoscore_union"] == pytest.approx(iso(union), rel=1e-4)
+
+
+def _stsb_pair(glue_dir, index):
+    with (glue_dir / "STS-B" / "dev.tsv").open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    row = next(r for r in rows if r["index"] == str(index))
+    return row["sentence1"], row["sentence2"]
+
+
+class _Crash(TrainerCallback):
+    """Simulate a crash after optimizer step ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise RuntimeError("simulated crash")
+        return control
+
+
+def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):
+    # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
+    # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
+    extra = ["--task", "sst2", "--regularizer", "istar", "entropy", "--entropy_window", "2",
+             "--max_train_samples", "32", "--save_strategy", "steps", "--save_steps", "3"]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    _run(_argv(tiny_model_dir, glue_dir, full, *extra))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(_argv(tiny_model_dir, glue_dir, broken, *extra), callbacks=[_Crash(5)])
+    assert not (broken / "results.json").exists()
+    with pytest.raises(ValueError, match="--resume"):
+        _run(_argv(tiny_model_dir, glue_dir, broken, *extra))
+    res = _run(_argv(tiny_model_dir, glue_dir, broken, *extra, "--resume"))
+    assert res.results["train"]["resumed_from"].endswith("checkpoint-3")
+    a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
+    for key in ("eval_loss", "eval_accuracy", "eval_isoscore_star_union"):
+        assert b["final"][key] == pytest.approx(a["final"][key], rel=1e-5, abs=1e-7)
+    from safetensors.torch import load_file
+
+    wa, wb = (load_file(d / "model" / "model.safetensors") for d in (full, broken))
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6)
+    la, lb = (
+        {r["step"]: r["loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text()
+                                           .splitlines()) if "loss" in r}
+        for d in (full, broken)
+    )
+    assert sorted(la) == sorted(lb) == [2, 4, 6, 8]
+    n_logged = sum('"loss"' in x for x in (broken / "metrics.jsonl").read_text().splitlines())
+    assert n_logged == 4  # the crashed run's logs after checkpoint-3 were dropped
+    # The log at step 4 averages steps 3-4 in the full run but only step 4 after the resume
+    # (the Trainer's own loss interval restarts at the checkpoint); the others must agree.
+    for step in (2, 6, 8):
+        assert lb[step] == pytest.approx(la[step], rel=1e-5)
+
+
+def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_path):
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                 "--max_train_samples", "8", "--max_eval_samples", "8")
+    _run(argv)
+    stamp = (out / "results.json").stat().st_mtime_ns
+    assert _run(argv).status == "finished"
+    assert (out / "results.json").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="finished run with other settings.*learning_rate"):
+        _run([*argv, "--learning_rate", "5e-4"])
+    assert _run([*argv, "--overwrite"]).status == "trained"
+    assert (out / "results.json").stat().st_mtime_ns != stamp
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--task", "nope"], "unknown task"),
+        (["--task", "sst2", "--regularizer", "istar", "bogus"], "unknown regularizer"),
+        (["--task", "rte"], "RTE dev split not found"),
+        (["--task", "sst2", "--model", "/nonexistent/model"], "does not exist"),
+        (["--task", "sst2", "--zeta", "1.5"], "zeta"),
+        (["--task", "sst2", "--split_dev_for_training", "1.0"], "fraction"),
+        (["--task", "sst2", "--istar_layers", "x,y"], "istar_layers"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_work(
+    tiny_model_dir, glue_dir, tmp_path, capsys, extra, message
+):
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, *extra)
+    if "--model" in extra:
+        argv[1] = extra[extra.index("--model") + 1]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unloadable_model_names_the_way_out(glue_dir, tmp_path, capsys):
+    bad = tmp_path / "broken_model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")
+    argv = _argv(bad, glue_dir, tmp_path / "run", "--task", "sst2")
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "could not load model" in err and "--data_dir" in err
+
+
+def test_output_dir_that_is_a_file_or_foreign_folder(tiny_model_dir, glue_dir, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert train_main(_argv(tiny_model_dir, glue_dir, afile, "--task", "sst2")) == 2
+    assert "not a directory" in capsys.readouterr().err
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert train_main(_argv(tiny_model_dir, glue_dir, foreign, "--task", "sst2",
+                            "--overwrite")) == 2
+    assert "holds no run" in capsys.readouterr().err
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_split_dev_for_training_is_disjoint_and_recorded(tiny_model_dir, glue_dir, tmp_path):
+    out = tmp_path / "run"
+    _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+               "--split_dev_for_training", "0.75"))
+    data = json.loads((out / "config.json").read_text())["data"]
+    assert (data["n_train"], data["n_eval"]) == (18, 6)
+    assert data["split_dev_for_training"] == 0.75 and data["train_file"] == data["eval_file"]
+    with (out / "eval_predictions.csv").open() as f:
+        eval_guids = {r["guid"] for r in csv.DictReader(f)}
+    assert len(eval_guids) == 6 and all(g.startswith("dev-") for g in eval_guids)
+
+
+def test_config_file_and_preset(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("task: cola\npreset: entropy\nlearning_rate: 1.0e-4\noutput_dir: x\n")
+    ours, targs = parse_train_args(["--config", str(cfg), "--num_train_epochs", "2"])
+    assert ours.regularizer == ["entropy"] and ours.entropy_window == 8
+    assert targs.learning_rate == 1e-4  # the file overrides the preset
+    assert targs.weight_decay == 5e-6  # CoLA row of the preset
+    assert targs.num_train_epochs == 2  # the flag overrides both
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"learning_rat": 1}))
+    with pytest.raises(ValueError, match="learning_rat"):
+        parse_train_args(["--config", str(bad), "--output_dir", "x"])
+
+
+def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys):
+    import argparse
+
+    from isotropy.cli.train import add_train_parser, run_train
+
+    parser = argparse.ArgumentParser(prog="isotropy")
+    add_train_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "bf16"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--bf16",
+                 "--regularizer", "istar", "--num_train_epochs", "1")
+    i = argv.index("--use_cpu")
+    args = parser.parse_args(["train", *argv[:i], *argv[i + 2:]])  # bf16 alone picks the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run_train(args) == 0
+    assert "accuracy:" in capsys.readouterr().out
+    settings = json.loads((out / "config.json").read_text())["settings"]["training"]
+    assert settings["bf16"] is True
+    if not torch.cuda.is_available():
+        assert settings["use_cpu"] is True
+    bad = parser.parse_args(["train", "--task", "sst2", "--output_dir", str(tmp_path / "x"),
+                             "--regularizer", "nope"])
+    assert run_train(bad) == 2
+    assert "unknown regularizer 'nope'" in capsys.readouterr().err
