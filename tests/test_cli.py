@@ -429,3 +429,11 @@ def test_module_help_runs() -> None:
         with pytest.raises(SystemExit) as info:
             main([cmd, "--help"])
         assert info.value.code == 0
+
+
+def test_train_subcommand_is_listed_and_dispatched(capsys):
+    from isotropy.cli.main import build_parser, main
+
+    assert "train" in build_parser().format_help()
+    assert main(["train", "--task", "no-such-task", "--output_dir", "unused"]) == 2
+    assert "unknown task 'no-such-task'" in capsys.readouterr().err

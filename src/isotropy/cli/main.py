@@ -265,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the results go: DIR/stability and DIR/measure "
                         "(default: %(default)s)")
     p.set_defaults(func=_run_demo, subparser=p)
+
+    # `isotropy train ...` is handed to isotropy.cli.train before this parser runs (its
+    # options are those of transformers.TrainingArguments, built only when asked for); the
+    # entry here lists it in `isotropy --help`.
+    sub.add_parser("train", add_help=False,
+                   help="fine-tune an encoder with a regularizer (`isotropy train --help`)")
     return parser
 
 
@@ -475,6 +481,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status 2 and one line ``isotropy: error: ...`` on stderr. A failure while computing (rare
     once the checks pass) prints the same one line and returns 1.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        from isotropy.cli.train import main as train_main
+
+        return train_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -217,7 +217,7 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
     With ``suppress_defaults`` a parsed namespace holds only the flags given, so a preset and
     a config file can fill in the rest (:func:`args_from_dict`).
     """
-    parser = HfArgumentParser((IsotropyArguments, TrainArguments))
+    parser = HfArgumentParser((IsotropyArguments, TrainArguments), prog="isotropy train")
     if suppress_defaults:
         for action in parser._actions:
             if action.dest != "help":
