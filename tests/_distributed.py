@@ -102,10 +102,13 @@ def _redirect_output(path: Path) -> None:
 def _rank_main(
     rank: int, worker: Callable[..., Any], args: tuple, world_size: int, out_dir: str
 ) -> None:
-    """One rank: join the group, run ``worker``, save its result; leave without finalizers.
+    """One rank: join the group, run ``worker``, save its result; leave without teardown.
 
-    The process ends with ``os._exit`` once its files are written and the group is destroyed,
-    so no interpreter teardown runs while gloo's threads may still release tensors.
+    ``destroy_process_group`` leaves gloo's native threads running (and, with a ``tcp://``
+    rendezvous, rank 0's TCPStore server thread). A normal exit then finalizes the interpreter
+    and the C++ statics under them, which now and then aborted a rank after its work was done
+    ("terminate called without an active exception"). So the process ends with ``os._exit``
+    once its files are written.
     """
     global _STEP_FILE
     out = Path(out_dir)
