@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from _distributed import run_on_ranks
+from _distributed import RunResults, guarded, require_gloo
 from _models import padding_mask, random_inputs
 
 from isotropy.losses.cosreg import CosRegLoss
@@ -26,6 +26,7 @@ WORLD = 2
 SIZES = (3, 5)  # unequal local batch sizes
 SEQ, DIM, N_STATES = 6, 5, 3  # hidden_states = (embeddings, layer 1, layer 2)
 N_TOKENS = 61  # odd: rank 0 contributes 31 rows, rank 1 30
+N_TOKENS_DDP = 41
 HAS_ENTROPY = importlib.util.find_spec("isotropy.losses.entropy") is not None
 
 
@@ -85,10 +86,44 @@ class ToyEncoder(torch.nn.Module):
         return SimpleNamespace(hidden_states=(e, torch.tanh(e) + 1.0, 2.0 * e))
 
 
+class BufferedEncoder(ToyEncoder):
+    """:class:`ToyEncoder` with a buffer: DDP's own forward would broadcast it every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+
+
 def shard_batches(rank: int) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(2)
     batches = [random_inputs(g, batch=3, seq=7, vocab_size=40, min_length=1) for _ in range(8)]
     return batches[rank::WORLD]
+
+
+def uneven_shard(rank: int) -> list[dict[str, torch.Tensor]]:
+    """Rank 0 reads one sentence per batch, rank 1 three: they need different batch counts."""
+    g = torch.Generator().manual_seed(3 + rank)
+    return [
+        random_inputs(g, batch=1 + 2 * rank, seq=7, vocab_size=40, min_length=1)
+        for _ in range(8)
+    ]
+
+
+def first_rows(model: torch.nn.Module, batches: list[dict], quota: int) -> list[np.ndarray]:
+    """The first ``quota`` rows by loops: tokens in reading order, layers 1 then 2 each."""
+    rows = []
+    for batch in batches:
+        hs = model(**batch).hidden_states
+        m = batch["attention_mask"]
+        for b in range(m.shape[0]):
+            for t in range(m.shape[1]):
+                if m[b, t]:
+                    rows.extend(hs[layer][b, t].detach().numpy() for layer in (1, 2))
+    return rows[:quota]
+
+
+def rank_quota(rank: int, n_tokens: int) -> int:
+    return n_tokens // WORLD + (1 if rank < n_tokens % WORLD else 0)
 
 
 def _worker(rank: int) -> dict:
@@ -97,18 +132,42 @@ def _worker(rank: int) -> dict:
     hi = lo + SIZES[rank]
     results = {}
     for name, make in loss_factories(c0).items():
-        loss, grads, pgrad = run_loss(make, [h[lo:hi] for h in hs], mask[lo:hi], labels[lo:hi], lin)
-        dist.all_reduce(pgrad)
-        results[name] = (loss, grads, pgrad / WORLD)
-    stats = collect_covariance(ToyEncoder(), shard_batches(rank), n_tokens=N_TOKENS)
-    results["shrinkage"] = (stats.count, stats.covariance())
+
+        def one_loss(make=make):
+            local = [h[lo:hi] for h in hs]
+            loss, grads, pgrad = run_loss(make, local, mask[lo:hi], labels[lo:hi], lin)
+            dist.all_reduce(pgrad)
+            return loss, grads, pgrad / WORLD
+
+        results[name] = guarded(name, one_loss)
+    results["shrinkage"] = guarded("shrinkage", _shrinkage, rank)
+    results["shrinkage_ddp"] = guarded("shrinkage under DDP", _shrinkage_ddp, rank)
     return results
+
+
+def _ddp_forward_called(module, args, kwargs):
+    raise AssertionError("collect_covariance ran the DistributedDataParallel wrapper's forward")
+
+
+def _shrinkage_ddp(rank: int) -> tuple[int, torch.Tensor, bool]:
+    """collect_covariance on a DDP-wrapped model in training mode, ranks reading unevenly."""
+    ddp = torch.nn.parallel.DistributedDataParallel(BufferedEncoder())
+    ddp.register_forward_pre_hook(_ddp_forward_called, with_kwargs=True)
+    ddp.train()
+    stats = collect_covariance(ddp, uneven_shard(rank), n_tokens=N_TOKENS_DDP)
+    return stats.count, stats.covariance(), ddp.module.training
+
+
+def _shrinkage(rank: int) -> tuple[int, torch.Tensor]:
+    stats = collect_covariance(ToyEncoder(), shard_batches(rank), n_tokens=N_TOKENS)
+    return stats.count, stats.covariance()
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
+    require_gloo()
     out = tmp_path_factory.mktemp("ddp")
-    return run_on_ranks(_worker, world_size=WORLD, out_dir=out, timeout=100)
+    return RunResults.run(_worker, world_size=WORLD, out_dir=out, timeout=150)
 
 
 @pytest.mark.filterwarnings("ignore:IStarLoss has no shrinkage matrix")
@@ -117,7 +176,7 @@ def test_loss_and_gradients_match_one_process(ranks, name):
     hs, mask, labels, c0, lin = global_data()
     loss, grads, pgrad = run_loss(loss_factories(c0)[name], hs, mask, labels, lin)
     for rank in range(WORLD):
-        r_loss, r_grads, r_pgrad = ranks[rank][name]
+        r_loss, r_grads, r_pgrad = ranks.value(rank, name)
         lo = sum(SIZES[:rank])
         hi = lo + SIZES[rank]
         assert r_loss == pytest.approx(loss, rel=1e-10, abs=1e-12)
@@ -130,18 +189,31 @@ def test_shrinkage_uses_exactly_n_tokens_rows_over_both_ranks(ranks):
     model = ToyEncoder()
     rows = []
     for rank in range(WORLD):
-        quota = N_TOKENS // WORLD + (1 if rank < N_TOKENS % WORLD else 0)
-        mine = []
-        for batch in shard_batches(rank):
-            hs = model(**batch).hidden_states
-            m = batch["attention_mask"]
-            for b in range(m.shape[0]):
-                for t in range(m.shape[1]):
-                    if m[b, t]:
-                        mine.extend(hs[layer][b, t].detach().numpy() for layer in (1, 2))
-        rows.extend(mine[:quota])
+        rows.extend(first_rows(model, shard_batches(rank), rank_quota(rank, N_TOKENS)))
     expected = np.cov(np.array(rows).T)
     for rank in range(WORLD):
-        count, cov = ranks[rank]["shrinkage"]
+        count, cov = ranks.value(rank, "shrinkage")
         assert count == N_TOKENS
         np.testing.assert_allclose(cov.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_shrinkage_of_a_ddp_wrapped_model(ranks):
+    """The DDP wrapper is bypassed (its forward, which syncs buffers, never runs), the mode is
+    restored, and Sigma_S is np.cov of the rows collected independently on each shard."""
+    model = BufferedEncoder()
+    rows = []
+    for rank in range(WORLD):
+        rows.extend(first_rows(model, uneven_shard(rank), rank_quota(rank, N_TOKENS_DDP)))
+    assert len(rows) == N_TOKENS_DDP
+    expected = np.cov(np.array(rows).T)
+    for rank in range(WORLD):
+        count, cov, training = ranks.value(rank, "shrinkage_ddp")
+        assert count == N_TOKENS_DDP
+        assert training
+        np.testing.assert_allclose(cov.numpy(), expected, rtol=1e-10, atol=1e-12)
+    # the ranks need different numbers of batches (forward passes) for their quotas
+    needed = [
+        min(k for k in range(1, 9) if len(first_rows(model, uneven_shard(r)[:k], 10**6)) >= q)
+        for r, q in ((r, rank_quota(r, N_TOKENS_DDP)) for r in range(WORLD))
+    ]
+    assert needed[0] != needed[1]

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _distributed import require_gloo, run_on_ranks
+from _distributed import RunResults, guarded, require_gloo
 
 from isotropy.covariance import CovarianceStats
 from isotropy.isoscore import isoscore_star
@@ -71,51 +71,67 @@ def _local(case: dict, rank: int) -> slice:
     return slice(start, start + case["sizes"][rank])
 
 
-def _worker(rank: int, payload: dict) -> dict:
-    out: dict = {}
-    for name, case in payload.items():
-        sl = _local(case, rank)
-        zeta, s = case["zeta"], case["s"]
-        # the score of the global batch and the local rows' gradient
-        x = case["x"][sl].clone().requires_grad_(True)
-        value = isoscore_star(x, zeta, s, sync_dist=True)
-        value.backward()
-        # a shared linear layer under DDP: averaged parameter gradients
-        lin = torch.nn.Linear(D_IN, x.shape[1], dtype=F64)
-        with torch.no_grad():
-            lin.weight.copy_(case["w"])
-            lin.bias.copy_(case["b"])
-        ddp = torch.nn.parallel.DistributedDataParallel(lin)
-        isoscore_star(ddp(case["x_in"][sl]), zeta, s, sync_dist=True).backward()
-        # statistics and the metric
-        stats = CovarianceStats.from_batch(case["x"][sl]).all_reduce()
-        metric = IsoScoreMetric(zeta, s, dim=x.shape[1])
-        for chunk in torch.split(case["x"][sl], 4):
-            metric.update(chunk)
-        global_value = float(metric.compute(sync_dist=True))
-        metric.sync()
-        synced_count, synced_value = metric.stats.count, float(metric.compute())
-        metric.unsync()
-        out[name] = {
-            "value": float(value.detach()),
-            "grad": x.grad.clone(),
-            "w_grad": lin.weight.grad.clone(),
-            "b_grad": lin.bias.grad.clone(),
-            "stats": (stats.count, stats.mean, stats.covariance()),
-            "metric": (global_value, synced_count, synced_value, metric.stats.count),
-        }
-    # bad input on one rank: every rank raises, none hangs
+def _score(case: dict, rank: int) -> dict:
+    """The score of the global batch and the gradient of this rank's rows."""
+    x = case["x"][_local(case, rank)].clone().requires_grad_(True)
+    value = isoscore_star(x, case["zeta"], case["s"], sync_dist=True)
+    value.backward()
+    return {"value": float(value.detach()), "grad": x.grad.clone()}
+
+
+def _ddp(case: dict, rank: int) -> dict:
+    """A shared linear layer under DDP: the averaged parameter gradients."""
+    lin = torch.nn.Linear(D_IN, case["w"].shape[0], dtype=F64)
+    with torch.no_grad():
+        lin.weight.copy_(case["w"])
+        lin.bias.copy_(case["b"])
+    ddp = torch.nn.parallel.DistributedDataParallel(lin)
+    x_in = case["x_in"][_local(case, rank)]
+    isoscore_star(ddp(x_in), case["zeta"], case["s"], sync_dist=True).backward()
+    return {"w_grad": lin.weight.grad.clone(), "b_grad": lin.bias.grad.clone()}
+
+
+def _stats(case: dict, rank: int) -> tuple:
+    stats = CovarianceStats.from_batch(case["x"][_local(case, rank)]).all_reduce()
+    return stats.count, stats.mean, stats.covariance()
+
+
+def _metric(case: dict, rank: int) -> dict:
+    """The streaming metric: global score, then synced state (also computed with sync_dist)."""
+    metric = IsoScoreMetric(case["zeta"], case["s"], dim=case["x"].shape[1])
+    for chunk in torch.split(case["x"][_local(case, rank)], 4):
+        metric.update(chunk)
+    global_value = float(metric.compute(sync_dist=True))
+    metric.sync()
+    synced = (metric.stats.count, float(metric.compute()), float(metric.compute(sync_dist=True)))
+    metric.unsync()
+    return {"global": global_value, "synced": synced, "local_count": metric.stats.count}
+
+
+def _bad_input(rank: int) -> list[str]:
+    """NaN on rank 1, then one row in all: every rank raises, none hangs."""
     errors = []
     bad = torch.randn(5, 3, dtype=F64)
     if rank == 1:
         bad[2, 1] = float("nan")
-    for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):  # NaN on rank 1; one row in all
+    for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):
         try:
             isoscore_star(x, 0.2, sync_dist=True)
             errors.append("")
         except ValueError as err:
             errors.append(str(err))
-    out["errors"] = errors
+    return errors
+
+
+PARTS = {"score": _score, "ddp": _ddp, "stats": _stats, "metric": _metric}
+
+
+def _worker(rank: int, payload: dict) -> dict:
+    out: dict = {
+        name: {part: guarded(f"{name}/{part}", fn, case, rank) for part, fn in PARTS.items()}
+        for name, case in payload.items()
+    }
+    out["errors"] = guarded("bad input", _bad_input, rank)
     return out
 
 
@@ -124,8 +140,7 @@ def ranks(tmp_path_factory):
     require_gloo()
     outdir = tmp_path_factory.mktemp("ddp")
     payload = make_payload()
-    results = run_on_ranks(_worker, payload, world_size=WORLD, out_dir=outdir)
-    return payload, results
+    return payload, RunResults.run(_worker, payload, world_size=WORLD, out_dir=outdir)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -135,8 +150,8 @@ def test_global_score_and_gradient_convention(ranks, name):
     x = case["x"].clone().requires_grad_(True)
     expected = eig_route(x, case["zeta"], case["s"])
     expected.backward()
-    for rank, res in enumerate(results):
-        r = res[name]
+    for rank in range(WORLD):
+        r = results.value(rank, name, "score")
         assert r["value"] == pytest.approx(float(expected.detach()), abs=1e-10)
         # each rank's local-row gradient = world_size x the single-process gradient there
         want = WORLD * x.grad[_local(case, rank)]
@@ -151,9 +166,10 @@ def test_ddp_parameter_gradient_equals_single_process(ranks, name):
     w = case["w"].clone().requires_grad_(True)
     b = case["b"].clone().requires_grad_(True)
     eig_route(case["x_in"] @ w.T + b, case["zeta"], case["s"]).backward()
-    for res in results:
-        assert torch.allclose(res[name]["w_grad"], w.grad, rtol=1e-8, atol=1e-12)
-        assert torch.allclose(res[name]["b_grad"], b.grad, rtol=1e-8, atol=1e-12)
+    for rank in range(WORLD):
+        r = results.value(rank, name, "ddp")
+        assert torch.allclose(r["w_grad"], w.grad, rtol=1e-8, atol=1e-12)
+        assert torch.allclose(r["b_grad"], b.grad, rtol=1e-8, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -162,22 +178,25 @@ def test_all_reduced_statistics_and_metric(ranks, name):
     case = payload[name]
     x = case["x"].numpy()
     expected = float(eig_route(case["x"], case["zeta"], case["s"]))
-    for rank, res in enumerate(results):
-        count, mean, cov = res[name]["stats"]
+    for rank in range(WORLD):
+        count, mean, cov = results.value(rank, name, "stats")
         assert count == x.shape[0]
         np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(cov.numpy(), np.cov(x, rowvar=False), rtol=1e-12, atol=1e-12)
-        global_value, synced_count, synced_value, local_count = res[name]["metric"]
-        assert global_value == pytest.approx(expected, abs=1e-10)
+        m = results.value(rank, name, "metric")
+        synced_count, synced_value, synced_value_sync_dist = m["synced"]
+        assert m["global"] == pytest.approx(expected, abs=1e-10)
         assert synced_count == x.shape[0]
         assert synced_value == pytest.approx(expected, abs=1e-10)
-        assert local_count == case["sizes"][rank]
+        # synced state + sync_dist: the rows are not all-reduced a second time
+        assert synced_value_sync_dist == pytest.approx(expected, abs=1e-10)
+        assert m["local_count"] == case["sizes"][rank]
 
 
 def test_bad_input_on_one_rank_raises_everywhere(ranks):
     _, results = ranks
-    nan0, few0 = results[0]["errors"]
-    nan1, few1 = results[1]["errors"]
+    nan0, few0 = results.value(0, "errors")
+    nan1, few1 = results.value(1, "errors")
     assert "another rank" in nan0
     assert "X contains 1 NaN or infinite value(s)" in nan1
     assert "at least 2 points, got 1" in few0 and "at least 2 points, got 1" in few1

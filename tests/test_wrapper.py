@@ -218,3 +218,90 @@ def test_trainer_runs_with_the_wrapper_and_the_refresh_callback(tmp_path):
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
+
+
+def entropy_loss_by_label(pooled: torch.Tensor, labels: torch.Tensor | None) -> float:
+    """-sum over label groups of the persistent entropy of the group's H0 bars (all bars).
+
+    Independent route: the bars are the edge lengths of scipy's Euclidean minimum spanning
+    tree, and H = -sum p log p with p = bar / sum(bars).
+    """
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import pdist, squareform
+
+    x = pooled.detach().double().numpy()
+    keys = np.zeros(len(x), dtype=int) if labels is None else labels.numpy()
+    total = 0.0
+    for g in np.unique(keys):
+        bars = minimum_spanning_tree(squareform(pdist(x[keys == g]))).data
+        p = bars / bars.sum()
+        total -= float(-(p * np.log(p)).sum())
+    return total
+
+
+def labelled_batch(seed: int = 7) -> dict[str, torch.Tensor]:
+    """12 sentences, three classes of four (every class group is scored)."""
+    batch = make_batch(batch=12, seed=seed)
+    return {**batch, "labels": torch.tensor([0, 1, 2] * 4)}
+
+
+def three_class_model() -> BertForSequenceClassification:
+    return tiny_bert(
+        BertForSequenceClassification,
+        vocab_size=60,
+        seed=8,
+        num_labels=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+
+
+def test_persistent_entropy_is_grouped_by_the_labels_given_to_the_wrapper():
+    from isotropy.losses.entropy import PersistentEntropyLoss
+
+    model = three_class_model()
+    batch = labelled_batch()
+    wrapped = RegularizedModel(
+        model, {"entropy": PersistentEntropyLoss(weight=1.0, select_features=False)}
+    )
+    out = wrapped(**batch)
+    with torch.no_grad():
+        cls = model(**batch, output_hidden_states=True).hidden_states[-1][:, 0]
+    by_label = entropy_loss_by_label(cls, batch["labels"])
+    one_group = entropy_loss_by_label(cls, None)
+    assert abs(by_label - one_group) > 0.5  # the check can tell the two groupings apart
+    assert out.regularizer_logs["entropy/n_groups"] == 3.0
+    assert float(out.regularizer_losses["entropy"].detach()) == pytest.approx(by_label, rel=1e-5)
+
+
+def test_trainer_trains_the_label_grouped_persistent_entropy(tmp_path):
+    from isotropy.losses.entropy import PersistentEntropyLoss
+
+    batch = labelled_batch(seed=9)
+    with torch.no_grad():
+        plain = three_class_model()(**batch, output_hidden_states=True)
+    cls = plain.hidden_states[-1][:, 0]
+    expected = float(plain.loss) + entropy_loss_by_label(cls, batch["labels"])
+
+    wrapped = RegularizedModel(
+        three_class_model(), {"entropy": PersistentEntropyLoss(weight=1.0, select_features=False)}
+    )
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(12)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=12,  # one step over the whole batch (in shuffled order)
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(model=wrapped, args=args, train_dataset=_ListDataset(rows))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(pin_memory|torch.cuda|accelerator).*")
+        trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert wrapped.last_logs["entropy/n_groups"] == 3.0
+    assert logged == [pytest.approx(expected, rel=1e-5)]
