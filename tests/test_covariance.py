@@ -146,9 +146,16 @@ def test_non_finite_rows_raise(bad):
     assert CovarianceStats.from_batch(x, mask).count == 47
 
 
-def test_overflow_raises():
-    with pytest.raises(ValueError, match="too large for torch.float32"):
-        CovarianceStats.from_batch(torch.randn(5, 2) * 1e30)
+def test_float32_values_whose_squares_overflow_float32():
+    x = torch.randn(5, 2, generator=torch.Generator().manual_seed(0)) * 1e30
+    ref = np.cov(x.double().numpy(), rowvar=False)
+    got = CovarianceStats.from_batch(x).covariance().numpy()
+    assert np.allclose(got, ref, rtol=1e-5, atol=0)
+
+
+def test_float64_co_moment_overflow_raises():
+    with pytest.raises(ValueError, match="too large for float64 statistics"):
+        CovarianceStats.from_batch(torch.randn(5, 2, dtype=torch.float64) * 1e200)
 
 
 def test_bad_shapes():
