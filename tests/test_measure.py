@@ -144,7 +144,7 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
         assert row["n_sampled"] == x.shape[0]
         assert row["log_partition"] == pytest.approx(
             float(partition_score(x, log=True)), rel=1e-3, abs=1e-4)
-        assert row["twonn"] == pytest.approx(twonn(torch.unique(x, dim=0)), rel=1e-3)
+        assert row["twonn"] == pytest.approx(float(twonn(torch.unique(x, dim=0))), rel=1e-3)
     for layer in (1, 2):
         row = result.row(layer, "cls")
         assert row["isoscore"] == pytest.approx(float(isoscore(cls[layer].double())), rel=1e-4)

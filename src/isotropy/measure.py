@@ -299,7 +299,7 @@ def _distinct(x: torch.Tensor) -> torch.Tensor:
 def _twonn(x: torch.Tensor) -> float:
     from isotropy.twonn import twonn
 
-    return twonn(_distinct(x))
+    return float(twonn(_distinct(x)))
 
 
 def _token_row(
