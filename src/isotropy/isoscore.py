@@ -403,7 +403,7 @@ def _isoscore_star(
     x = scale_pow2(x, -e)
     if s is not None:
         s = scale_pow2(s, -2 * e).to(x.dtype)
-    eye = math.ldexp(1.0, -2 * e)
+    eye = math.ldexp(1.0, -2 * e) if z > 0.0 else 0.0  # <= 1/4: e >= 1 when z > 0
     m = math.ldexp(m, -e) if math.isfinite(m) else m
     return _IsoScoreStarFunction.apply(x, s, z, eye, m, process_group, sync, kind)
 
