@@ -438,3 +438,18 @@ def test_selection_invariants(bars: np.ndarray, k: int) -> None:
 def test_selection_bad_input(bad: list, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         prominent_features(torch.tensor(bad))
+
+
+# --------------------------------------------------------------------------- double backward
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_double_backward_matches_finite_differences(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(7, 3, dtype=torch.float64, generator=g).requires_grad_(True)
+    assert torch.autograd.gradgradcheck(lambda t: h0_barcode(t), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: persistent_entropy(h0_barcode(t)), (x,))
+    bars = torch.rand(6, dtype=torch.float64, generator=g).add_(0.1).requires_grad_(True)
+    assert torch.autograd.gradgradcheck(persistent_entropy, (bars,))
+    big = (bars.detach() * 1e300).requires_grad_(True)  # scaled internally: still exact
+    (gb,) = torch.autograd.grad(persistent_entropy(big), big, create_graph=True)
+    (g1,) = torch.autograd.grad(persistent_entropy(bars), bars, create_graph=True)
+    assert torch.allclose(gb * 1e300, g1, rtol=1e-12, atol=0)
