@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 _SYM_RTOL = 1e-5
+_FRO_SAFE_LO = 2.0**-600  # below this, squares of entries may have lost precision
 _PROBES: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
 
@@ -115,18 +116,26 @@ def _trace_and_frobenius(
     c: ArrayLike, *, name: str, psd: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     r"""Validated :math:`\operatorname{tr}C` and :math:`\lVert C\rVert_F^2` in float64
-    (differentiable in ``c``) of ``c`` times :math:`2^{-2e}`, a power of two that brings its
-    largest entry near 1 (the ratio :math:`(\operatorname{tr}C)^2/\lVert C\rVert_F^2` is scale
-    free), and the dimension ``d``. ``psd``: also check positive semi-definiteness."""
+    (differentiable in ``c``), and the dimension ``d``. When the squares overflow or may have
+    underflowed (:math:`\lVert C\rVert_F^2 < 2^{-600}`), both are those of ``c`` times
+    :math:`2^{-e}`, a power of two that brings its largest entry near 1: the ratio
+    :math:`(\operatorname{tr}C)^2/\lVert C\rVert_F^2` is scale free. ``psd``: also check
+    positive semi-definiteness."""
     t = _square_matrix(c, name=name)
-    m = max_abs(t)
-    if not math.isfinite(m):
-        check_finite(t, name=name)
-    e = rescale_exponent(m, torch.float64)
-    c64 = scale_pow2(t.to(torch.float64), -e)
+    e = 0
+    c64 = t.to(torch.float64)
     flat = c64.reshape(-1)
     tr, fro = torch.trace(c64), torch.dot(flat, flat)
     fro_f, tr_f = float(fro.detach()), float(tr.detach())
+    if not _FRO_SAFE_LO <= fro_f < math.inf:  # squares overflowed or (may have) underflowed
+        m = max_abs(t)
+        if not math.isfinite(m):
+            check_finite(t, name=name)
+        e = pow2_exponent(m)
+        c64 = scale_pow2(c64, -e)
+        flat = c64.reshape(-1)
+        tr, fro = torch.trace(c64), torch.dot(flat, flat)
+        fro_f, tr_f = float(fro.detach()), float(tr.detach())
     # the symmetry probe reads the input itself where it can (half the bytes for float32)
     probed = t if e == 0 and t.dtype in (torch.float32, torch.float64) else c64
     _check_covariance_values(probed.detach(), fro_f, name=name, source_dtype=t.dtype)
