@@ -183,3 +183,17 @@ def test_numpy_integer_n_pairs() -> None:
     x = _cloud(10, 3, seed=9)
     a = avg_cosine_similarity(x, n_pairs=np.int64(50), seed=2)
     assert float(a) == float(avg_cosine_similarity(x, n_pairs=50, seed=2))
+
+
+def test_rows_of_extreme_and_mixed_norms() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 5, dtype=torch.float64, generator=g)
+    u = x / x.norm(dim=1, keepdim=True)
+    want = float(((u @ u.T).sum() - 8) / (8 * 7))
+    factors = torch.tensor(
+        [1e-300, 1e300, 1e-160, 1e160, 1.0, 3e-308, 1e307, 2.0], dtype=torch.float64
+    )
+    y = (x * factors.unsqueeze(1)).requires_grad_(True)
+    assert float(avg_cosine_similarity(y).detach()) == pytest.approx(want, rel=1e-12)
+    avg_cosine_similarity(y).backward()
+    assert bool(torch.isfinite(y.grad).all())

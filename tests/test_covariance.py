@@ -146,9 +146,16 @@ def test_non_finite_rows_raise(bad):
     assert CovarianceStats.from_batch(x, mask).count == 47
 
 
-def test_overflow_raises():
-    with pytest.raises(ValueError, match="too large for torch.float32"):
-        CovarianceStats.from_batch(torch.randn(5, 2) * 1e30)
+def test_float32_values_whose_squares_overflow_float32():
+    x = torch.randn(5, 2, generator=torch.Generator().manual_seed(0)) * 1e30
+    ref = np.cov(x.double().numpy(), rowvar=False)
+    got = CovarianceStats.from_batch(x).covariance().numpy()
+    assert np.allclose(got, ref, rtol=1e-5, atol=0)
+
+
+def test_float64_co_moment_overflow_raises():
+    with pytest.raises(ValueError, match="too large for float64 statistics"):
+        CovarianceStats.from_batch(torch.randn(5, 2, dtype=torch.float64) * 1e200)
 
 
 def test_bad_shapes():
@@ -166,3 +173,23 @@ def test_all_reduce_without_distributed_is_a_copy():
     r = s.all_reduce()
     r.comoment.add_(1.0)
     assert_matches(s, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_rows_give_exactly_zero_comoment(dtype: torch.dtype) -> None:
+    x = torch.full((7, 5), 0.1, dtype=dtype)
+    s = CovarianceStats.from_batch(x).merge(CovarianceStats.from_batch(x[:3]))
+    assert torch.equal(s.comoment, torch.zeros(5, 5, dtype=torch.float64))
+    assert torch.equal(s.mean, x[0].double())
+    from isotropy.isoscore import isoscore_from_covariance
+
+    with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
+        isoscore_from_covariance(s.covariance())
+
+
+def test_constant_column_is_exact() -> None:
+    x = torch.randn(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x[:, 1] = 0.1
+    c = CovarianceStats.from_batch(x).covariance()
+    assert torch.equal(c[1], torch.zeros(3, dtype=torch.float64))
+    assert np.allclose(c.numpy(), np.cov(x.numpy(), rowvar=False), rtol=1e-12, atol=1e-15)

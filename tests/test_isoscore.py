@@ -143,7 +143,7 @@ def test_participation_ratio_dimension_one():
     x.requires_grad_(True)
     participation_ratio(x).backward()
     assert torch.allclose(x.grad, torch.zeros_like(x), atol=1e-15)
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         participation_ratio(torch.ones(4, 1))
 
 
@@ -372,9 +372,9 @@ def test_bad_point_clouds():
         isoscore_star(torch.empty(0, 4))
     with pytest.raises(ValueError, match="1 point"):
         isoscore_star(torch.ones(1, 4))
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         isoscore(torch.ones(6, 4))
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         isoscore(torch.ones(2, 40))  # Gram route
     with pytest.raises(ValueError, match="must be 2-D"):
         isoscore(torch.arange(5.0))
@@ -396,10 +396,11 @@ def test_non_finite_points(n, d, bad, zeta):
         isoscore_star(x, zeta)
 
 
-def test_overflowing_float32_accumulation():
-    x = torch.randn(10, 3) * 1e30
-    with pytest.raises(ValueError, match="too large for torch.float32"):
-        isoscore(x)
+def test_float32_values_whose_squares_overflow_are_rescaled():
+    x = torch.randn(10, 3, generator=torch.Generator().manual_seed(0)) * 1e30
+    assert not bool(torch.isfinite(x.T @ x).all())  # the naive accumulation overflows
+    expected = float(eig_route(x.double() / 1e30, 0.0, None))
+    assert float(isoscore(x)) == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize("zeta", [-0.1, 1.5, float("nan"), float("inf")])
@@ -460,9 +461,9 @@ def test_bad_covariances():
         isoscore_from_covariance(torch.ones(3, 4))
     with pytest.raises(ValueError, match="dimension >= 2"):
         isoscore_from_covariance(torch.ones(1, 1))
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         isoscore_from_covariance(torch.zeros(3, 3))
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         participation_ratio_from_covariance(torch.zeros(3, 3))
     nan = torch.eye(3)
     nan[0, 2] = nan[2, 0] = float("nan")
@@ -470,3 +471,72 @@ def test_bad_covariances():
         isoscore_from_covariance(nan)
     with pytest.raises(ValueError, match="negative diagonal"):
         isoscore_from_covariance(torch.diag(torch.tensor([1.0, -1.0, 1.0])))
+
+
+# ----------------------------------------------------------------- identical points
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("n", "d"), [(7, 5), (3, 10)])  # covariance and Gram routes
+@pytest.mark.parametrize("value", [0.1, -1234.5678, 3e-7])
+def test_identical_rows_raise_zero_variance(dtype, n, d, value):
+    x = torch.full((n, d), value, dtype=dtype)
+    for f in (isoscore, participation_ratio, lambda t: isoscore_star(t, 0.0)):
+        with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
+            f(x)
+
+
+@pytest.mark.parametrize(("n", "d"), [(7, 5), (3, 10)])
+def test_identical_rows_with_shrinkage_score_the_shrinkage_alone(n, d):
+    s = torch.tensor(spd(d))
+    x = torch.full((n, d), 0.1, dtype=F64, requires_grad=True)
+    out = isoscore_star(x, 0.4, s)
+    assert float(out.detach()) == pytest.approx(float(isoscore_from_covariance(s)), rel=1e-12)
+    out.backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))  # Sigma_X = 0: X_c = 0 exactly
+
+
+def test_rows_that_differ_slightly_are_not_identical():
+    x = torch.full((7, 5), 0.1, dtype=F64)
+    x[0, 0] += 1e-13  # a spread far below the data's scale, far above its rounding
+    assert float(isoscore(x)) == pytest.approx(0.0, abs=1e-6)  # one direction: PR = 1
+
+
+# ----------------------------------------------------------------- positive semi-definiteness
+@pytest.mark.parametrize("f", [isoscore_from_covariance, participation_ratio_from_covariance])
+def test_covariance_that_is_not_psd(f):
+    msg = "not positive semi-definite: its smallest eigenvalue is -1 "
+    with pytest.raises(ValueError, match=msg):
+        f(torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError, match="smallest eigenvalue is -1e-200 "):
+        f(torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=F64) * 1e-200)
+
+
+def test_shrinkage_that_is_not_psd():
+    bad = 2 * torch.ones(6, 6) - torch.eye(6)  # eigenvalues 11 and -1 (five times)
+    x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="shrinkage is not positive semi-definite: its smallest "
+                       "eigenvalue is -1 "):
+        isoscore_star(x, 0.5, bad)
+
+
+def _with_smallest_eigenvalue(ratio: float, d: int = 5) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(d, d, dtype=F64, generator=torch.Generator().manual_seed(1)))
+    lam = torch.linspace(1.0, 0.1, d, dtype=F64)
+    lam[-1] = ratio
+    c = q @ torch.diag(lam) @ q.T
+    return (c + c.T) / 2
+
+
+def test_psd_tolerance_is_relative_to_the_largest_eigenvalue():
+    for scale in (1e-150, 1.0, 1e150):
+        isoscore_from_covariance(_with_smallest_eigenvalue(-1e-7) * scale)  # rounding: accepted
+        with pytest.raises(ValueError, match="smallest eigenvalue"):
+            isoscore_from_covariance(_with_smallest_eigenvalue(-1e-2) * scale)
+
+
+def test_a_shrinkage_modified_in_place_is_checked_again():
+    x = torch.randn(20, 4, generator=torch.Generator().manual_seed(2))
+    s = torch.eye(4)
+    isoscore_star(x, 0.5, s)
+    s[0, 1] = s[1, 0] = 2.0  # in place: the earlier check no longer holds
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        isoscore_star(x, 0.5, s)

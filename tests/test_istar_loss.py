@@ -327,3 +327,28 @@ def test_no_mask_warning_when_mask_given():
         loss(hs, mask)
         loss(hs, attention_mask=mask)
     assert _mask_warnings(record) == []
+
+
+def test_set_shrinkage_refuses_a_matrix_that_is_not_psd():
+    loss = IStarLoss(tuning=1.0, zeta=0.5, shrinkage=torch.eye(6))
+    with pytest.raises(ValueError, match="smallest eigenvalue is -1 "):
+        loss.set_shrinkage(2 * torch.ones(6, 6) - torch.eye(6))
+    assert torch.equal(loss.shrinkage, torch.eye(6))  # the previous matrix is kept
+
+
+def test_forward_does_not_repeat_the_psd_check(monkeypatch):
+    import sys
+
+    module = sys.modules["isotropy.isoscore"]
+    g = torch.Generator().manual_seed(0)
+    loss = IStarLoss(tuning=1.0, zeta=0.5, shrinkage=torch.eye(8))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("positive semi-definiteness checked again")
+
+    monkeypatch.setattr(module, "check_psd", refuse)
+    h = torch.randn(2, 5, 8, generator=g)
+    for _ in range(3):
+        loss((h, h), attention_mask=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(AssertionError, match="checked again"):  # the public function does
+        module.isoscore_star(h.reshape(-1, 8), 0.5, loss.shrinkage)

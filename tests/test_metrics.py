@@ -180,7 +180,7 @@ def test_bad_input():
         m.update(torch.tensor([[0.0, float("nan"), 1.0]]))
     z = IsoScoreMetric()
     z.update(torch.ones(5, 3))
-    with pytest.raises(ValueError, match="zero total variance"):
+    with pytest.raises(ValueError, match="zero variance"):
         z.compute()
     one = IsoScoreMetric()
     one.update(torch.randn(5, 1))
@@ -190,3 +190,20 @@ def test_bad_input():
         isoscore_star_compute(isoscore_star_update(torch.randn(5, 3)), 0.5, np.eye(4))
     with pytest.raises(TypeError, match="must be a CovarianceStats"):
         isoscore_star_compute(torch.randn(5, 3))  # type: ignore[arg-type]
+
+
+def test_identical_rows_over_batches_raise_zero_variance():
+    m = IsoScoreMetric()
+    for _ in range(3):
+        m.update(torch.full((4, 5), 0.1))
+    with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
+        m.compute()
+
+
+def test_shrinkage_that_is_not_psd_is_refused_where_it_enters():
+    bad = 2 * torch.ones(6, 6) - torch.eye(6)  # eigenvalues 11 and -1
+    with pytest.raises(ValueError, match="smallest eigenvalue is -1 "):
+        IsoScoreMetric(zeta=0.5, shrinkage=bad)
+    stats = isoscore_star_update(torch.randn(10, 6))
+    with pytest.raises(ValueError, match="smallest eigenvalue is -1 "):
+        isoscore_star_compute(stats, 0.5, bad)

@@ -131,3 +131,20 @@ def test_in_unit_interval(n: int, d: int, seed: int, log_scale: float) -> None:
     assert 0.0 <= score <= 1.0
     assert score == pytest.approx(math.exp(log_score), rel=1e-12, abs=1e-300)
     assert log_score == pytest.approx(_log_reference(x), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize(("n", "d"), [(1, 4), (2, 5), (3, 7), (5, 12), (8, 9)])
+def test_wide_clouds_match_the_eigenvector_route(n: int, d: int) -> None:
+    # d > n: thin SVD plus the null space (Z = n) against all d eigenvectors of X^T X
+    x = _cloud(n, d, seed=10 * n + d)
+    assert float(partition_score(x, log=True)) == pytest.approx(_log_reference(x), rel=1e-9)
+
+
+def test_very_wide_cloud_never_forms_the_d_by_d_matrix() -> None:
+    # X^T X would take 320 GB here; the thin SVD works on the 3 x 200000 cloud itself
+    x = torch.randn(3, 200_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    u, s, vh = np.linalg.svd(x.numpy(), full_matrices=False)
+    proj = x.numpy() @ np.concatenate([vh.T, -vh.T], axis=1)
+    log_z = np.append(logsumexp(proj, axis=0), math.log(3))  # the null space: Z = n
+    want = float(log_z.min() - log_z.max())
+    assert float(partition_score(x, log=True)) == pytest.approx(want, rel=1e-9)

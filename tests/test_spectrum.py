@@ -134,3 +134,11 @@ def test_numpy_integer_k() -> None:
     np.testing.assert_allclose(
         anisotropy_spectrum(x, np.int64(2)).numpy(), _svd_scores(x, False)[:2], rtol=1e-8
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_rows_with_a_rounded_mean_raise(dtype: torch.dtype) -> None:
+    x = torch.full((7, 5), 0.1, dtype=dtype)
+    with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
+        anisotropy_spectrum(x, center=True)
+    assert anisotropy_spectrum(x)[0] == pytest.approx(1.0)  # raw: one direction

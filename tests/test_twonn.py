@@ -204,7 +204,7 @@ def test_bad_options() -> None:
 
 
 def test_all_duplicates_and_grid_raise() -> None:
-    with pytest.warns(UserWarning), pytest.raises(ValueError, match="at least 2"):
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="all points identical"):
         twonn(np.ones((10, 3)))
     grid = np.stack([np.arange(100.0), np.zeros(100)], axis=1)  # r2 == r1 except at the ends
     with pytest.raises(ValueError, match="equals 1"):
@@ -217,7 +217,18 @@ def test_not_differentiable_input_accepted() -> None:
     x = torch.as_tensor(_subspace_data(100, 2, 4, seed=11)).requires_grad_(True)
     r1, _ = two_nearest_distances(x)
     assert not r1.requires_grad
-    assert isinstance(twonn(x), float)
+    out = twonn(x)
+    assert isinstance(out, torch.Tensor) and out.ndim == 0 and not out.requires_grad
+    assert out.dtype == torch.float64
+    assert twonn(x.float()).dtype == torch.float32
+
+
+def test_warning_points_at_the_caller() -> None:
+    x = _subspace_data(50, 2, 3, seed=12)
+    x = np.concatenate([x, x[:5]])
+    with pytest.warns(UserWarning, match="duplicate") as record:
+        twonn(x)
+    assert record[0].filename == __file__
 
 
 @settings(max_examples=15, deadline=None)

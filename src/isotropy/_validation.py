@@ -7,6 +7,7 @@ an array of shape ``(n_points, dim)`` -- one row per point.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -104,13 +105,134 @@ def as_square_matrix(c: ArrayLike, *, name: str, dim: int | None = None) -> torc
 def as_covariance(
     c: ArrayLike, *, dim: int | None = None, name: str = "shrinkage", rtol: float = 1e-5
 ) -> torch.Tensor:
-    """Validate a covariance matrix: square, finite, symmetric, non-negative diagonal."""
+    """Validate a covariance matrix: square, finite, symmetric, non-negative diagonal and
+    positive semi-definite (:func:`check_psd`)."""
     t = as_square_matrix(c, name=name, dim=dim)
     check_finite(t, name=name)
     scale = float(t.abs().max()) if t.numel() else 0.0
     asym = float((t - t.T).abs().max()) if t.numel() else 0.0
-    if asym > rtol * max(scale, 1e-300):
+    if asym > rtol * scale:
         raise ValueError(f"{name} is not symmetric (max |C - C^T| = {asym:.3g})")
     if bool((torch.diagonal(t) < 0).any()):
         raise ValueError(f"{name} has a negative diagonal entry: not a covariance matrix")
+    check_psd(t, name=name)
     return t
+
+
+# ----------------------------------------------------------------------------- scale
+#
+# Every scale-invariant measurement multiplies its input by a power of two 2^-e chosen from
+# the largest absolute value before anything is squared. Such a product is exact (short of
+# leaving the normal range), so the result is the same number as without it wherever the
+# unscaled arithmetic neither overflows nor underflows; inputs whose largest value is within
+# 2^-W .. 2^W (W below) are therefore left as they are, which costs nothing.
+
+ZERO_VARIANCE = "zero variance (all points identical)"
+
+
+def max_abs(t: torch.Tensor) -> float:
+    r""":math:`\max|t|` as a Python float (0 for an empty tensor; NaN if ``t`` holds NaN)."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = torch.aminmax(t.detach())
+    return max(-float(lo), float(hi))
+
+
+def pow2_exponent(m: float) -> int:
+    r"""The ``e`` with :math:`m\,2^{-e} \in [1/2, 1)` (0 for 0, NaN or infinity)."""
+    if m == 0.0 or not math.isfinite(m):
+        return 0
+    return math.frexp(m)[1]
+
+
+def window(dtype: torch.dtype) -> int:
+    """Largest ``|e|`` left unscaled: 2^(4 e) is far inside the range of the accumulation."""
+    return 128 if dtype == torch.float64 else 16
+
+
+def rescale_exponent(m: float, dtype: torch.dtype) -> int:
+    """``e`` such that dividing by :math:`2^e` brings ``m`` into :math:`[1/2, 1)`, or 0 when
+    ``m`` is already in the window where squares and fourth powers are safe in ``dtype``."""
+    e = pow2_exponent(m)
+    return 0 if abs(e) <= window(dtype) else e
+
+
+def scale_pow2(t: torch.Tensor, k: int) -> torch.Tensor:
+    r""":math:`t\,2^{k}`, exactly (each factor applied is a normal number of ``t.dtype``)."""
+    if k == 0:
+        return t
+    step = 1000 if t.dtype == torch.float64 else 100
+    while k != 0:
+        part = max(-step, min(step, k))
+        t = t * math.ldexp(1.0, part)
+        k -= part
+    return t
+
+
+def pow2_tensor(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Exact :math:`2^{k}` for an integer tensor ``k`` of exponents in the normal range of
+    ``dtype`` (fp32 or fp64), built from the exponent bits."""
+    if dtype == torch.float64:
+        return ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
+    return ((k.to(torch.int32) + 127) << 23).view(torch.float32)
+
+
+def scale_rows_pow2(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``x`` with each row where ``rows`` is true multiplied by a power of two bringing its
+    largest absolute value into :math:`[1/2, 1)` (exact; zero rows stay zero)."""
+    m = x.detach()[rows].abs().amax(1)
+    k = -torch.frexp(m).exponent.to(torch.int64)
+    k[m == 0] = 0
+    lo = k // 2  # two factors, each a normal number even for subnormal or huge rows
+    f1 = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    f2 = f1.clone()
+    f1[rows] = pow2_tensor(lo, x.dtype)
+    f2[rows] = pow2_tensor(k - lo, x.dtype)
+    return x * f1.unsqueeze(1) * f2.unsqueeze(1)
+
+
+# ----------------------------------------------------------------------------- PSD
+_PSD_RTOL = 1e-4
+_PSD_CHECKED: list[tuple[weakref.ref, int]] = []
+
+
+def _psd_cached(t: torch.Tensor) -> bool:
+    return any(ref() is t and t._version == ver for ref, ver in _PSD_CHECKED)
+
+
+def _remember_psd(t: torch.Tensor) -> None:
+    _PSD_CHECKED[:] = [(r, v) for r, v in _PSD_CHECKED if r() is not None][-7:]
+    _PSD_CHECKED.append((weakref.ref(t), t._version))
+
+
+def check_psd(c: torch.Tensor, *, name: str, rtol: float = _PSD_RTOL) -> None:
+    r"""Raise ``ValueError`` unless the symmetric, finite ``c`` is positive semi-definite:
+    :math:`\lambda_{\min} \ge -	ext{rtol}\cdot\lambda_{\max}` (``rtol`` = 1e-4 absorbs the
+    rounding of a covariance accumulated in fp32).
+
+    A Cholesky factorisation of :math:`C + 	ext{rtol}\,\hat\lambda I` in fp64, with
+    :math:`\hat\lambda = \max(\max_i C_{ii}, \lVert C
+Vert_F/\sqrt d) \le \lambda_{\max}`,
+    proves the bound in :math:`d^3/3` flops; only when it fails are the eigenvalues computed.
+    A tensor that passed and has not been modified since (same object, same version) is not
+    checked again.
+    """
+    if c.shape[0] == 0 or _psd_cached(c):
+        return
+    with torch.no_grad():
+        c64 = c.detach().to(torch.float64)
+        e = pow2_exponent(max_abs(c64))
+        c64 = scale_pow2(c64, -e)
+        d = c64.shape[0]
+        lam = max(float(torch.diagonal(c64).max()), float(torch.linalg.norm(c64)) / math.sqrt(d))
+        shifted = c64 + torch.eye(d, dtype=c64.dtype, device=c64.device) * (rtol * lam)
+        if int(torch.linalg.cholesky_ex(shifted).info) != 0:
+            eig = torch.linalg.eigvalsh(c64)
+            lo, hi = float(eig[0]), float(eig[-1])
+            if lo < -rtol * max(hi, 0.0):
+                lo, hi = math.ldexp(lo, e), math.ldexp(hi, e)
+                raise ValueError(
+                    f"{name} is not positive semi-definite: its smallest eigenvalue is {lo:.6g} "
+                    f"(largest {hi:.6g}; allowed down to -{rtol:g} x largest)"
+                )
+    _remember_psd(c)

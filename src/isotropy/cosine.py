@@ -5,7 +5,9 @@ With unit rows :math:`\hat x_i = x_i/\lVert x_i\rVert` and :math:`s = \sum_i \ha
 .. math::  \sum_{i\ne j}\hat x_i^\top\hat x_j = \lVert s\rVert^2 - \sum_i\lVert\hat x_i\rVert^2,
 
 so every pairwise sum below costs :math:`O(nd)` instead of :math:`O(n^2 d)`. Both quantities
-are differentiable in ``X``. A row of norm zero has no direction, so it is an error.
+are differentiable in ``X`` and invariant to scaling rows (computed in fp64; a row whose
+squares would under- or overflow is first scaled by an exact power of two). A row of norm
+zero has no direction, so it is an error.
 Point clouds have shape ``(n_points, dim)``.
 """
 
@@ -15,15 +17,26 @@ import numbers
 
 import torch
 
-from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
+from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud, scale_rows_pow2
 
 __all__ = ["avg_cosine_similarity", "cosine_regularization_term"]
 
+_SAFE_NORM_LO, _SAFE_NORM_HI = 2.0**-480, 2.0**480
+
 
 def _unit_rows(x: torch.Tensor) -> torch.Tensor:
-    """Rows scaled to unit length in fp64; ``ValueError`` for a zero row."""
+    """Rows scaled to unit length in fp64; ``ValueError`` for a zero row.
+
+    A row whose norm is outside :math:`[2^{-480}, 2^{480}]` (its squares would lose precision
+    or overflow) is first multiplied by a power of two bringing its largest entry near 1,
+    which leaves its direction exactly as it is.
+    """
     x64 = x.to(torch.float64)
     norms = torch.linalg.vector_norm(x64, dim=1)
+    extreme = ~((norms >= _SAFE_NORM_LO) & (norms <= _SAFE_NORM_HI))
+    if bool(extreme.any()):
+        x64 = scale_rows_pow2(x64, extreme)
+        norms = torch.linalg.vector_norm(x64, dim=1)
     zero = norms == 0
     if bool(zero.any()):
         idx = torch.nonzero(zero).flatten()

@@ -8,11 +8,19 @@ Merging :math:`(n_a,\mu_a,M_a)` and :math:`(n_b,\mu_b,M_b)` with :math:`\delta =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from isotropy._validation import ArrayLike, as_tensor, check_finite
+from isotropy._validation import (
+    ArrayLike,
+    as_tensor,
+    check_finite,
+    max_abs,
+    rescale_exponent,
+    scale_pow2,
+)
 from isotropy.distributed import all_reduce_sum, is_distributed
 
 __all__ = ["CovarianceStats"]
@@ -35,11 +43,16 @@ def _rows(x: ArrayLike, mask: ArrayLike | None) -> torch.Tensor:
 
 @dataclass
 class CovarianceStats:
-    """Sufficient statistics of a covariance: ``count``, ``mean`` (d,), ``comoment`` (d, d).
+    r"""Sufficient statistics of a covariance: ``count``, ``mean`` (d,), ``comoment`` (d, d).
 
     Held in float64. Rows are accumulated in batches; each batch's centred co-moment is
-    computed with fp32 accumulation for fp32/fp16/bf16 input (fp64 for fp64 input) and merged
-    in fp64.
+    computed with fp32 accumulation for fp32/fp16/bf16 input (fp64 for fp64 input) on the rows
+    times a power of two :math:`2^{-e}` that brings the largest value near 1 (exact), then
+    converted to fp64, multiplied by :math:`2^{2e}` and merged in fp64. So the statistics of
+    :math:`sX` are :math:`s` and :math:`s^2` times those of :math:`X` for any fp32 input, and
+    for fp64 input wherever the co-moment is a normal fp64 number (:math:`|x|` within about
+    :math:`10^{\pm 150}`). The batch mean is taken relative to the batch's first row, so rows
+    that are all equal give a co-moment of exactly 0 (no residue of a rounded mean).
 
     >>> s = CovarianceStats.empty(2)
     >>> _ = s.update(torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
@@ -78,22 +91,23 @@ class CovarianceStats:
         if n == 0:
             return cls.empty(d, rows.device)
         acc = torch.float64 if rows.dtype == torch.float64 else torch.float32
-        with torch.no_grad():
-            r = rows.detach().to(acc)
-            mean = r.mean(0)
-            rc = r - mean
-            comoment = rc.T @ rc
-            # A NaN/inf in column j makes mean[j] or M[j, j] non-finite, and |M_ij| is bounded
-            # by sqrt(M_ii M_jj): an O(d) check instead of a pass over the rows.
-            finite = bool(torch.isfinite(mean).all()) and bool(
-                torch.isfinite(torch.diagonal(comoment)).all()
-            )
-        if not finite:
+        m = max_abs(rows)
+        if not math.isfinite(m):
             check_finite(rows, name="x")  # raises, with the count, for NaN / inf rows
+        with torch.no_grad():
+            e = rescale_exponent(m, acc)
+            r = scale_pow2(rows.detach().to(acc), -e)
+            # shifted by the first row: a constant column is exactly 0 after centring
+            y = r - r[0]
+            shift = y.mean(0)
+            y.sub_(shift)
+            comoment = scale_pow2((y.T @ y).double(), 2 * e)
+            mean = scale_pow2(r[0].double() + shift.double(), e)
+        if not bool(torch.isfinite(torch.diagonal(comoment)).all()):
             raise ValueError(
-                f"x is too large for {acc} accumulation (the co-moment overflows); rescale it"
+                "x is too large for float64 statistics (the co-moment overflows); rescale it"
             )
-        return cls(n, mean.double(), comoment.double())
+        return cls(n, mean, comoment)
 
     @property
     def dim(self) -> int:

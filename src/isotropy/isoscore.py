@@ -29,16 +29,24 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from isotropy._validation import (
+    ZERO_VARIANCE,
     ArrayLike,
     accumulation_dtype,
     as_point_cloud,
     as_square_matrix,
     as_tensor,
     check_finite,
+    check_psd,
     check_zeta,
+    max_abs,
+    pow2_exponent,
+    rescale_exponent,
+    scale_pow2,
+    window,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed, world_size
 
@@ -51,6 +59,7 @@ __all__ = [
 ]
 
 _SYM_RTOL = 1e-5
+_FRO_SAFE_LO = 2.0**-600  # below this, squares of entries may have lost precision
 _PROBES: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
 
@@ -103,38 +112,48 @@ def _check_covariance_values(
         )
 
 
-def _trace_and_frobenius(c: ArrayLike, *, name: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _trace_and_frobenius(
+    c: ArrayLike, *, name: str, psd: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     r"""Validated :math:`\operatorname{tr}C` and :math:`\lVert C\rVert_F^2` in float64
-    (differentiable in ``c``), and the dimension ``d``."""
+    (differentiable in ``c``), and the dimension ``d``. When the squares overflow or may have
+    underflowed (:math:`\lVert C\rVert_F^2 < 2^{-600}`), both are those of ``c`` times
+    :math:`2^{-e}`, a power of two that brings its largest entry near 1: the ratio
+    :math:`(\operatorname{tr}C)^2/\lVert C\rVert_F^2` is scale free. ``psd``: also check
+    positive semi-definiteness."""
     t = _square_matrix(c, name=name)
+    e = 0
     c64 = t.to(torch.float64)
     flat = c64.reshape(-1)
     tr, fro = torch.trace(c64), torch.dot(flat, flat)
     fro_f, tr_f = float(fro.detach()), float(tr.detach())
-    # the symmetry probe reads the input itself where it can (half the bytes for float32)
-    probed = t if t.dtype in (torch.float32, torch.float64) else c64
-    if not (math.isfinite(fro_f) and math.isfinite(tr_f)):
-        check_finite(t, name=name)  # raises for NaN / inf entries
-        # Finite entries whose squares overflow: the ratio is scale free, so rescale.
-        scale = c64.detach().abs().max()
-        c64 = c64 / scale
+    if not _FRO_SAFE_LO <= fro_f < math.inf:  # squares overflowed or (may have) underflowed
+        m = max_abs(t)
+        if not math.isfinite(m):
+            check_finite(t, name=name)
+        e = pow2_exponent(m)
+        c64 = scale_pow2(c64, -e)
         flat = c64.reshape(-1)
         tr, fro = torch.trace(c64), torch.dot(flat, flat)
         fro_f, tr_f = float(fro.detach()), float(tr.detach())
-        probed = c64
+    # the symmetry probe reads the input itself where it can (half the bytes for float32)
+    probed = t if e == 0 and t.dtype in (torch.float32, torch.float64) else c64
     _check_covariance_values(probed.detach(), fro_f, name=name, source_dtype=t.dtype)
     if fro_f <= 0.0 or tr_f <= 0.0:
         raise ValueError(
-            f"{name} has zero total variance (a zero matrix): IsoScore is undefined"
+            f"{name} is a zero matrix ({ZERO_VARIANCE}, or no rows): IsoScore is undefined"
         )
+    if psd:
+        check_psd(t, name=name)
     return tr, fro, t.shape[0]
 
 
 def participation_ratio_from_covariance(cov: ArrayLike) -> torch.Tensor:
     r"""Participation ratio :math:`(\operatorname{tr}C)^2 / \lVert C\rVert_F^2` in :math:`[1, d]`.
 
-    ``cov`` must be symmetric with a non-negative diagonal (checked) and positive
-    semi-definite (assumed). Differentiable in ``cov``.
+    ``cov`` must be symmetric, with a non-negative diagonal, and positive semi-definite
+    (all checked; see :func:`isotropy._validation.check_psd`). Scale free: computed on ``cov``
+    times a power of two that brings its largest entry near 1. Differentiable in ``cov``.
 
     >>> participation_ratio_from_covariance(torch.diag(torch.tensor([1.0, 1.0, 0.0])))
     tensor(2.)
@@ -147,8 +166,11 @@ def participation_ratio_from_covariance(cov: ArrayLike) -> torch.Tensor:
 def isoscore_from_covariance(cov: ArrayLike) -> torch.Tensor:
     r"""IsoScore of a covariance matrix: :math:`(\mathrm{PR}(C) - 1)/(d - 1)` in :math:`[0, 1]`.
 
-    :math:`O(d^2)`; differentiable in ``cov``. Symmetry and a non-negative diagonal are
-    checked; positive semi-definiteness is assumed (a covariance estimate always is).
+    :math:`O(d^2)` plus a one-off :math:`O(d^3)` check that ``cov`` is positive semi-definite
+    (``ValueError`` naming its smallest eigenvalue otherwise; a tensor checked before and not
+    modified since is not checked again). Symmetry and a non-negative diagonal are checked too;
+    a zero matrix (zero variance: all points identical) raises ``ValueError``. Scale free
+    (computed on ``cov`` times an exact power of two); differentiable in ``cov``.
 
     >>> isoscore_from_covariance(torch.eye(4))
     tensor(1.)
@@ -171,17 +193,74 @@ def _nonfinite_error(x: torch.Tensor, sync: bool) -> ValueError:
     )
 
 
+def _all_reduce_max(t: torch.Tensor, group: object | None) -> torch.Tensor:
+    """Element-wise maximum of ``t`` over ranks (``t`` itself when not distributed)."""
+    if not is_distributed(group):
+        return t
+    out = t.detach().clone()
+    dist.all_reduce(out, op=dist.ReduceOp.MAX, group=group)
+    return out
+
+
+def _scale_exponent(
+    x: torch.Tensor, s: torch.Tensor | None, zeta: float, group: object | None, sync: bool
+) -> tuple[int, float]:
+    r"""``(e, m)``: scaling ``X`` by :math:`2^{-e}` and :math:`\Sigma_S` by :math:`2^{-2e}` brings
+    the larger of :math:`\max|X|^2` and :math:`\max|\Sigma_S|` (the identity when ``s`` is None
+    and :math:`\zeta > 0`) near 1 (``e = 0`` inside the safe window); ``m`` is :math:`\max|X|`
+    (over all ranks with ``sync``; infinite if any value is not finite)."""
+    m = max_abs(x)
+    if not math.isfinite(m):
+        m = math.inf
+    if sync:
+        m = float(_all_reduce_max(torch.tensor([m], dtype=torch.float64, device=x.device), group))
+    candidates = []
+    if zeta < 1.0 and 0.0 < m < math.inf:
+        candidates.append(pow2_exponent(m))
+    if zeta > 0.0:
+        m_s = 1.0 if s is None else max_abs(s)
+        if m_s > 0.0:
+            candidates.append(-(-pow2_exponent(m_s) // 2))  # ceil(e_s / 2)
+    e = max(candidates, default=0)
+    return (0 if abs(e) <= window(x.dtype) else e), m
+
+
+def _may_be_constant(sum_sq: float, n: float, d: int, m: float, dtype: torch.dtype) -> bool:
+    r"""True when :math:`\sum_{ij}(x_{ij} - \bar x_j)^2` is no larger than the residue that the
+    rounding of the mean leaves when every row is the same (:math:`|\delta| \le (n+1)\epsilon m`
+    per entry, :math:`m = \max|x|`, with a factor 2 to spare)."""
+    eps = torch.finfo(dtype).eps
+    return sum_sq <= n * d * (2.0 * (n + 1) * eps * m) ** 2
+
+
+def _rows_identical(x: torch.Tensor, group: object | None, sync: bool) -> bool:
+    """Whether every row of ``x`` (of every rank's ``x`` with ``sync``) is the same, exactly."""
+    if not sync:
+        return bool((x == x[0]).all())
+    d = x.shape[1]
+    if x.shape[0]:
+        lo, hi = torch.aminmax(x.detach(), dim=0)
+    else:
+        lo = torch.full((d,), math.inf, dtype=x.dtype, device=x.device)
+        hi = -lo
+    both = _all_reduce_max(torch.cat([hi, -lo]), group)
+    return bool((both[:d] == -both[d:]).all())
+
+
 class _IsoScoreStarFunction(torch.autograd.Function):
     """IsoScore* (``kind='iota'``) or the participation ratio (``kind='pr'``) of
     :math:`\\Sigma_\\zeta` with the analytic gradient (one ``n x d x d`` product each way).
 
-    Under ``torch.distributed`` (``sync``) the covariance is that of the global batch, built
-    from all-reduced sufficient statistics (count, sum, centred co-moment); the gradient of
-    the local rows is ``world_size`` times their single-process gradient.
+    ``x`` and ``shrinkage`` arrive scaled by :math:`2^{-e}` and :math:`2^{-2e}`; the identity
+    fallback is then ``eye`` :math:`= 2^{-2e}` times the identity, and ``max_abs_x`` is
+    :math:`\\max|x|` of the scaled rows. Under ``torch.distributed`` (``sync``) the covariance is
+    that of the global batch, built from all-reduced sufficient statistics (count, sum,
+    centred co-moment); the gradient of the local rows is ``world_size`` times their
+    single-process gradient.
     """
 
     @staticmethod
-    def forward(ctx, x, shrinkage, zeta, group, sync, kind):  # type: ignore[override]
+    def forward(ctx, x, shrinkage, zeta, eye, max_abs_x, group, sync, kind):  # type: ignore[override]
         n_local, d = x.shape
         if sync:
             head = torch.cat(
@@ -201,13 +280,24 @@ class _IsoScoreStarFunction(torch.autograd.Function):
         # Gram route: G = X_c X_c^T (n^2 d) instead of X_c^T X_c (n d^2); it pays off when
         # n < d, or n < d/2 when X_c Sigma_S (n d^2) has to be formed anyway.
         use_gram = (not sync) and (n_local < d if shrinkage is None else 2 * n_local < d)
+        moment = xc @ xc.T if use_gram else xc.T @ xc
+        if sync:
+            moment = all_reduce_sum(moment, group)
+        sum_sq = float(torch.trace(moment))  # sum_ij xc_ij^2
+        if _may_be_constant(sum_sq, n, d, max_abs_x, x.dtype) and _rows_identical(x, group, sync):
+            if zeta == 0.0:
+                raise ValueError(
+                    f"X has {ZERO_VARIANCE}: its covariance is zero, so IsoScore and the "
+                    "participation ratio are undefined"
+                )
+            xc.zero_()  # Sigma_X is exactly 0: drop the residue of the rounded mean
+            moment.zero_()
         if use_gram:
-            gram = xc @ xc.T
-            g64 = gram.to(torch.float64).reshape(-1)
-            tr_x = torch.trace(gram).double() / (n - 1)
+            g64 = moment.to(torch.float64).reshape(-1)
+            tr_x = torch.trace(moment).double() / (n - 1)
             fro_xx = torch.dot(g64, g64) / (n - 1) ** 2
             if shrinkage is None:
-                tr_s, fro_ss, inner_xs = float(d), float(d), tr_x
+                tr_s, fro_ss, inner_xs = d * eye, d * eye * eye, tr_x * eye
                 xs = None
             else:
                 xs = xc @ shrinkage
@@ -220,15 +310,13 @@ class _IsoScoreStarFunction(torch.autograd.Function):
             fro = float(
                 (1 - zeta) ** 2 * fro_xx + 2 * zeta * (1 - zeta) * inner_xs + zeta**2 * fro_ss
             )
-            ctx.save_for_backward(xc, gram, xs)
+            ctx.save_for_backward(xc, moment, xs)
         else:
-            sigma = xc.T @ xc
-            if sync:
-                sigma = all_reduce_sum(sigma, group)
+            sigma = moment
             sigma.mul_((1 - zeta) / (n - 1))
             if zeta > 0:
                 if shrinkage is None:
-                    sigma.diagonal().add_(zeta)
+                    sigma.diagonal().add_(zeta * eye)
                 else:
                     sigma.add_(shrinkage, alpha=zeta)
             s64 = sigma.to(torch.float64)
@@ -239,14 +327,14 @@ class _IsoScoreStarFunction(torch.autograd.Function):
             raise _nonfinite_error(x, sync)
         if tr <= 0.0 or fro <= 0.0:
             raise ValueError(
-                "the covariance has zero total variance (all points identical, or a zero "
+                f"the covariance Sigma_zeta is zero ({ZERO_VARIANCE}, or a zero shrinkage "
                 "matrix): IsoScore is undefined"
             )
         pr = tr * tr / fro
         # d(PR)/d(Sigma_zeta) = a I + b Sigma_zeta; iota = (PR - 1)/(d - 1).
         denom = 1.0 if kind == "pr" else float(d - 1)
         ctx.a, ctx.b = 2.0 * tr / (fro * denom), -2.0 * tr * tr / (fro * fro * denom)
-        ctx.use_gram, ctx.zeta, ctx.n = use_gram, zeta, n
+        ctx.use_gram, ctx.zeta, ctx.n, ctx.eye = use_gram, zeta, n, eye
         ctx.grad_scale = world_size(group) if sync else 1
         value = pr if kind == "pr" else (pr - 1.0) / (d - 1)
         return torch.tensor(value, dtype=x.dtype, device=x.device)
@@ -262,7 +350,7 @@ class _IsoScoreStarFunction(torch.autograd.Function):
             # X_c Sigma_zeta = ((1-zeta)/(n-1)) G X_c + zeta X_c Sigma_S
             k = gram * (b * (1 - zeta) / (n - 1))
             if xs is None:
-                k.diagonal().add_(a + b * zeta)
+                k.diagonal().add_(a + b * zeta * ctx.eye)
                 grad_x = k @ xc
             else:
                 k.diagonal().add_(a)
@@ -272,26 +360,61 @@ class _IsoScoreStarFunction(torch.autograd.Function):
             m = sigma * b
             m.diagonal().add_(a)
             grad_x = xc @ m
-        return grad_x.mul_(grad_out.to(grad_x.dtype)), None, None, None, None, None
+        return grad_x.mul_(grad_out.to(grad_x.dtype)), None, None, None, None, None, None, None
 
 
 def _prepare(
-    X: ArrayLike, shrinkage: ArrayLike | None, sync: bool
+    X: ArrayLike, shrinkage: ArrayLike | None, sync: bool, check_psd_: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The rows in the accumulation dtype and the validated shrinkage (detached, on the rows'
+    device, in its own dtype or that of the rows if wider; not yet in the accumulation dtype).
+    """
     x = as_point_cloud(X, min_points=0 if sync else 2, check_values=False)
     d = x.shape[1]
     dtype = accumulation_dtype(x)
     s = None
     if shrinkage is not None:
         s0 = _square_matrix(shrinkage, name="shrinkage", dim=d)
-        s = s0.detach().to(device=x.device, dtype=dtype)
-        flat = s.reshape(-1)
-        fro = float(torch.dot(flat, flat).double())
-        if not math.isfinite(fro):
+        m = max_abs(s0)
+        if not math.isfinite(m):
             check_finite(s0, name="shrinkage")
-            raise ValueError(f"shrinkage overflows {dtype} (||shrinkage||_F^2 = inf); rescale it")
-        _check_covariance_values(s, fro, name="shrinkage", source_dtype=s0.dtype)
+        s = s0.detach().to(device=x.device, dtype=torch.promote_types(s0.dtype, dtype))
+        probe = scale_pow2(s, -rescale_exponent(m, s.dtype))
+        flat = probe.reshape(-1)
+        fro = float(torch.dot(flat, flat).double())
+        _check_covariance_values(probe, fro, name="shrinkage", source_dtype=s0.dtype)
+        if check_psd_:
+            check_psd(s0, name="shrinkage")
     return x.to(dtype), s
+
+
+def _isoscore_star(
+    X: ArrayLike,
+    zeta: float,
+    shrinkage: ArrayLike | None,
+    *,
+    sync_dist: bool = False,
+    process_group: object | None = None,
+    kind: str = "iota",
+    check_psd_: bool = True,
+) -> torch.Tensor:
+    """:func:`isoscore_star` (``kind='iota'``) or :func:`participation_ratio` (``'pr'``);
+    ``check_psd_=False`` skips the positive semi-definiteness check of a shrinkage matrix
+    validated before (the loss checks it once, when it is set)."""
+    z = check_zeta(zeta)
+    sync = bool(sync_dist) and is_distributed(process_group)
+    x, s = _prepare(X, shrinkage, sync, check_psd_)
+    if kind == "iota" and x.shape[1] < 2:
+        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
+    if z == 0.0:
+        s = None
+    e, m = _scale_exponent(x, s, z, process_group, sync)
+    x = scale_pow2(x, -e)
+    if s is not None:
+        s = scale_pow2(s, -2 * e).to(x.dtype)
+    eye = math.ldexp(1.0, -2 * e) if z > 0.0 else 0.0  # <= 1/4: e >= 1 when z > 0
+    m = math.ldexp(m, -e) if math.isfinite(m) else m
+    return _IsoScoreStarFunction.apply(x, s, z, eye, m, process_group, sync, kind)
 
 
 def isoscore_star(
@@ -307,7 +430,12 @@ def isoscore_star(
     :math:`\iota(\Sigma_\zeta)` with :math:`\Sigma_\zeta = (1-\zeta)\Sigma_X + \zeta\Sigma_S`.
     ``shrinkage`` (:math:`\Sigma_S`, shape ``(dim, dim)``) defaults to the identity, the
     fallback the authors recommend when no large sample is at hand. It is treated as a
-    constant (no gradient). Computed in fp64 for fp64 input, else with fp32 accumulation.
+    constant (no gradient) and must be symmetric positive semi-definite (checked; a tensor
+    checked before and not modified since is not checked again). Computed in fp64 for fp64
+    input, else with fp32 accumulation, on ``X`` and :math:`\Sigma_S` scaled by :math:`2^{-e}`
+    and :math:`2^{-2e}` (exact), so that :math:`\zeta = 0` gives the same value for ``X * s``
+    and, with :math:`\Sigma_S s^2`, so does :math:`\zeta > 0`. All rows equal (zero variance)
+    raise ``ValueError`` when :math:`\zeta = 0`; otherwise :math:`\Sigma_X = 0` exactly.
     With ``sync_dist=True`` under ``torch.distributed``, the score is that of the global batch
     (a rank may hold no rows); see :mod:`isotropy.distributed` for the gradient convention.
 
@@ -318,12 +446,9 @@ def isoscore_star(
     >>> round(float(isoscore_star(X, zeta=1.0)), 3)  # only the identity
     1.0
     """
-    z = check_zeta(zeta)
-    sync = bool(sync_dist) and is_distributed(process_group)
-    x, s = _prepare(X, shrinkage, sync)
-    if x.shape[1] < 2:
-        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
-    return _IsoScoreStarFunction.apply(x, s, z, process_group, sync, "iota")
+    return _isoscore_star(
+        X, zeta, shrinkage, sync_dist=sync_dist, process_group=process_group
+    )
 
 
 def isoscore(X: ArrayLike) -> torch.Tensor:
@@ -346,5 +471,4 @@ def participation_ratio(X: ArrayLike) -> torch.Tensor:
     >>> participation_ratio(X)
     tensor(2.)
     """
-    x, _ = _prepare(X, None, False)
-    return _IsoScoreStarFunction.apply(x, None, 0.0, None, False, "pr")
+    return _isoscore_star(X, 0.0, None, kind="pr")

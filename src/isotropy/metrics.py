@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from isotropy._validation import ArrayLike, as_covariance, check_zeta
+from isotropy._validation import ArrayLike, as_covariance, as_square_matrix, check_zeta
 from isotropy.covariance import CovarianceStats
 from isotropy.isoscore import _trace_and_frobenius
 
@@ -40,13 +40,18 @@ def isoscore_star_update(x: ArrayLike, mask: ArrayLike | None = None) -> Covaria
     return CovarianceStats.from_batch(x, mask)
 
 
-def _shrinkage(shrinkage: ArrayLike | None) -> torch.Tensor | None:
+def _shrinkage(shrinkage: ArrayLike | None, *, copy: bool) -> torch.Tensor | None:
+    r"""The validated :math:`\Sigma_S` in float64 (a copy with ``copy``, made before the checks
+    so that the stored tensor is the one whose positive semi-definiteness is remembered)."""
     if shrinkage is None:
         return None
-    s = as_covariance(shrinkage, name="shrinkage")
+    s = as_square_matrix(shrinkage, name="shrinkage")
     if s.shape[0] < 2:
         raise ValueError("shrinkage must be at least 2 x 2 (IsoScore* needs dimension >= 2)")
-    return s.detach().to(torch.float64).clone()
+    s = s.detach().to(torch.float64)
+    if copy:
+        s = s.clone()
+    return as_covariance(s, name="shrinkage")
 
 
 def isoscore_star_compute(
@@ -54,8 +59,9 @@ def isoscore_star_compute(
 ) -> torch.Tensor:
     r"""IsoScore* of accumulated statistics: :math:`\iota((1-\zeta)M/(n-1) + \zeta\Sigma_S)`.
 
-    ``shrinkage`` (:math:`\Sigma_S`, ``(d, d)``) defaults to the identity. Returns a float64
-    scalar tensor.
+    ``shrinkage`` (:math:`\Sigma_S`, ``(d, d)``) defaults to the identity; it must be symmetric
+    positive semi-definite (checked, once per tensor; ``ValueError`` naming the smallest
+    eigenvalue otherwise). Returns a float64 scalar tensor.
 
     >>> s = isoscore_star_update(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     >>> isoscore_star_compute(s)  # equal variances in both dimensions
@@ -72,7 +78,7 @@ def isoscore_star_compute(
         raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
     if stats.count < 2:
         raise ValueError(f"IsoScore* needs at least 2 accumulated rows, have {stats.count}")
-    s = _shrinkage(shrinkage)
+    s = _shrinkage(shrinkage, copy=False)
     if s is not None and s.shape[0] != d:
         raise ValueError(f"shrinkage has shape {tuple(s.shape)} but the rows have dimension {d}")
     sigma = stats.covariance(ddof=1) * (1.0 - z)
@@ -81,7 +87,9 @@ def isoscore_star_compute(
             sigma.diagonal().add_(z)
         else:
             sigma.add_(s.to(sigma.device), alpha=z)
-    tr, fro, _ = _trace_and_frobenius(sigma, name="the shrunk covariance of the accumulated rows")
+    tr, fro, _ = _trace_and_frobenius(
+        sigma, name="the shrunk covariance of the accumulated rows", psd=False
+    )
     return (tr * tr / fro - 1.0) / (d - 1)
 
 
@@ -92,7 +100,9 @@ class IsoScoreMetric(torch.nn.Module):
     states with a ``(batch, seq)`` attention mask) to the statistics; ``compute()`` returns
     :math:`\iota(\Sigma_\zeta)` of all of them; ``forward(x, mask)`` does both for one batch
     and returns that batch's own score. ``dim`` (optional; implied by ``shrinkage``) lets a
-    rank that saw no rows take part in ``compute(sync_dist=True)``.
+    rank that saw no rows take part in ``compute(sync_dist=True)``. ``shrinkage`` is checked
+    once, here: symmetric positive semi-definite (``ValueError`` naming its smallest
+    eigenvalue otherwise).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> metric = IsoScoreMetric(zeta=0.0)
@@ -109,7 +119,7 @@ class IsoScoreMetric(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.zeta = check_zeta(zeta)
-        self.shrinkage = _shrinkage(shrinkage)
+        self.shrinkage = _shrinkage(shrinkage, copy=True)
         if self.shrinkage is not None:
             if dim is not None and dim != self.shrinkage.shape[0]:
                 raise ValueError(f"dim={dim} but shrinkage has shape {tuple(self.shrinkage.shape)}")

@@ -4,20 +4,36 @@ With the partition function :math:`Z(c) = \sum_{x\in X}\exp(c^\top x)`,
 
 .. math::  I(X) = \frac{\min_{c\in C} Z(c)}{\max_{c\in C} Z(c)} \in (0, 1],
 
-where :math:`C` holds the unit eigenvectors of :math:`X^\top X` (raw, not centred). An
+where :math:`C` holds the unit eigenvectors of :math:`X^\top X` (raw, not centred), i.e. the
+right singular vectors of :math:`X`. When :math:`d > n` the thin SVD of :math:`X` gives the
+:math:`n` singular vectors that span its rows; the other :math:`d - n` eigenvectors of
+:math:`X^\top X` (eigenvalue 0) are orthogonal to every row, so each of them has
+:math:`Z(c) = n` exactly: :math:`\log Z = \log n` stands in for all of them, and the
+:math:`d \times d` matrix is never formed (:math:`O(n^2 d)` instead of :math:`O(d^3)`). An
 eigenvector is defined only up to sign and :math:`Z(c) \ne Z(-c)` in general, so :math:`C`
 contains both :math:`\pm v` for each eigenvector :math:`v`; the score then does not depend on
 the sign convention of the eigensolver. It is evaluated in the log domain,
 :math:`I = \exp(\min_c \log Z(c) - \max_c \log Z(c))` with :math:`\log Z` a log-sum-exp, so
 rows of norm :math:`10^4` do not overflow. With repeated eigenvalues the eigenvectors are not
-unique and neither is the score. Not differentiable (the result carries no gradient).
+unique and neither is the score. The directions are computed from :math:`X` times an exact
+power of two that brings its largest entry near 1 (they do not depend on scale; the score
+itself does). Not differentiable (the result carries no gradient).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    max_abs,
+    pow2_exponent,
+    scale_pow2,
+)
 
 __all__ = ["partition_score"]
 
@@ -25,11 +41,23 @@ __all__ = ["partition_score"]
 _BLOCK_ELEMENTS = 1 << 22
 
 
+def _directions(x64: torch.Tensor) -> torch.Tensor:
+    """Unit right singular vectors of ``x64`` as columns: ``d`` of them (eigenvectors of
+    :math:`X^\top X`) when ``n >= d``, else the ``n`` of the thin SVD."""
+    xs = scale_pow2(x64, -pow2_exponent(max_abs(x64)))
+    n, d = xs.shape
+    if n >= d:
+        return torch.linalg.eigh(xs.T @ xs)[1]
+    return torch.linalg.svd(xs, full_matrices=False)[2].T
+
+
 def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     r"""Partition isotropy score :math:`\min_c Z(c)/\max_c Z(c)` of ``X`` (``(n_points, dim)``).
 
-    :math:`c` ranges over :math:`\pm` the eigenvectors of :math:`X^\top X`; see the module
-    docstring. With ``log=True`` returns :math:`\log I(X) \le 0`, which stays informative when
+    :math:`c` ranges over :math:`\pm` the eigenvectors of :math:`X^\top X`; when
+    ``dim > n_points`` these are the ``n_points`` right singular vectors of the thin SVD of
+    ``X`` together with its null space (where :math:`Z = n`); see the module docstring.
+    With ``log=True`` returns :math:`\log I(X) \le 0`, which stays informative when
     :math:`I(X)` itself underflows to 0 (very large norms). Computed in fp64.
 
     >>> X = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
@@ -41,12 +69,14 @@ def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     """
     x = as_point_cloud(X, min_points=1).detach()
     x64 = x.to(torch.float64)
-    _, vecs = torch.linalg.eigh(x64.T @ x64)
-    directions = torch.cat([vecs, -vecs], dim=1)  # (d, 2d)
+    vecs = _directions(x64)
+    directions = torch.cat([vecs, -vecs], dim=1)  # (d, 2r)
     rows = max(1, _BLOCK_ELEMENTS // directions.shape[1])
     log_z = torch.stack(
         [torch.logsumexp(x64[s : s + rows] @ directions, dim=0) for s in range(0, len(x64), rows)]
     ).logsumexp(dim=0)
+    if vecs.shape[1] < x64.shape[1]:  # the null space of X: Z(c) = n
+        log_z = torch.cat([log_z, log_z.new_tensor([math.log(x64.shape[0])])])
     log_score = log_z.min() - log_z.max()
     out = log_score if log else torch.exp(log_score)
     return out.to(accumulation_dtype(x))

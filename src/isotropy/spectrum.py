@@ -7,8 +7,10 @@ For the singular values :math:`\sigma_1 \ge \sigma_2 \ge \dots` of a point cloud
 
 the share of the energy :math:`\lVert X\rVert_F^2` along the :math:`k`-th principal direction.
 The squared singular values are the eigenvalues of the smaller Gram matrix
-(:math:`X^\top X` when :math:`n \ge d`, else :math:`XX^\top`), computed in fp64; no SVD is
-needed.
+(:math:`X^\top X` when :math:`n \ge d`, else :math:`XX^\top`), computed in fp64 on ``X``
+times an exact power of two that brings its largest entry near 1 (the scores are scale free);
+no SVD is needed. Centring subtracts the mean relative to the first row, so a cloud of
+identical points centres to exactly zero.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import numbers
 
 import torch
 
-from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud
+from isotropy._validation import (
+    ZERO_VARIANCE,
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    max_abs,
+    rescale_exponent,
+    scale_pow2,
+)
 
 __all__ = ["anisotropy_spectrum"]
 
@@ -29,8 +39,8 @@ def anisotropy_spectrum(
 
     Returns a descending vector of length ``k`` (all :math:`\min(n, d)` scores if ``k`` is
     None), with ``1 <= k <= min(n, d)``. Differentiable where the singular values are distinct.
-    Raises ``ValueError`` when :math:`\lVert X\rVert_F = 0` (after centring), e.g. a single
-    point with ``center=True``.
+    Raises ``ValueError`` when :math:`\lVert X\rVert_F = 0` (after centring: zero variance,
+    all points identical, e.g. a single point with ``center=True``).
 
     >>> X = torch.tensor([[3.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-3.0, 0.0]])
     >>> anisotropy_spectrum(X)  # sigma^2 = 18 and 2
@@ -49,10 +59,12 @@ def anisotropy_spectrum(
         k = int(k)
     x64 = x.to(torch.float64)
     if center:
-        x64 = x64 - x64.mean(0)
+        y = x64 - x64[0]  # relative to the first row: identical rows centre to exactly 0
+        x64 = y - y.mean(0)
+    x64 = scale_pow2(x64, -rescale_exponent(max_abs(x64), torch.float64))
     total = (x64 * x64).sum()
     if float(total.detach()) == 0.0:
-        what = "X - mean(X) is zero (all points identical)" if center else "X is all zeros"
+        what = f"X has {ZERO_VARIANCE}" if center else "X is all zeros"
         raise ValueError(f"{what}: the anisotropy spectrum is undefined")
     gram = x64.T @ x64 if n >= d else x64 @ x64.T
     eig = torch.linalg.eigvalsh(gram).flip(0).clamp(min=0.0)

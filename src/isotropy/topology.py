@@ -38,6 +38,10 @@ from isotropy._validation import (
     as_point_cloud,
     as_tensor,
     check_finite,
+    max_abs,
+    pow2_exponent,
+    rescale_exponent,
+    scale_pow2,
 )
 
 __all__ = ["h0_barcode", "persistent_entropy", "prominent_features"]
@@ -120,46 +124,53 @@ def _triu_indices(n: int) -> tuple[np.ndarray, np.ndarray]:
 class _EdgeLengths(torch.autograd.Function):
     """Lengths ``||x[lo] - x[hi]||`` sorted longest first, with the end points in that order.
 
-    The gradient of a length with respect to ``x[lo]`` is the unit vector ``(x[lo] - x[hi])/l``
-    (and its negative for ``x[hi]``); a zero-length edge has zero gradient.
+    The differences are multiplied by :math:`2^{-e}` before their norms are taken and the
+    norms by :math:`2^{e}` after (both exact), so no square under- or overflows. The gradient
+    of a length with respect to ``x[lo]`` is the unit vector ``(x[lo] - x[hi])/l`` (and its
+    negative for ``x[hi]``); a zero-length edge has zero gradient. The backward pass is itself
+    differentiable (double backward).
     """
 
     @staticmethod
-    def forward(ctx, x, lo, hi):  # type: ignore[override]
-        diff = x.index_select(0, lo) - x.index_select(0, hi)
-        lengths = torch.linalg.vector_norm(diff, dim=1)
+    def forward(ctx, x, lo, hi, e):  # type: ignore[override]
+        diff = scale_pow2(x.index_select(0, lo) - x.index_select(0, hi), -e)
+        scaled = torch.linalg.vector_norm(diff, dim=1)
+        lengths = scale_pow2(scaled, e)
         if lengths.device.type == "cpu":  # small 1-D work: numpy has less per-call overhead
             ln = lengths.numpy()
             order_np = np.argsort(-ln, kind="stable")  # ties keep their original order
-            with np.errstate(divide="ignore"):
-                inv = torch.from_numpy(np.where(ln > 0, 1.0 / ln, 0.0).astype(ln.dtype))
             order = torch.from_numpy(order_np)
             out = torch.from_numpy(ln[order_np]), lo[order], hi[order]
         else:
             order = torch.argsort(lengths, descending=True, stable=True)
-            inv = torch.where(lengths > 0, lengths, 1.0).reciprocal() * (lengths > 0)
             out = lengths[order], lo[order], hi[order]
-        ctx.save_for_backward(x, lo, hi, order, diff, inv)
+        unit = diff * _safe_reciprocal(scaled).unsqueeze(1)
+        ctx.e = e
+        ctx.save_for_backward(x, lo, hi, order, unit)
         ctx.mark_non_differentiable(out[1], out[2])
         return out
 
     @staticmethod
     def backward(ctx, grad, _glo, _ghi):  # type: ignore[override]
-        x, lo, hi, order, diff, inv = ctx.saved_tensors
-        # back from the sorted order to the order of lo, hi and diff
+        x, lo, hi, order, unit = ctx.saved_tensors
+        # back from the sorted order to the order of lo, hi and unit
         grad = torch.empty_like(grad).index_copy_(0, order, grad)
         if torch.is_grad_enabled():  # create_graph: build the gradient from differentiable ops
-            diff = x.index_select(0, lo) - x.index_select(0, hi)
-            lengths = torch.linalg.vector_norm(diff, dim=1)
-            inv = torch.where(lengths > 0, lengths, 1.0).reciprocal() * (lengths > 0)
-            contrib = diff * (grad * inv).unsqueeze(1)
+            diff = scale_pow2(x.index_select(0, lo) - x.index_select(0, hi), -ctx.e)
+            scaled = torch.linalg.vector_norm(diff, dim=1)
+            contrib = diff * (grad * _safe_reciprocal(scaled)).unsqueeze(1)
             gx = torch.zeros_like(x).index_add(0, lo, contrib).index_add(0, hi, -contrib)
-            return gx, None, None
-        contrib = diff * (grad * inv).unsqueeze(1)
+            return gx, None, None, None
+        contrib = unit * grad.unsqueeze(1)
         gx = torch.zeros_like(x)
         gx.index_add_(0, lo, contrib)
         gx.index_add_(0, hi, contrib, alpha=-1)
-        return gx, None, None
+        return gx, None, None, None
+
+
+def _safe_reciprocal(t: torch.Tensor) -> torch.Tensor:
+    """``1/t`` where ``t > 0``, else 0."""
+    return torch.where(t > 0, t, 1.0).reciprocal() * (t > 0)
 
 
 def h0_barcode(
@@ -172,9 +183,11 @@ def h0_barcode(
     without gradient on squared distances from the Gram matrix of the centred cloud, in fp64
     for fp64 input and fp32 otherwise (scipy's single-linkage routine for small clouds, dense
     Prim for large ones or tied weights); the chosen lengths are then recomputed
-    from ``X`` so the result is differentiable in ``X``. A zero-length bar (duplicate points)
-    has zero gradient. With ``return_pairs`` the ``(n - 1, 2)`` long tensor of edge end points
-    (row indices of ``X``, smaller index first) is returned too, in the same order.
+    from ``X`` so the result is differentiable in ``X`` (twice). Both steps work on ``X`` times
+    an exact power of two, so ``h0_barcode(s * X)`` is ``s`` times ``h0_barcode(X)``. A
+    zero-length bar (duplicate points) has zero gradient. With ``return_pairs`` the
+    ``(n - 1, 2)`` long tensor of edge end points (row indices of ``X``, smaller index first)
+    is returned too, in the same order.
 
     >>> h0_barcode(torch.tensor([[0.0, 0.0], [3.0, 0.0], [3.0, 4.0]]))  # sides 3, 4, 5
     tensor([4., 3.])
@@ -191,6 +204,9 @@ def h0_barcode(
     with torch.no_grad():
         xs = xa.detach()
         xs = xs - xs.mean(dim=0, keepdim=True)
+        # squared distances of the cloud times 2^-e (exact): no square under- or overflows
+        e = rescale_exponent(max_abs(xs), acc)
+        xs = scale_pow2(xs, -e)
         gram = (xs @ xs.T).cpu().numpy()
         sq_norm = np.diagonal(gram)
         if not np.isfinite(sq_norm).all():  # NaN/inf in X reach the norms
@@ -206,7 +222,7 @@ def h0_barcode(
             edges = np.minimum(a_np, b_np), np.maximum(a_np, b_np)
         lo = torch.from_numpy(edges[0]).to(x.device)
         hi = torch.from_numpy(edges[1]).to(x.device)
-    lengths, lo, hi = _EdgeLengths.apply(xa, lo, hi)
+    lengths, lo, hi = _EdgeLengths.apply(xa, lo, hi, e)
     if return_pairs:
         return lengths, torch.stack([lo, hi], dim=1)
     return lengths
@@ -255,17 +271,25 @@ def persistent_entropy(bars: ArrayLike) -> torch.Tensor:
 
 class _Entropy(torch.autograd.Function):
     r"""Persistent entropy of validated lengths, with the gradient
-    :math:`-(\log p_k + H)/S` (:math:`(1 - H)/S` for a zero bar) in one step."""
+    :math:`-(\log p_k + H)/S` (:math:`(1 - H)/S` for a zero bar) in one step.
+
+    The lengths are first multiplied by :math:`2^{-e}` (exact) so that the longest lies in
+    :math:`[1/2, 1)`: the sum :math:`S` cannot overflow, and :math:`H` is scale free. The
+    backward pass is itself differentiable (double backward).
+    """
 
     @staticmethod
     def forward(ctx, lengths):  # type: ignore[override]
-        total = lengths.sum()
+        e = pow2_exponent(max_abs(lengths))
+        scaled = scale_pow2(lengths, -e)
+        total = scaled.sum()
         if not float(total) > 0.0:
             raise ValueError(
                 "all bars have zero length (all points coincide): persistent entropy is undefined"
             )
-        p = lengths / total
+        p = scaled / total
         h = 0.0 - torch.xlogy(p, p).sum()  # 0 log 0 = 0; 0 - x rather than -x: no "-0."
+        ctx.e = e
         ctx.save_for_backward(lengths, p, total, h)
         return h
 
@@ -273,12 +297,13 @@ class _Entropy(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         lengths, p, total, h = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: build the gradient from differentiable ops
-            total = lengths.sum()
-            p = lengths / total
+            scaled = scale_pow2(lengths, -ctx.e)
+            total = scaled.sum()
+            p = scaled / total
             h = 0.0 - torch.xlogy(p, p).sum()
-        # log(1) = 0 stands in for log(0) at a zero bar
+        # log(1) = 0 stands in for log(0) at a zero bar; dH/dl = 2^-e dH/d(scaled)
         neg_log_p = torch.where(p > 0, p, 1.0).log().neg()
-        return (torch.where(p > 0, neg_log_p, 1.0) - h) * (grad / total)
+        return scale_pow2((torch.where(p > 0, neg_log_p, 1.0) - h) * (grad / total), -ctx.e)
 
 
 def _entropy_np(lengths: np.ndarray) -> float:
@@ -367,5 +392,6 @@ def prominent_features(bars: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, int
     """
     b = _as_bars(bars)
     desc = torch.sort(b, descending=True, stable=True).values
-    i = _selection_index(desc.detach().to(torch.float64).cpu().numpy())
+    desc_np = desc.detach().to(torch.float64).cpu().numpy()
+    i = _selection_index(np.ldexp(desc_np, -pow2_exponent(float(desc_np[0]))))  # exact
     return desc[: i + 1], desc[i + 1 :], i

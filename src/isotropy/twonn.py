@@ -35,7 +35,15 @@ import warnings
 
 import torch
 
-from isotropy._validation import ArrayLike, as_point_cloud
+from isotropy._validation import (
+    ZERO_VARIANCE,
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    max_abs,
+    rescale_exponent,
+    scale_pow2,
+)
 
 __all__ = ["twonn", "two_nearest_distances"]
 
@@ -118,6 +126,9 @@ def two_nearest_distances(
     rows_per_chunk = _chunk_rows(n, chunk_size)
     x64 = x.to(torch.float64)
     centred = x64 - x64.mean(0)
+    # an exact power of two 2^-e brings the largest centred value near 1 before squaring
+    e = rescale_exponent(max_abs(centred), accumulation_dtype(x))
+    x64, centred = scale_pow2(x64, -e), scale_pow2(centred, -e)
     m = min(n - 1, _N_CANDIDATES)
     r1 = torch.empty(n, dtype=torch.float64, device=x.device)
     r2 = torch.empty_like(r1)
@@ -146,7 +157,7 @@ def two_nearest_distances(
         pending = torch.cat(failed)
         if len(pending) == 0:
             break
-    return r1.sqrt(), r2.sqrt()
+    return scale_pow2(r1.sqrt(), e), scale_pow2(r2.sqrt(), e)
 
 
 def twonn(
@@ -155,7 +166,7 @@ def twonn(
     discard_fraction: float = 0.1,
     chunk_size: int | None = None,
     method: str = "linear",
-) -> float:
+) -> torch.Tensor:
     r"""TwoNN intrinsic dimension of ``X`` (``(n_points, dim)``, at least 3 points).
 
     ``method="linear"`` (default): Facco et al.'s least-squares slope through the origin of
@@ -164,11 +175,13 @@ def twonn(
     ``method="mle"``: the censored maximum-likelihood estimate
     :math:`(k-1)/(\sum_{i\le k}\log\mu_{(i)} + (N-k)\log\mu_{(k)})`.
     Both equal ``skdim.id.TwoNN(discard_fraction=f, method=...)``. Duplicate points
-    (:math:`r_1 = 0`) are dropped with a ``UserWarning``. Not differentiable.
+    (:math:`r_1 = 0`) are dropped with a ``UserWarning``. Returns a 0-d tensor (fp64 for fp64
+    input, fp32 otherwise, on ``X``'s device), like every other score. Scale free: the
+    distances are computed on ``X`` times an exact power of two. Not differentiable.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> plane = torch.randn(2000, 2, generator=g) @ torch.randn(2, 10, generator=g)
-    >>> round(twonn(plane), 1)
+    >>> round(float(twonn(plane)), 1)
     2.0
     """
     if method not in ("linear", "mle"):
@@ -181,16 +194,26 @@ def twonn(
         ) from err
     if not 0.0 <= f < 1.0:
         raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction!r}")
-    r1, r2 = two_nearest_distances(X, chunk_size=chunk_size)
+    x = as_point_cloud(X, min_points=3)
+    r1, r2 = two_nearest_distances(x, chunk_size=chunk_size)
     r1, r2 = r1.cpu(), r2.cpu()
+    return torch.tensor(
+        _twonn_slope(r1, r2, f, method), dtype=accumulation_dtype(x), device=x.device
+    )
+
+
+def _twonn_slope(r1: torch.Tensor, r2: torch.Tensor, f: float, method: str) -> float:
+    """The TwoNN estimate from the two nearest-neighbour distances (see :func:`twonn`)."""
     dup = r1 == 0
     if bool(dup.any()):
         warnings.warn(
             f"TwoNN: dropping {int(dup.sum())} point(s) at zero distance from their nearest "
             "neighbour (duplicate points)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
+    if bool(dup.all()) and bool((r2 == 0).all()):
+        raise ValueError(f"TwoNN: X has {ZERO_VARIANCE}, so no point has a nearest neighbour")
     mu = torch.sort(r2[~dup] / r1[~dup]).values
     n = len(mu)
     k = int(n * (1 - f))

@@ -22,9 +22,15 @@ from collections.abc import Sequence
 
 import torch
 
-from isotropy._validation import ArrayLike, as_covariance, check_finite_float, check_zeta
+from isotropy._validation import (
+    ArrayLike,
+    as_covariance,
+    as_square_matrix,
+    check_finite_float,
+    check_zeta,
+)
 from isotropy.hidden_states import Layers, token_cloud
-from isotropy.isoscore import isoscore_star
+from isotropy.isoscore import _isoscore_star
 from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
 
 __all__ = ["IStarLoss"]
@@ -147,14 +153,15 @@ class IStarLoss(Regularizer):
     def set_shrinkage(self, cov: ArrayLike | None) -> None:
         r"""Set :math:`\Sigma_S` (``None`` returns to the identity fallback).
 
-        Checked: square, finite, symmetric, non-negative diagonal, and the same dimension as a
-        :math:`\Sigma_S` set before. Its dimension is checked against the hidden size in
-        ``forward``.
+        Checked here, once: square, finite, symmetric, non-negative diagonal, positive
+        semi-definite (``ValueError`` naming the smallest eigenvalue otherwise), and the same
+        dimension as a :math:`\Sigma_S` set before. Its dimension is checked against the
+        hidden size in ``forward``, which does not repeat the other checks.
         """
         if cov is None:
             self.shrinkage = None
             return
-        c = as_covariance(cov, name="shrinkage")
+        c = as_square_matrix(cov, name="shrinkage")
         if self.shrinkage is not None and c.shape != self.shrinkage.shape:
             raise ValueError(
                 f"shrinkage has shape {tuple(c.shape)} but the one set before has shape "
@@ -162,7 +169,7 @@ class IStarLoss(Regularizer):
             )
         if c.shape[0] < 2:
             raise ValueError("shrinkage must be at least 2 x 2 (IsoScore* needs dimension >= 2)")
-        c = c.detach().clone()
+        c = as_covariance(c.detach().clone(), name="shrinkage")
         if self.shrinkage is not None:
             c = c.to(self.shrinkage.device)
         self.shrinkage = c
@@ -211,12 +218,13 @@ class IStarLoss(Regularizer):
                 f"dimension {d}"
             )
         with torch.autocast(device_type=x.device.type, enabled=False):
-            score = isoscore_star(
+            score = _isoscore_star(  # Sigma_S was checked once, in set_shrinkage
                 x,
                 self.zeta,
                 self.shrinkage,
                 sync_dist=self.sync_dist,
                 process_group=self.process_group,
+                check_psd_=False,
             )
         penalty = 1.0 - score
         iso = float(score.detach())
