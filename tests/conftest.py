@@ -11,3 +11,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_denormal_flushing():
+    """Fail a test that leaves denormal flushing on: the CPU flag also changes Python and NumPy
+    float arithmetic for every later test (e.g. Hypothesis' float strategies break)."""
+    from isotropy.runtime import flushing_denormals
+
+    before = flushing_denormals()
+    yield
+    if flushing_denormals() and not before:
+        torch.set_flush_denormal(False)
+        pytest.fail("the test left torch.set_flush_denormal(True) switched on")

@@ -33,8 +33,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import torch
 
 from isotropy.covariance import CovarianceStats
 from isotropy.io import read_text_utf8, write_csv_atomic, write_json_atomic
+from isotropy.runtime import flush_denormals
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -451,21 +451,6 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     return row
 
 
-@contextmanager
-def _flush_denormals(enabled: bool) -> Iterator[None]:
-    """Flush denormal floats to zero inside the block (CPU), then restore the previous mode."""
-    if not enabled:
-        yield
-        return
-    probe = torch.tensor([1e-310], dtype=torch.float64)
-    before = bool((probe * 1.0)[0] == 0)
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(before)
-
-
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -559,7 +544,7 @@ def measure_model(
     _check_max_length(tokenizer, max_length, is_pair)
     t0 = time.perf_counter()
     device = next(model.parameters()).device
-    with _flush_denormals(device.type == "cpu"):
+    with flush_denormals(device.type == "cpu"):
         return _measure(model, tokenizer, texts, is_pair, device, t0, batch_size=batch_size,
                         max_length=max_length, max_tokens=max_tokens, k=k, seed=seed,
                         progress=progress, config=config)

@@ -32,6 +32,7 @@ from isotropy.distributed import is_distributed
 from isotropy.hidden_states import select_layers
 from isotropy.isoscore import isoscore_from_covariance
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
+from isotropy.runtime import flush_denormals
 from isotropy.shrinkage import ShrinkageRefreshCallback
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
 from isotropy.training.features import (
@@ -391,7 +392,21 @@ def run_training(
     callbacks: Sequence[TrainerCallback] = (),
     echo: Callable[[str], None] = print,
 ) -> TrainResult:
-    """Fine-tune as configured; returns the run directory and its results (see module doc)."""
+    """Fine-tune as configured; returns the run directory and its results (see module doc).
+
+    On CPU, denormal floats are flushed to zero for the run and the mode restored after it.
+    """
+    with flush_denormals(not torch.cuda.is_available()):
+        return _run_training(ours, targs, callbacks=callbacks, echo=echo)
+
+
+def _run_training(
+    ours: IsotropyArguments,
+    targs: TrainArguments,
+    *,
+    callbacks: Sequence[TrainerCallback],
+    echo: Callable[[str], None],
+) -> TrainResult:
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -423,8 +438,6 @@ def run_training(
         })
     run_dir.truncate_metrics(_checkpoint_step(resume_from))
 
-    if not torch.cuda.is_available():
-        torch.set_flush_denormal(True)
     set_seed(targs.seed)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()

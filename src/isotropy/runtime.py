@@ -1,0 +1,41 @@
+"""Process-wide numeric settings, entered and left as context managers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+__all__ = ["flush_denormals", "flushing_denormals"]
+
+
+def flushing_denormals() -> bool:
+    """Whether denormal floats are flushed to zero now (probe: 1e-310 * 1 is 0 when they are)."""
+    probe = torch.tensor([1e-310], dtype=torch.float64)
+    return bool((probe * 1.0)[0] == 0)
+
+
+@contextmanager
+def flush_denormals(enabled: bool = True) -> Iterator[None]:
+    """Flush denormal floats to zero inside the block (CPU), then restore the previous mode.
+
+    Denormals in transformer activations slow CPU steps several-fold. The mode is a CPU flag
+    of the calling thread that also changes plain Python and NumPy float arithmetic, so it is
+    never left switched on behind the caller's back.
+
+    >>> tiny = torch.tensor([1e-310], dtype=torch.float64)
+    >>> with flush_denormals():
+    ...     inside = float(tiny * 1.0)
+    >>> inside, float(tiny * 1.0) > 0
+    (0.0, True)
+    """
+    if not enabled:
+        yield
+        return
+    before = flushing_denormals()
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
