@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from _distributed import require_gloo, run_on_ranks
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 
@@ -240,35 +239,23 @@ def test_bad_input() -> None:
 # --------------------------------------------------------------------------- DDP
 
 
-def _ddp_worker(rank: int, init: str, X: torch.Tensor, y: torch.Tensor, q: mp.Queue) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
-    try:
-        local = X[rank * 6 : (rank + 1) * 6].clone().requires_grad_(True)
-        out = PersistentEntropyLoss().forward_embeddings(local, y[rank * 6 : (rank + 1) * 6])
-        out.loss.backward()
-        q.put((rank, out.loss.item(), local.grad.clone()))
-    finally:
-        dist.destroy_process_group()
+def _ddp_worker(rank: int, X: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
+    local = X[rank * 6 : (rank + 1) * 6].clone().requires_grad_(True)
+    out = PersistentEntropyLoss().forward_embeddings(local, y[rank * 6 : (rank + 1) * 6])
+    out.loss.backward()
+    return out.loss.item(), local.grad.clone()
 
 
 def test_sync_dist_scores_the_global_batch(tmp_path) -> None:
+    require_gloo()
     X, y = clusters(7)
     X, y = X[:12].clone(), torch.tensor([0, 1] * 6)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [ctx.Process(target=_ddp_worker, args=(r, init, X, y, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = sorted(q.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = run_on_ranks(_ddp_worker, X, y, world_size=2, out_dir=tmp_path, timeout=120)
 
     full = X.clone().requires_grad_(True)
     ref = PersistentEntropyLoss().forward_embeddings(full, y)
     ref.loss.backward()
-    for rank, loss, grad in results:
+    for rank, (loss, grad) in enumerate(results):
         assert math.isclose(loss, ref.loss.item(), rel_tol=1e-12)
         # each rank gets the gradient of the sum of both ranks' (identical) losses; DDP's
         # averaging of parameter gradients then gives the one-process gradient
