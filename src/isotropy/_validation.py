@@ -207,12 +207,11 @@ def _remember_psd(t: torch.Tensor) -> None:
 
 def check_psd(c: torch.Tensor, *, name: str, rtol: float = _PSD_RTOL) -> None:
     r"""Raise ``ValueError`` unless the symmetric, finite ``c`` is positive semi-definite:
-    :math:`\lambda_{\min} \ge -	ext{rtol}\cdot\lambda_{\max}` (``rtol`` = 1e-4 absorbs the
+    :math:`\lambda_{\min} \ge -\text{rtol}\cdot\lambda_{\max}` (``rtol`` = 1e-4 absorbs the
     rounding of a covariance accumulated in fp32).
 
-    A Cholesky factorisation of :math:`C + 	ext{rtol}\,\hat\lambda I` in fp64, with
-    :math:`\hat\lambda = \max(\max_i C_{ii}, \lVert C
-Vert_F/\sqrt d) \le \lambda_{\max}`,
+    A Cholesky factorisation of :math:`C + \text{rtol}\,\hat\lambda I` in fp64, with
+    :math:`\hat\lambda = \max(\max_i C_{ii}, \lVert C\rVert_F/\sqrt d) \le \lambda_{\max}`,
     proves the bound in :math:`d^3/3` flops; only when it fails are the eigenvalues computed.
     A tensor that passed and has not been modified since (same object, same version) is not
     checked again.

@@ -164,3 +164,28 @@ def write_csv_atomic(
             raise ValueError(f"row has columns not in fieldnames: {sorted(unknown)}")
         writer.writerow({k: _csv_cell(r.get(k)) for k in fieldnames})
     return write_text_atomic(path, buf.getvalue())
+
+
+def output_dir_problem(path: Path, names: Sequence[str] = ()) -> str | None:
+    """Why the files ``names`` cannot be written into the directory ``path`` (created with its
+    parents if needed), or ``None``. Writing is probed with a temporary file in the deepest
+    existing directory, which is then removed; nothing else is created."""
+    existing = path
+    try:
+        while not existing.exists():
+            if existing.is_symlink():
+                return f"{existing} is a broken symbolic link"
+            existing = existing.parent
+        if not existing.is_dir():
+            if existing == path:
+                return f"{path} exists and is not a directory"
+            return f"{existing} is a file, so {path} cannot be created under it"
+        if existing == path:
+            for name in names:
+                if (path / name).is_dir():
+                    return f"{path / name} is a directory, so it cannot be written"
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".isotropy-write-test-"):
+            pass
+    except OSError as err:
+        return f"{existing} is not writable ({err.strerror or err})"
+    return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Sequence
@@ -305,33 +304,10 @@ def _check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> N
         parser.error(f"--data-dir: directory {data_dir} does not exist")
 
 
-def _output_problem(path: Path, names: Sequence[str]) -> str | None:
-    """Why the files ``names`` cannot be written into the directory ``path`` (created with its
-    parents if needed), or ``None``. Writing is probed with a temporary file in the deepest
-    existing directory, which is then removed; nothing else is created."""
-    existing = path
-    try:
-        while not existing.exists():
-            if existing.is_symlink():
-                return f"{existing} is a broken symbolic link"
-            existing = existing.parent
-        if not existing.is_dir():
-            if existing == path:
-                return f"{path} exists and is not a directory"
-            return f"{existing} is a file, so {path} cannot be created under it"
-        if existing == path:
-            for name in names:
-                if (path / name).is_dir():
-                    return f"{path / name} is a directory, so it cannot be written"
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".isotropy-write-test-"):
-            pass
-    except OSError as err:
-        return f"{existing} is not writable ({err.strerror or err})"
-    return None
-
-
 def _check_output_dir(parser: argparse.ArgumentParser, path: Path, names: Sequence[str]) -> None:
-    problem = _output_problem(path, names)
+    from isotropy.io import output_dir_problem
+
+    problem = output_dir_problem(path, names)
     if problem is not None:
         parser.error(f"--output-dir {path}: {problem}")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from isotropy.io import to_jsonable, write_json_atomic
+from isotropy.io import output_dir_problem, to_jsonable, write_json_atomic
 
 __all__ = ["RunDirectory", "library_versions", "git_commit"]
 
@@ -89,16 +89,12 @@ class RunDirectory:
         return cps[-1] if cps else None
 
     def check_writable(self) -> None:
-        """Create the folder if needed and prove a file can be written in it."""
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"output directory {self.path} exists and is not a directory")
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".write-test-", dir=self.path)
-            os.close(fd)
-            os.unlink(tmp)
-        except OSError as err:
-            raise ValueError(f"output directory {self.path} cannot be written: {err}") from err
+        """Raise ``ValueError`` unless the folder can be created and written
+        (:func:`isotropy.io.output_dir_problem`); then create it."""
+        problem = output_dir_problem(self.path)
+        if problem is not None:
+            raise ValueError(f"output directory {self.path}: {problem}")
+        self.path.mkdir(parents=True, exist_ok=True)
 
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
