@@ -10,7 +10,6 @@ and the task metrics and IsoScore of the evaluation set to every evaluation.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,17 +59,13 @@ STATE_FILE = "isotropy_state.pt"
 
 
 def resolve_model(name: str) -> str:
-    """``minilm`` -> the offline MiniLM path; a local path must be a model directory."""
-    if name.lower() == "minilm":
-        from isotropy.measure import default_model_path
+    """``minilm`` -> the offline MiniLM path; a local path must be a model directory
+    (:func:`isotropy.measure.check_model_path`); a hub id is returned as it is."""
+    from isotropy.measure import check_model_path, default_model_path
 
+    if name.lower() == "minilm":
         return default_model_path()
-    looks_local = os.path.sep in name or name.startswith(".") or os.path.exists(name)
-    if looks_local:
-        if not os.path.isdir(name):
-            raise ValueError(f"model directory {name} does not exist")
-        if not os.path.isfile(os.path.join(name, "config.json")):
-            raise ValueError(f"{name} has no config.json: not a Hugging Face model directory")
+    check_model_path(name)
     return name
 
 
