@@ -41,6 +41,7 @@ BENCHMARKS = (
     Benchmark("twonn", "bench_twonn.py", full=("--large",)),
     Benchmark("topology", "bench_topology.py"),
     Benchmark("training_step", "bench_training_step.py"),
+    Benchmark("bf16_cpu", "bench_bf16_cpu.py", quick=("--repeats", "1")),
 )
 
 
