@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from isotropy.topology import h0_barcode, persistent_entropy
+from isotropy.measures.topology import h0_barcode, persistent_entropy
 
 DIM = 768
 

@@ -52,13 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_time  # noqa: E402
 
-from isotropy.covariance import CovarianceStats  # noqa: E402
-from isotropy.hidden_states import token_cloud  # noqa: E402
 from isotropy.losses.base import Regularizer, RegularizerOutput  # noqa: E402
 from isotropy.losses.cosreg import CosRegLoss  # noqa: E402
 from isotropy.losses.istar import IStarLoss  # noqa: E402
-from isotropy.shrinkage import _batch_rows, collect_covariance  # noqa: E402
-from isotropy.wrapper import RegularizedModel  # noqa: E402
+from isotropy.measures.covariance import CovarianceStats  # noqa: E402
+from isotropy.models.hidden_states import token_cloud  # noqa: E402
+from isotropy.models.regularized import RegularizedModel  # noqa: E402
+from isotropy.models.shrinkage import _batch_rows, collect_covariance  # noqa: E402
 
 try:
     from isotropy.losses.entropy import PersistentEntropyLoss

@@ -1,4 +1,4 @@
-"""TwoNN intrinsic dimension: ``isotropy.twonn.twonn`` vs ``skdim.id.TwoNN``, same process.
+"""TwoNN intrinsic dimension: ``isotropy.measures.twonn.twonn`` vs ``skdim.id.TwoNN``, same process.
 
 Run: ``python benchmarks/bench_twonn.py [--quick] [--large]`` (prints a markdown table; about
 2 minutes on 2 cores; ``--quick``: 5,000 points and one run of each, a few seconds).
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_time  # noqa: E402
 
-from isotropy.twonn import twonn  # noqa: E402
+from isotropy.measures.twonn import twonn  # noqa: E402
 
 try:
     import skdim

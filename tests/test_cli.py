@@ -68,8 +68,8 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.fixture()
 def no_compute(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make the two computations fail the test if they start; returns the calls seen."""
+    import isotropy.experiments.layerwise as measure_module
     import isotropy.experiments.stability as stability
-    import isotropy.measure as measure_module
 
     calls: list[str] = []
 
@@ -209,7 +209,7 @@ def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path,
 def test_failure_while_computing_returns_1(tiny_dir: Path, texts_file: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    import isotropy.measure as measure_module
+    import isotropy.experiments.layerwise as measure_module
 
     def fails(*args, **kwargs):
         raise RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB")
@@ -349,7 +349,7 @@ def test_bad_data_file_fails_before_stability(tiny_dir: Path, glue_dir: Path, tm
 def test_measure_options_reach_the_computation(tiny_dir: Path, texts_file: Path,
                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                ) -> None:
-    import isotropy.measure as measure_module
+    import isotropy.experiments.layerwise as measure_module
 
     real = measure_module.measure_model
     seen: dict = {}

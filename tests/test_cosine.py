@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isotropy.cosine import avg_cosine_similarity, cosine_regularization_term
+from isotropy.measures.cosine import avg_cosine_similarity, cosine_regularization_term
 
 
 def _brute_cosines(x: np.ndarray) -> np.ndarray:

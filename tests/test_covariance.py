@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isotropy.covariance import CovarianceStats
+from isotropy.measures.covariance import CovarianceStats
 
 
 def rows(n: int, d: int, seed: int = 0, offset: float = 0.0) -> np.ndarray:
@@ -181,7 +181,7 @@ def test_identical_rows_give_exactly_zero_comoment(dtype: torch.dtype) -> None:
     s = CovarianceStats.from_batch(x).merge(CovarianceStats.from_batch(x[:3]))
     assert torch.equal(s.comoment, torch.zeros(5, 5, dtype=torch.float64))
     assert torch.equal(s.mean, x[0].double())
-    from isotropy.isoscore import isoscore_from_covariance
+    from isotropy.measures.isoscore import isoscore_from_covariance
 
     with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
         isoscore_from_covariance(s.covariance())

@@ -20,7 +20,7 @@ from _models import padding_mask, random_inputs
 
 from isotropy.losses.cosreg import CosRegLoss
 from isotropy.losses.istar import IStarLoss
-from isotropy.shrinkage import collect_covariance
+from isotropy.models.shrinkage import collect_covariance
 
 WORLD = 2
 SIZES = (3, 5)  # unequal local batch sizes

@@ -14,9 +14,9 @@ import pytest
 import torch
 from _distributed import RunResults, guarded, require_gloo
 
-from isotropy.covariance import CovarianceStats
-from isotropy.isoscore import isoscore_star
-from isotropy.metrics import IsoScoreMetric
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_star
+from isotropy.measures.isoscore_metric import IsoScoreMetric
 
 WORLD = 2
 F64 = torch.float64

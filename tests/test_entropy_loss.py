@@ -13,7 +13,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 
 from isotropy.losses.entropy import PersistentEntropyLoss
-from isotropy.topology import prominent_features
+from isotropy.measures.topology import prominent_features
 
 
 def scipy_bars(X: np.ndarray) -> np.ndarray:

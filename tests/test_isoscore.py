@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isotropy.isoscore import (
+from isotropy.measures.isoscore import (
     isoscore,
     isoscore_from_covariance,
     isoscore_star,

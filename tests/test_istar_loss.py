@@ -339,7 +339,7 @@ def test_set_shrinkage_refuses_a_matrix_that_is_not_psd():
 def test_forward_does_not_repeat_the_psd_check(monkeypatch):
     import sys
 
-    module = sys.modules["isotropy.isoscore"]
+    module = sys.modules["isotropy.measures.isoscore"]
     g = torch.Generator().manual_seed(0)
     loss = IStarLoss(tuning=1.0, zeta=0.5, shrinkage=torch.eye(8))
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
 
-from isotropy.partition import partition_score
+from isotropy.measures.partition import partition_score
 
 
 def _naive(x: np.ndarray) -> float:

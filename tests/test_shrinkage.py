@@ -11,13 +11,13 @@ from _models import random_inputs, tiny_bert
 from transformers import BertModel
 
 from isotropy.losses.istar import IStarLoss
-from isotropy.shrinkage import (
+from isotropy.models.regularized import RegularizedModel
+from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
     collect_covariance,
     estimate_shrinkage,
     refresh_shrinkage,
 )
-from isotropy.wrapper import RegularizedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

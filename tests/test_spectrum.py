@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isotropy.spectrum import anisotropy_spectrum
+from isotropy.measures.spectrum import anisotropy_spectrum
 
 
 def _svd_scores(x: np.ndarray, center: bool) -> np.ndarray:

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 
-from isotropy.topology import h0_barcode, persistent_entropy, prominent_features
+from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
 
 # --------------------------------------------------------------------------- reference routes
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 
-from isotropy.twonn import two_nearest_distances, twonn
+from isotropy.measures.twonn import two_nearest_distances, twonn
 
 skdim = pytest.importorskip("skdim")
 

@@ -8,15 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from isotropy.cosine import avg_cosine_similarity, cosine_regularization_term
-from isotropy.covariance import CovarianceStats
-from isotropy.isoscore import (
-    isoscore,
-    isoscore_from_covariance,
-    isoscore_star,
-    participation_ratio,
-    participation_ratio_from_covariance,
-)
 from isotropy.losses import (
     CosRegLoss,
     IStarLoss,
@@ -24,21 +15,34 @@ from isotropy.losses import (
     Regularizer,
     RegularizerOutput,
 )
-from isotropy.metrics import IsoScoreMetric, isoscore_star_compute, isoscore_star_update
-from isotropy.partition import partition_score
-from isotropy.spectrum import anisotropy_spectrum
-from isotropy.topology import h0_barcode, persistent_entropy, prominent_features
-from isotropy.twonn import twonn
+from isotropy.measures.cosine import avg_cosine_similarity, cosine_regularization_term
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import (
+    isoscore,
+    isoscore_from_covariance,
+    isoscore_star,
+    participation_ratio,
+    participation_ratio_from_covariance,
+)
+from isotropy.measures.isoscore_metric import (
+    IsoScoreMetric,
+    isoscore_star_compute,
+    isoscore_star_update,
+)
+from isotropy.measures.partition import partition_score
+from isotropy.measures.spectrum import anisotropy_spectrum
+from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
+from isotropy.measures.twonn import twonn
 
 __version__ = "0.1.0"
 
 # Names whose modules import transformers: loaded on first use to keep `import isotropy` light.
 _LAZY = {
-    "RegularizedModel": "isotropy.wrapper",
-    "refresh_shrinkage": "isotropy.shrinkage",
-    "estimate_shrinkage": "isotropy.shrinkage",
-    "collect_covariance": "isotropy.shrinkage",
-    "ShrinkageRefreshCallback": "isotropy.shrinkage",
+    "RegularizedModel": "isotropy.models.regularized",
+    "refresh_shrinkage": "isotropy.models.shrinkage",
+    "estimate_shrinkage": "isotropy.models.shrinkage",
+    "collect_covariance": "isotropy.models.shrinkage",
+    "ShrinkageRefreshCallback": "isotropy.models.shrinkage",
 }
 
 

@@ -149,7 +149,7 @@ def _add_stability_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
-    from isotropy.measure import (
+    from isotropy.experiments.layerwise import (
         DEFAULT_BATCH_SIZE,
         DEFAULT_MAX_LENGTH,
         DEFAULT_MAX_TEXTS,
@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
-    from isotropy.measure import check_model_path
+    from isotropy.models.loading import check_model_path
 
     if model is None:
         return
@@ -291,7 +291,7 @@ def _check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
 
 
 def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
-    from isotropy.measure import _resolve_device
+    from isotropy.experiments.layerwise import _resolve_device
 
     try:
         _resolve_device(device)
@@ -325,8 +325,8 @@ def _check_stability_args(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, **source: Any) -> Any:
     """Read the texts, load the model and tokenizer and check ``--max-length`` against it
-    (:func:`isotropy.measure.prepare_measure`); a failure is a usage error."""
-    from isotropy.measure import prepare_measure
+    (:func:`isotropy.experiments.layerwise.prepare_measure`); a failure is a usage error."""
+    from isotropy.experiments.layerwise import prepare_measure
 
     try:
         return prepare_measure(args.model, data_dir=args.data_dir, max_texts=args.max_texts,
@@ -362,7 +362,7 @@ def _stability(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
 
 
 def _measure(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str, Path]:
-    from isotropy import measure as m
+    from isotropy.experiments import layerwise as m
 
     progress = (not args.no_progress) and sys.stderr.isatty()
     result = m.measure_model(
@@ -419,7 +419,7 @@ def _run_measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 def _demo_source(data_dir: Path | None) -> tuple[dict[str, Any], str]:
     """SST-2 dev from the GLUE directory if present, else the built-in sentences."""
     from isotropy.data.glue import require_split
-    from isotropy.measure import BUILTIN_SENTENCES
+    from isotropy.experiments.layerwise import BUILTIN_SENTENCES
 
     try:
         require_split("sst2", "dev", data_dir)

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from isotropy.covariance import CovarianceStats
 from isotropy.io import write_csv_atomic, write_json_atomic, write_with_atomic
-from isotropy.isoscore import isoscore_from_covariance, isoscore_star
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_from_covariance, isoscore_star
 
 __all__ = [
     "DEFAULT_SIZES",

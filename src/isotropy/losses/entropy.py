@@ -6,7 +6,8 @@ For a batch of sentence embeddings split by class label into groups :math:`X_g`,
            + \gamma \sum_g \operatorname{mean}\big(N(X_g)\big),
 
 where :math:`F(X_g)` and :math:`N(X_g)` are the prominent-feature and noise bars of the
-0-dimensional Vietoris--Rips barcode of :math:`X_g` (:func:`isotropy.topology.prominent_features`)
+0-dimensional Vietoris--Rips barcode of :math:`X_g`
+(:func:`~isotropy.measures.topology.prominent_features`)
 and :math:`H` is the persistent entropy. Minimising :math:`\mathcal{L}` maximises the entropy of
 the feature bars (the long inter-cluster distances become more even) and, with
 :math:`\gamma > 0`, shrinks the in-cluster noise bars.
@@ -27,9 +28,9 @@ from isotropy._validation import (
     check_finite_float,
 )
 from isotropy.distributed import gather_rows
-from isotropy.hidden_states import pool, select_layers
 from isotropy.losses.base import Regularizer, RegularizerOutput
-from isotropy.topology import h0_barcode, persistent_entropy, prominent_features
+from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
+from isotropy.models.hidden_states import pool, select_layers
 
 __all__ = ["PersistentEntropyLoss"]
 

@@ -6,7 +6,8 @@ r"""I-STAR: IsoScore*-based stable anisotropic regularization (Rudman & Eickhoff
 where :math:`\tilde X` is the union of the chosen layers' non-padding token states and
 :math:`\Sigma_\zeta = (1-\zeta)\Sigma_{\tilde X} + \zeta\Sigma_S` (:math:`\zeta = 0`: no
 shrinkage). :math:`\lambda < 0` makes the representations *less* isotropic, :math:`\lambda > 0`
-more. :math:`\Sigma_S` comes from :func:`isotropy.shrinkage.refresh_shrinkage` (a large sample
+more. :math:`\Sigma_S` comes from
+:func:`~isotropy.models.shrinkage.refresh_shrinkage` (a large sample
 of token states, refreshed every epoch); without it the identity is used in its place.
 
 Under ``torch.distributed`` (``sync_dist=True``) the score is that of the *global* batch, built
@@ -29,9 +30,9 @@ from isotropy._validation import (
     check_finite_float,
     check_zeta,
 )
-from isotropy.hidden_states import Layers, token_cloud
-from isotropy.isoscore import _isoscore_star
 from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
+from isotropy.measures.isoscore import _isoscore_star
+from isotropy.models.hidden_states import Layers, token_cloud
 
 __all__ = ["IStarLoss"]
 

@@ -1,7 +1,8 @@
 """Fine-tuning harness: ``isotropy train`` on the Hugging Face ``Trainer``.
 
 Data (task registry, local files) -> tokenised features -> ``AutoModelFor...`` wrapped in a
-:class:`~isotropy.wrapper.RegularizedModel` -> ``Trainer`` with the Sigma_S refresh and the
+:class:`~isotropy.models.regularized.RegularizedModel` ->
+``Trainer`` with the Sigma_S refresh and the
 regularizer logs -> a self-describing run directory.
 """
 

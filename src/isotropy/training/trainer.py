@@ -2,7 +2,8 @@
 
 :func:`run_training` checks every input (task, data files, model, output directory) before any
 work, then fine-tunes ``AutoModelForSequenceClassification`` wrapped in a
-:class:`~isotropy.wrapper.RegularizedModel` with :class:`IsotropyTrainer`, which adds the task
+:class:`~isotropy.models.regularized.RegularizedModel` with
+:class:`IsotropyTrainer`, which adds the task
 loss and every regularizer's logs (averaged over the logging interval) to the Trainer's logs,
 and the task metrics and IsoScore of the evaluation set to every evaluation.
 """
@@ -20,7 +21,6 @@ import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
 
-from isotropy.covariance import CovarianceStats
 from isotropy.data.glue import Example, TaskSpec, get_task, load_split, require_split
 from isotropy.data.task_metrics import (
     compute_task_metrics,
@@ -28,11 +28,14 @@ from isotropy.data.task_metrics import (
     predictions_from_logits,
 )
 from isotropy.distributed import is_distributed
-from isotropy.hidden_states import select_layers
-from isotropy.isoscore import isoscore_from_covariance
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_from_covariance
+from isotropy.models.hidden_states import select_layers
+from isotropy.models.loading import resolve_model
+from isotropy.models.regularized import RegularizedModel
+from isotropy.models.shrinkage import ShrinkageRefreshCallback
 from isotropy.runtime import flush_denormals
-from isotropy.shrinkage import ShrinkageRefreshCallback
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
 from isotropy.training.features import (
     TaskDataset,
@@ -41,14 +44,12 @@ from isotropy.training.features import (
     tokenize_examples,
 )
 from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
-from isotropy.wrapper import RegularizedModel
 
 __all__ = [
     "IsotropyTrainer",
     "TrainResult",
     "build_regularizers",
     "load_task_data",
-    "resolve_model",
     "run_training",
 ]
 
@@ -56,17 +57,6 @@ STATE_FILE = "isotropy_state.pt"
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def resolve_model(name: str) -> str:
-    """``minilm`` -> the offline MiniLM path; a local path must be a model directory
-    (:func:`isotropy.measure.check_model_path`); a hub id is returned as it is."""
-    from isotropy.measure import check_model_path, default_model_path
-
-    if name.lower() == "minilm":
-        return default_model_path()
-    check_model_path(name)
-    return name
 
 
 def _check_model(path: str) -> None:

@@ -14,7 +14,7 @@ Functional form: :func:`isoscore_star_update` (a batch's statistics) and
 (``update`` / ``compute`` / ``reset`` / ``merge`` / ``sync``). Under ``torch.distributed`` the
 statistics are all-reduced (:meth:`CovarianceStats.all_reduce`), giving the score of the union
 of every rank's rows. Computed in float64; no gradient flows (use
-:func:`isotropy.isoscore.isoscore_star` for a differentiable score).
+:func:`isotropy.measures.isoscore.isoscore_star` for a differentiable score).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 
 from isotropy._validation import ArrayLike, as_covariance, as_square_matrix, check_zeta
-from isotropy.covariance import CovarianceStats
-from isotropy.isoscore import _trace_and_frobenius
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import _trace_and_frobenius
 
 __all__ = ["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"]
 

@@ -17,8 +17,8 @@ from transformers import (
 
 from isotropy.losses.cosreg import CosRegLoss
 from isotropy.losses.istar import IStarLoss
-from isotropy.shrinkage import ShrinkageRefreshCallback
-from isotropy.wrapper import RegularizedModel
+from isotropy.models.regularized import RegularizedModel
+from isotropy.models.shrinkage import ShrinkageRefreshCallback
 
 ref = pytest.importorskip("IsoScore.IsoScore")
 

@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from isotropy.cosine import avg_cosine_similarity
-from isotropy.hidden_states import layer_token_clouds
-from isotropy.isoscore import isoscore, participation_ratio
-from isotropy.measure import (
+from isotropy.experiments.layerwise import (
     BUILTIN_SENTENCES,
     format_measure_table,
-    load_model,
     load_texts,
     measure,
     measure_model,
     write_measure,
 )
-from isotropy.partition import partition_score
-from isotropy.spectrum import anisotropy_spectrum
-from isotropy.twonn import twonn
+from isotropy.measures.cosine import avg_cosine_similarity
+from isotropy.measures.isoscore import isoscore, participation_ratio
+from isotropy.measures.partition import partition_score
+from isotropy.measures.spectrum import anisotropy_spectrum
+from isotropy.measures.twonn import twonn
+from isotropy.models.hidden_states import layer_token_clouds
+from isotropy.models.loading import load_model
 
 WORDS = ["the", "a", "an", "cat", "dog", "bird", "sat", "on", "mat", "runs", "fast", "slow",
     "red", "blue", "big", "small", "and", "or", "is", "was", "good", "bad", "movie", "film",
@@ -153,7 +153,7 @@ def _near_constant(n: int = 7, d: int = 5) -> torch.Tensor:
 
 
 def test_near_constant_cloud_is_undefined_whatever_the_functions_return() -> None:
-    from isotropy.measure import _cls_row, _token_row, _TokenAccumulator
+    from isotropy.experiments.layerwise import _cls_row, _token_row, _TokenAccumulator
 
     x = _near_constant()
     assert float(isoscore(x.double())) > 0.1  # the library scores the rounding noise
@@ -178,11 +178,11 @@ def test_near_constant_cloud_is_undefined_whatever_the_functions_return() -> Non
 
 
 def test_measure_errors_are_recorded_per_cell(monkeypatch: pytest.MonkeyPatch) -> None:
-    from isotropy.measure import _cls_row
+    from isotropy.experiments.layerwise import _cls_row
 
-    # the modules (``isotropy.isoscore`` as an attribute is the re-exported function)
-    iso_mod = importlib.import_module("isotropy.isoscore")
-    twonn_mod = importlib.import_module("isotropy.twonn")
+    # the modules (``isotropy.measures.isoscore`` as an attribute is the re-exported function)
+    iso_mod = importlib.import_module("isotropy.measures.isoscore")
+    twonn_mod = importlib.import_module("isotropy.measures.twonn")
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
     def zero_variance(*args, **kwargs):
@@ -272,7 +272,7 @@ def test_pairs_reach_the_model_with_token_type_ids(tiny) -> None:
 
 
 def test_max_length_below_special_tokens_is_rejected(tiny) -> None:
-    from isotropy.measure import min_max_length
+    from isotropy.experiments.layerwise import min_max_length
 
     model, tok = tiny
     pairs = [(a, b) for a, b in zip(TEXTS[:4], TEXTS[4:8], strict=True)]
@@ -398,7 +398,7 @@ def test_atomic_writers(tmp_path: Path) -> None:
 
 
 def test_hub_ids_are_not_taken_for_paths(tmp_path: Path) -> None:
-    from isotropy.measure import check_model_path, looks_like_path
+    from isotropy.models.loading import check_model_path, looks_like_path
 
     for hub_id in ("bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2"):
         assert not looks_like_path(hub_id)

@@ -14,7 +14,7 @@ are used (the last batch is cut inside a token if need be); padding never counts
 Under ``torch.distributed`` every rank reads its own shard and contributes
 ``n_tokens // world_size`` rows (the first ``n_tokens % world_size`` ranks one more), and the
 statistics are all-reduced, so the union has exactly ``n_tokens`` rows. Statistics are
-streamed (:class:`~isotropy.covariance.CovarianceStats`, fp64 merges): the rows are never
+streamed (:class:`~isotropy.measures.covariance.CovarianceStats`, fp64 merges): the rows are never
 stored. If the data runs out first, a warning says how many rows were used. A batch without
 ``attention_mask`` counts every position as a token.
 """
@@ -29,10 +29,10 @@ import torch
 from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from isotropy.covariance import CovarianceStats
 from isotropy.distributed import is_distributed
-from isotropy.hidden_states import Layers, get_hidden_states, select_layers
 from isotropy.losses.istar import IStarLoss, check_layers
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.models.hidden_states import Layers, get_hidden_states, select_layers
 
 __all__ = [
     "collect_covariance",
@@ -51,7 +51,7 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     A DDP wrapper is bypassed on purpose: its forward may synchronise buffers across ranks,
     and ranks may run different numbers of batches here.
     """
-    from isotropy.wrapper import RegularizedModel
+    from isotropy.models.regularized import RegularizedModel
 
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     for _ in range(8):
@@ -255,7 +255,8 @@ class ShrinkageRefreshCallback(TrainerCallback):
 
     Args:
         losses: the :class:`IStarLoss` module(s) to refresh; default: every ``IStarLoss`` found
-            inside the Trainer's model (e.g. in a :class:`~isotropy.wrapper.RegularizedModel`).
+            inside the Trainer's model (e.g. in a
+            :class:`~isotropy.models.regularized.RegularizedModel`).
         dataloader: the data to read; default: the Trainer's training dataloader (this extra
             pass draws its own shuffling order).
         n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).

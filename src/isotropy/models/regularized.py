@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from isotropy.hidden_states import get_hidden_states
 from isotropy.losses.base import Regularizer
+from isotropy.models.hidden_states import get_hidden_states
 
 __all__ = ["RegularizedModel"]
 

