@@ -312,6 +312,17 @@ def test_config_file_and_preset(tmp_path):
         parse_train_args(["--config", str(bad), "--output_dir", "x"])
 
 
+def test_default_run_directory_is_named_from_the_settings():
+    ours, targs = parse_train_args(["--task", "RTE", "--model", "minilm", "--regularizer",
+                                    "istar", "--tuning", "-1", "--zeta", "0.2"])
+    assert targs.output_dir == "runs/rte-minilm-istar_l-1_z0.2-seed42"
+    _, targs = parse_train_args(["--task", "cola", "--regularizer", "entropy", "cosreg",
+                                 "--select_features", "false", "--seed", "7"])
+    assert targs.output_dir == "runs/cola-minilm-entropy_b1_allbars+cosreg_l1-seed7"
+    _, targs = parse_train_args(["--output_dir", "mine"])
+    assert targs.output_dir == "mine"
+
+
 def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys):
     import argparse
 

@@ -17,7 +17,7 @@ __all__ = ["add_train_parser", "main", "run_train"]
 _EXAMPLES = """\
 examples:
   isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
-      --output_dir runs/rte-istar --bf16
+      --output_dir runs/rte-istar
   isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
   isotropy train --config settings.yaml --output_dir runs/x --resume
 """

@@ -26,6 +26,7 @@ __all__ = [
     "REGULARIZERS",
     "IsotropyArguments",
     "TrainArguments",
+    "default_run_name",
     "parse_layers",
     "parse_train_args",
     "preset_values",
@@ -245,14 +246,54 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
     settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}
     settings.update(from_file)
     settings.update(given)
-    if settings.get("output_dir") is None:
-        raise ValueError("--output_dir (the run directory) is required")
     if isinstance(settings.get("regularizer"), str):
         settings["regularizer"] = [settings["regularizer"]]
+    if settings.get("output_dir") is None:
+        settings["output_dir"] = str(Path("runs") / default_run_name(settings))
     ours, targs = build_parser(suppress_defaults=False).parse_dict(settings)
     if ours.group_by_length:
         targs.train_sampling_strategy = "group_by_length"
     return ours, targs
+
+
+def _number(value: Any) -> str:
+    """Compact text of a setting's value for a directory name (``-1.0`` -> ``-1``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def default_run_name(settings: Mapping[str, Any]) -> str:
+    """The run directory's name from its settings, when no ``--output_dir`` is given:
+    task, model, each regularizer with its parameters, seed.
+
+    >>> default_run_name({"task": "rte", "model": "minilm", "regularizer": ["istar"],
+    ...                   "tuning": -1.0, "zeta": 0.2})
+    'rte-minilm-istar_l-1_z0.2-seed42'
+    >>> default_run_name({"task": "mrpc", "model": "/models/bert-base/", "seed": 3})
+    'mrpc-bert-base-none-seed3'
+    """
+    def get(name: str) -> Any:
+        if name in settings:
+            return settings[name]
+        return next(f.default for cls in (IsotropyArguments, TrainArguments) for f in fields(cls)
+                    if f.name == name)
+
+    regs = [str(r).lower() for r in (settings.get("regularizer") or ["none"])]
+    parts = []
+    for r in dict.fromkeys(regs):
+        if r == "istar":
+            parts.append(f"istar_l{_number(get('tuning'))}_z{_number(get('zeta'))}"
+                         + ("" if get("istar_layers") == "all"
+                            else f"_layers{str(get('istar_layers')).replace(',', '.')}"))
+        elif r == "cosreg":
+            parts.append(f"cosreg_l{_number(get('cosreg_tuning'))}")
+        elif r == "entropy":
+            parts.append(f"entropy_b{_number(get('entropy_weight'))}"
+                         + ("" if get("select_features") else "_allbars"))
+    model = Path(str(get("model")).rstrip("/")).name or "model"
+    task = get_task(str(get("task"))).name
+    return f"{task}-{model}-{'+'.join(parts) or 'none'}-seed{get('seed')}"
 
 
 def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
