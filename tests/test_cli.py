@@ -155,6 +155,58 @@ def test_demo_command(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
     assert "built-in sentences" in capsys.readouterr().out
 
 
+def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """With SST-2 train and dev present, the demo fine-tunes once per method; its table
+    agrees with every run's results.json, and the collapsed flag with the run's predictions."""
+    import csv
+    import json
+
+    rows = "".join(f"{s} \t{(i // 2) % 2}\n" for i, s in enumerate(SENTENCES * 3))
+    (glue_dir / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    out = tmp_path / "demo"
+    argv = ["demo", "--model", str(tiny_dir), "--data-dir", str(glue_dir), "--no-progress",
+            "--output-dir", str(out), "--finetune-epochs", "1", "--max-texts", "8"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "fine-tuning comparison on sst2" in text and "| method | accuracy |" in text
+    table = json.loads((out / "finetune" / "comparison.json").read_text())["rows"]
+    assert [r["method"].split()[0] for r in table] == ["none", "istar", "cosreg", "entropy"]
+    for row in table:
+        run = Path(row["run_dir"])
+        results = json.loads((run / "results.json").read_text())
+        assert row["value"] == results["final"]["eval_accuracy"]
+        with (run / "eval_predictions.csv").open() as f:
+            predictions = [r["prediction"] for r in csv.DictReader(f)]
+        assert len(predictions) == len(SENTENCES)
+        assert row["collapsed"] == (len(set(predictions)) == 1)
+        assert (row["isoscore_star_last"] is not None) == (row["method"].startswith("istar")
+                                                           or "eval_isoscore_star_last"
+                                                           in results["final"])
+    md = (out / "finetune" / "comparison.md").read_text()
+    assert md.count("\n| ") == 5  # header and four methods
+    # a second demo reuses the finished runs instead of training again
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("reused a finished run") == 4
+
+
+def test_comparison_table_flags_a_collapsed_classifier() -> None:
+    from isotropy.experiments.comparison import ComparisonResult, format_comparison_table
+
+    def row(method, collapsed, majority):
+        return {"method": method, "metric": "accuracy", "value": 0.5, "collapsed": collapsed,
+                "majority_fraction": majority, "isoscore_star_last": None,
+                "isoscore_star_union": 0.25, "twonn_cls_last": 7.0}
+
+    lines = format_comparison_table(ComparisonResult(
+        [row("none", False, 0.6), row("istar", True, 1.0), row("cosreg", False, 0.97)]
+    )).splitlines()
+    assert lines[0].startswith("| method | accuracy | IsoScore* last layer")
+    assert lines[2] == "| none | 0.500 | n/a | 0.250 | 7.0 | no |"
+    assert "YES: every prediction is one class" in lines[3]
+    assert "nearly (97% one class)" in lines[4]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
