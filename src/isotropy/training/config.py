@@ -20,6 +20,7 @@ import torch
 from transformers import HfArgumentParser, TrainingArguments
 
 from isotropy.data.glue import get_task
+from isotropy.data.sources import check_data_source
 
 __all__ = [
     "PRESETS",
@@ -44,6 +45,9 @@ class IsotropyArguments:
         "help": "hub id, local model directory, or 'minilm' (offline MiniLM-L6-H384)"})
     data_dir: str | None = field(default=None, metadata={
         "help": "local glue_data/ directory (default: $GLUE_DIR, else ../shared/glue_data)"})
+    data_source: str = field(default="local", metadata={
+        "help": "local (glue_data/ files, --data_dir) or hub (Hugging Face datasets; "
+                "pip install isotropy[hub])"})
     max_seq_length: int = field(default=128, metadata={"help": "truncate inputs to this length"})
     max_train_samples: int | None = field(default=None, metadata={
         "help": "train on a seeded random subset of this many examples"})
@@ -83,6 +87,7 @@ class IsotropyArguments:
 
     def __post_init__(self) -> None:
         self.task = get_task(self.task).name
+        self.data_source = check_data_source(self.data_source)
         regs = [r.strip().lower() for r in self.regularizer]
         unknown = [r for r in regs if r not in REGULARIZERS]
         if unknown:

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
 
-from isotropy.data.glue import Example, TaskSpec, get_task, load_split, require_split
+from isotropy.data.glue import Example, TaskSpec, get_task
+from isotropy.data.sources import load_task_data
 from isotropy.data.task_metrics import (
     compute_task_metrics,
     prediction_summary,
@@ -37,12 +38,7 @@ from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import ShrinkageRefreshCallback
 from isotropy.runtime import flush_denormals
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
-from isotropy.training.features import (
-    TaskDataset,
-    seeded_subset,
-    split_examples,
-    tokenize_examples,
-)
+from isotropy.training.features import TaskDataset, tokenize_examples
 from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
 
 __all__ = [
@@ -72,39 +68,6 @@ def _check_model(path: str) -> None:
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
-
-
-@dataclass
-class TaskData:
-    """Train/eval examples and where they came from (recorded in ``config.json``)."""
-
-    train: list[Example]
-    eval: list[Example]
-    source: dict[str, Any]
-
-
-def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
-    """Load the train and eval examples from the local files, with the seeded subsets/split."""
-    spec = get_task(ours.task)
-    source: dict[str, Any] = {"kind": "local", "task": spec.name}
-    dev_path = require_split(spec.name, "dev", ours.data_dir)
-    source["data_dir"] = str(dev_path.parent.parent)
-    dev = load_split(spec.name, "dev", ours.data_dir)
-    if ours.split_dev_for_training is not None:
-        train, evaluation = split_examples(dev, ours.split_dev_for_training, seed)
-        source.update(train_file=str(dev_path), eval_file=str(dev_path),
-                      split_dev_for_training=ours.split_dev_for_training, split_seed=seed)
-    else:
-        train_path = require_split(spec.name, "train", ours.data_dir)
-        train, evaluation = load_split(spec.name, "train", ours.data_dir), dev
-        source.update(train_file=str(train_path), eval_file=str(dev_path))
-    source.update(n_train_available=len(train), n_eval_available=len(evaluation))
-    train = seeded_subset(train, ours.max_train_samples, seed)
-    evaluation = seeded_subset(evaluation, ours.max_eval_samples, seed + 1)
-    source.update(n_train=len(train), n_eval=len(evaluation), subset_seeds=[seed, seed + 1])
-    if not train or not evaluation:
-        raise ValueError(f"{spec.display_name}: the train or eval set is empty")
-    return TaskData(train, evaluation, source)
 
 
 def build_regularizers(
