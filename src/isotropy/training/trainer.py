@@ -168,12 +168,26 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 # ----------------------------------------------------------------------------- trainer
 
 
+def _point_tensorboard(trainer: Trainer) -> None:
+    """Write TensorBoard events to ``args.logging_dir``: transformers 5 dropped that argument
+    (its callback reads ``TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs/<date>``), so
+    the callback is pointed at it unless that environment variable is set."""
+    from transformers.integrations import TensorBoardCallback
+
+    logging_dir = getattr(trainer.args, "logging_dir", None)
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, TensorBoardCallback) and logging_dir and \
+                getattr(cb, "logging_dir", None) is None:
+            cb.logging_dir = logging_dir
+
+
 class IsotropyTrainer(Trainer):
     """``Trainer`` that logs the task loss and the regularizers' logs, and measures the
     evaluation set's IsoScore (last layer and union of layers) at every evaluation."""
 
     def __init__(self, *args: Any, measure_max_tokens: int = 20_000, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        _point_tensorboard(self)
         self.measure_max_tokens = measure_max_tokens
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}
