@@ -20,6 +20,7 @@ import torch
 from transformers import HfArgumentParser, TrainingArguments
 
 from isotropy.data.glue import get_task
+from isotropy.data.sources import check_data_source
 
 __all__ = [
     "PRESETS",
@@ -45,6 +46,9 @@ class IsotropyArguments:
         "help": "hub id, local model directory, or 'minilm' (offline MiniLM-L6-H384)"})
     data_dir: str | None = field(default=None, metadata={
         "help": "local glue_data/ directory (default: $GLUE_DIR, else ../shared/glue_data)"})
+    data_source: str = field(default="local", metadata={
+        "help": "local (glue_data/ files, --data_dir) or hub (Hugging Face datasets; "
+                "pip install isotropy[hub])"})
     max_seq_length: int = field(default=128, metadata={"help": "truncate inputs to this length"})
     max_train_samples: int | None = field(default=None, metadata={
         "help": "train on a seeded random subset of this many examples"})
@@ -84,6 +88,7 @@ class IsotropyArguments:
 
     def __post_init__(self) -> None:
         self.task = get_task(self.task).name
+        self.data_source = check_data_source(self.data_source)
         regs = [r.strip().lower() for r in self.regularizer]
         unknown = [r for r in regs if r not in REGULARIZERS]
         if unknown:
@@ -143,18 +148,38 @@ def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
 @dataclass
 class TrainArguments(TrainingArguments):
     """``TrainingArguments`` with the harness's defaults: evaluate, save and log every epoch
-    (logging every 10 steps), no external reporters; ``--bf16`` on a machine without a GPU
-    trains on the CPU with bf16 autocast."""
+    (logging every 10 steps); TensorBoard events under ``<output_dir>/tensorboard`` (the
+    ``TENSORBOARD_LOGGING_DIR`` environment variable, where set, wins), dropped with a warning
+    when ``tensorboard`` is not installed; ``--bf16`` on a machine without a GPU trains on the
+    CPU with bf16 autocast."""
 
     output_dir: str | None = field(default=None, metadata={"help": "the run directory"})
     eval_strategy: str = field(default="epoch", metadata={"help": "no, steps or epoch"})
     save_strategy: str = field(default="epoch", metadata={"help": "no, steps, epoch or best"})
     logging_steps: float = field(default=10, metadata={"help": "log every X update steps"})
+    report_to: None | str | list[str] = field(default="tensorboard", metadata={
+        "help": "where logs go besides metrics.jsonl: tensorboard (default), none, all, or "
+                "integration names"})
+    logging_dir: str | None = field(default=None, metadata={
+        "help": "TensorBoard event directory (default: <output_dir>/tensorboard)"})
 
     def __post_init__(self) -> None:
         if (self.bf16 or self.bf16_full_eval) and not torch.cuda.is_available():
             self.use_cpu = True
+        if self.logging_dir is None and self.output_dir is not None:
+            self.logging_dir = os.path.join(self.output_dir, "tensorboard")
         super().__post_init__()
+        from transformers.integrations import is_tensorboard_available
+
+        if "tensorboard" in self.report_to and not is_tensorboard_available():
+            import warnings
+
+            warnings.warn(
+                "TensorBoard logging is off: the tensorboard package is not installed "
+                "(pip install tensorboard; --report_to none silences this warning)",
+                stacklevel=2,
+            )
+            self.report_to = [r for r in self.report_to if r != "tensorboard"]
 
 
 def _entropy_preset(task: str) -> dict[str, Any]:

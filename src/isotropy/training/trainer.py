@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
 
-from isotropy.data.glue import Example, TaskSpec, get_task, load_split, require_split
+from isotropy.data.glue import Example, TaskSpec, get_task
+from isotropy.data.sources import load_task_data
 from isotropy.data.task_metrics import (
     compute_task_metrics,
     prediction_summary,
@@ -37,12 +38,7 @@ from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import ShrinkageRefreshCallback
 from isotropy.runtime import flush_denormals
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
-from isotropy.training.features import (
-    TaskDataset,
-    seeded_subset,
-    split_examples,
-    tokenize_examples,
-)
+from isotropy.training.features import TaskDataset, tokenize_examples
 from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
 
 __all__ = [
@@ -72,39 +68,6 @@ def _check_model(path: str) -> None:
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
-
-
-@dataclass
-class TaskData:
-    """Train/eval examples and where they came from (recorded in ``config.json``)."""
-
-    train: list[Example]
-    eval: list[Example]
-    source: dict[str, Any]
-
-
-def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
-    """Load the train and eval examples from the local files, with the seeded subsets/split."""
-    spec = get_task(ours.task)
-    source: dict[str, Any] = {"kind": "local", "task": spec.name}
-    dev_path = require_split(spec.name, "dev", ours.data_dir)
-    source["data_dir"] = str(dev_path.parent.parent)
-    dev = load_split(spec.name, "dev", ours.data_dir)
-    if ours.split_dev_for_training is not None:
-        train, evaluation = split_examples(dev, ours.split_dev_for_training, seed)
-        source.update(train_file=str(dev_path), eval_file=str(dev_path),
-                      split_dev_for_training=ours.split_dev_for_training, split_seed=seed)
-    else:
-        train_path = require_split(spec.name, "train", ours.data_dir)
-        train, evaluation = load_split(spec.name, "train", ours.data_dir), dev
-        source.update(train_file=str(train_path), eval_file=str(dev_path))
-    source.update(n_train_available=len(train), n_eval_available=len(evaluation))
-    train = seeded_subset(train, ours.max_train_samples, seed)
-    evaluation = seeded_subset(evaluation, ours.max_eval_samples, seed + 1)
-    source.update(n_train=len(train), n_eval=len(evaluation), subset_seeds=[seed, seed + 1])
-    if not train or not evaluation:
-        raise ValueError(f"{spec.display_name}: the train or eval set is empty")
-    return TaskData(train, evaluation, source)
 
 
 def build_regularizers(
@@ -205,12 +168,26 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 # ----------------------------------------------------------------------------- trainer
 
 
+def _point_tensorboard(trainer: Trainer) -> None:
+    """Write TensorBoard events to ``args.logging_dir``: transformers 5 dropped that argument
+    (its callback reads ``TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs/<date>``), so
+    the callback is pointed at it unless that environment variable is set."""
+    from transformers.integrations import TensorBoardCallback
+
+    logging_dir = getattr(trainer.args, "logging_dir", None)
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, TensorBoardCallback) and logging_dir and \
+                getattr(cb, "logging_dir", None) is None:
+            cb.logging_dir = logging_dir
+
+
 class IsotropyTrainer(Trainer):
     """``Trainer`` that logs the task loss and the regularizers' logs, and measures the
     evaluation set's IsoScore (last layer and union of layers) at every evaluation."""
 
     def __init__(self, *args: Any, measure_max_tokens: int = 20_000, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        _point_tensorboard(self)
         self.measure_max_tokens = measure_max_tokens
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}

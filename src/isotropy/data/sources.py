@@ -1,0 +1,105 @@
+"""Train/eval examples of ``isotropy train`` from one of two sources, ``--data_source``:
+
+* ``local`` (default): a directory in the classic ``glue_data/`` layout (``--data_dir``,
+  default ``$GLUE_DIR``), read by :func:`~isotropy.data.glue.load_split`;
+* ``hub``: the task's Hugging Face dataset through ``datasets``
+  (:mod:`isotropy.data.hub`; ``pip install isotropy[hub]``).
+
+Both give the same :class:`~isotropy.data.glue.Example` lists; what is done with them is the
+same for both: ``--split_dev_for_training f`` splits the dev split into ``round(f*n)`` training
+and ``n - round(f*n)`` evaluation examples (seeded with the run's seed), then
+``--max_train_samples`` / ``--max_eval_samples`` draw seeded subsets (seeds ``seed`` and
+``seed + 1``). Every split a run needs is located before any is read; a missing file or an
+unreachable hub raises a one-line error first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from isotropy.data.glue import Example, get_task, load_split, require_split
+
+if TYPE_CHECKING:
+    from isotropy.training.config import IsotropyArguments
+
+__all__ = ["DATA_SOURCES", "TaskData", "check_data_source", "load_splits", "load_task_data"]
+
+DATA_SOURCES = ("local", "hub")
+
+
+@dataclass
+class TaskData:
+    """Train/eval examples and where they came from (recorded in ``config.json``)."""
+
+    train: list[Example]
+    eval: list[Example]
+    source: dict[str, Any]
+
+
+def check_data_source(name: str) -> str:
+    """The canonical ``--data_source`` value; ``ValueError`` for an unknown one, and for
+    ``hub`` when ``datasets`` is not installed.
+
+    >>> check_data_source(" Local ")
+    'local'
+    """
+    value = str(name).strip().lower()
+    if value not in DATA_SOURCES:
+        raise ValueError(f"--data_source must be one of {', '.join(DATA_SOURCES)}, got {name!r}")
+    if value == "hub":
+        from isotropy.data.hub import require_datasets
+
+        require_datasets()
+    return value
+
+
+def load_splits(
+    task: str, splits: Sequence[str], *, source: str = "local", data_dir: str | None = None
+) -> tuple[dict[str, list[Example]], dict[str, Any], dict[str, str]]:
+    """Examples of ``splits`` (``train``, ``dev``, ``test``) of a task from ``source``.
+
+    Returns the examples per split, a description of the source (``kind``, ``task``, and
+    ``data_dir`` or the hub ``dataset`` / ``config`` / ``revision``) and, per split, where it
+    came from (a file path, or the hub's split name).
+    """
+    spec = get_task(task)
+    if check_data_source(source) == "hub":
+        from isotropy.data.hub import load_hub_splits
+
+        examples, info = load_hub_splits(spec.name, splits)
+        where = dict(info.pop("splits"))
+        return examples, info, where
+    paths = {s: require_split(spec.name, s, data_dir) for s in splits}
+    info = {"kind": "local", "task": spec.name,
+            "data_dir": str(next(iter(paths.values())).parent.parent)}
+    examples = {s: load_split(spec.name, s, data_dir) for s in splits}
+    return examples, info, {s: str(p) for s, p in paths.items()}
+
+
+def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
+    """The train and eval examples of ``ours.task`` from ``ours.data_source``, with the seeded
+    dev split and subsets of the module docstring."""
+    from isotropy.training.features import seeded_subset, split_examples
+
+    spec = get_task(ours.task)
+    split_dev = ours.split_dev_for_training is not None
+    examples, source, where = load_splits(spec.name, ("dev",) if split_dev else ("dev", "train"),
+                                          source=ours.data_source, data_dir=ours.data_dir)
+    key = "file" if source["kind"] == "local" else "split"
+    if split_dev:
+        train, evaluation = split_examples(examples["dev"], ours.split_dev_for_training, seed)
+        source.update({f"train_{key}": where["dev"], f"eval_{key}": where["dev"],
+                       "split_dev_for_training": ours.split_dev_for_training,
+                       "split_seed": seed})
+    else:
+        train, evaluation = examples["train"], examples["dev"]
+        source.update({f"train_{key}": where["train"], f"eval_{key}": where["dev"]})
+    source.update(n_train_available=len(train), n_eval_available=len(evaluation))
+    train = seeded_subset(train, ours.max_train_samples, seed)
+    evaluation = seeded_subset(evaluation, ours.max_eval_samples, seed + 1)
+    source.update(n_train=len(train), n_eval=len(evaluation), subset_seeds=[seed, seed + 1])
+    if not train or not evaluation:
+        raise ValueError(f"{spec.display_name}: the train or eval set is empty")
+    return TaskData(train, evaluation, source)
