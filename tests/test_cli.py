@@ -156,11 +156,22 @@ def test_demo_command(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
 
 
 def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     """With SST-2 train and dev present, the demo fine-tunes once per method; its table
     agrees with every run's results.json, and the collapsed flag with the run's predictions."""
     import csv
     import json
+
+    import isotropy.experiments.stability as stability
+
+    real = stability.run_stability
+
+    def small(**kwargs):
+        kwargs.update(dim=8, sizes=[4, 16], shrinkage_points=500, repeats=1)
+        return real(**kwargs)
+
+    monkeypatch.setattr(stability, "run_stability", small)
 
     rows = "".join(f"{s} \t{(i // 2) % 2}\n" for i, s in enumerate(SENTENCES * 3))
     (glue_dir / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")

@@ -493,7 +493,7 @@ def _finetune_settings(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "per_device_train_batch_size": 32, "per_device_eval_batch_size": 64,
         "warmup_steps": 0.1, "seed": args.seed, "logging_steps": 10,
         "save_strategy": "no", "disable_tqdm": bool(args.no_progress),
-        "report_to": "none", "output_dir": str(out),
+        "output_dir": str(out),
     }
 
 

@@ -166,6 +166,8 @@ class TrainArguments(TrainingArguments):
     def __post_init__(self) -> None:
         if (self.bf16 or self.bf16_full_eval) and not torch.cuda.is_available():
             self.use_cpu = True
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinned memory needs an accelerator
         if self.logging_dir is None and self.output_dir is not None:
             self.logging_dir = os.path.join(self.output_dir, "tensorboard")
         super().__post_init__()
