@@ -42,6 +42,7 @@ BENCHMARKS = (
     Benchmark("topology", "bench_topology.py"),
     Benchmark("training_step", "bench_training_step.py"),
     Benchmark("bf16_cpu", "bench_bf16_cpu.py", quick=("--repeats", "1")),
+    Benchmark("train_throughput", "bench_train_throughput.py"),
 )
 
 
