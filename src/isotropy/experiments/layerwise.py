@@ -28,12 +28,10 @@ to zero (they slow MiniLM-style models several-fold on padded batches).
 from __future__ import annotations
 
 import io
-import math
 import os
 import sys
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,12 @@ from typing import Any
 import torch
 
 from isotropy.io import read_text_utf8, write_csv_atomic, write_json_atomic
-from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.cloud import ZERO_VARIANCE
+from isotropy.measures.cloud import TokenCloudStats as _TokenAccumulator
+from isotropy.measures.cloud import constant_reason as _cloud_reason
+from isotropy.measures.cloud import safe_measure as _safe
+from isotropy.measures.cloud import spectrum_from_moment as _spectrum_from_moment
+from isotropy.measures.cloud import twonn_of_distinct as _twonn
 from isotropy.models.loading import default_model_path, load_model
 from isotropy.runtime import flush_denormals
 
@@ -71,11 +74,6 @@ DEFAULT_MAX_LENGTH = 128
 DEFAULT_TOP_K = 3
 
 Text = str | tuple[str, str]
-
-ZERO_VARIANCE = "zero variance: all points identical"
-# Hidden states are kept in float32: coordinates that agree to a few float32 roundings of the
-# cloud's largest |x| are the same number computed along different paths.
-_CONSTANT_RTOL = 8 * torch.finfo(torch.float32).eps
 
 BUILTIN_SENTENCES: tuple[str, ...] = (
     "The cat sat quietly on the warm windowsill.",
@@ -178,26 +176,6 @@ def load_texts(
 # --------------------------------------------------------------------------- accumulation
 
 
-class _TokenAccumulator:
-    """Streamed statistics of one layer's token cloud plus a shared bottom-k token sample."""
-
-    def __init__(self, dim: int) -> None:
-        self.stats = CovarianceStats.empty(dim)
-        self.unit_sum = torch.zeros(dim, dtype=torch.float64)
-        self.lo = torch.full((dim,), float("inf"))
-        self.hi = torch.full((dim,), float("-inf"))
-
-    def update(self, rows: torch.Tensor) -> None:
-        self.stats.update(rows)
-        self.lo = torch.minimum(self.lo, rows.amin(0).float().cpu())
-        self.hi = torch.maximum(self.hi, rows.amax(0).float().cpu())
-        r64 = rows.double()
-        norms = torch.linalg.vector_norm(r64, dim=1)
-        if bool((norms == 0).any()):
-            raise ValueError("a token vector has norm zero: cosine similarity is undefined")
-        self.unit_sum += (r64 / norms.unsqueeze(1)).sum(0).cpu()
-
-
 class _Sampler:
     """Uniform sample without replacement of at most ``cap`` tokens (smallest random keys)."""
 
@@ -242,66 +220,6 @@ class MeasureResult:
         raise KeyError(f"no row for layer {layer}, cloud {cloud!r}")
 
 
-def _is_constant(lo: torch.Tensor, hi: torch.Tensor) -> bool:
-    r"""Whether a cloud with coordinate-wise minima ``lo`` and maxima ``hi`` is one point:
-    :math:`\max_j (hi_j - lo_j) \le 8\,\epsilon_{32} \max_j \max(|lo_j|, |hi_j|)`."""
-    scale = float(torch.maximum(lo.abs(), hi.abs()).max())
-    return float((hi - lo).max()) <= _CONSTANT_RTOL * scale
-
-
-def _cloud_reason(lo: torch.Tensor, hi: torch.Tensor) -> str | None:
-    """Why the variance-based measures are undefined on the cloud, or ``None``."""
-    return ZERO_VARIANCE if _is_constant(lo, hi) else None
-
-
-def _finite(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return bool(torch.isfinite(value).all())
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    return value is None or math.isfinite(value)
-
-
-def _safe(errors: list[str], where: str, fn: Callable[[], Any],
-          reason: str | None = None) -> Any:
-    """``fn()``, or ``None`` with ``"<where>: <reason>"`` appended to ``errors`` when a known
-    ``reason`` makes it undefined, when it raises ``ValueError``/``RuntimeError``, or when
-    its value is not finite."""
-    if reason is not None:
-        errors.append(f"{where}: {reason}")
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            value = fn()
-    except (ValueError, RuntimeError) as err:
-        errors.append(f"{where}: {err}")
-        return None
-    if not _finite(value):
-        errors.append(f"{where}: the value is not finite ({value})")
-        return None
-    return value
-
-
-def _spectrum_from_moment(moment: torch.Tensor, k: int) -> list[float]:
-    """Top-``k`` shares ``lambda_i / sum(lambda)`` of a second-moment matrix (= sigma_i^2 share)."""
-    eig = torch.linalg.eigvalsh((moment + moment.T) / 2).flip(0).clamp(min=0.0)
-    total = float(torch.trace(moment))
-    if total <= 0.0:
-        raise ValueError("the cloud has zero energy: the anisotropy spectrum is undefined")
-    return (eig[:k] / total).tolist()
-
-
-def _distinct(x: torch.Tensor) -> torch.Tensor:
-    return torch.unique(x, dim=0)
-
-
-def _twonn(x: torch.Tensor) -> float:
-    from isotropy.measures.twonn import twonn
-
-    return float(twonn(_distinct(x)))
-
-
 def _token_row(
     layer: int, acc: _TokenAccumulator, sample: torch.Tensor, k: int, errors: list[str]
 ) -> dict[str, Any]:
@@ -325,8 +243,7 @@ def _token_row(
     row["participation_ratio"] = _safe(
         errors, f"{where} participation_ratio",
         lambda: float(participation_ratio_from_covariance(cov)), why)
-    s = acc.unit_sum
-    row["avg_cosine"] = float(((s * s).sum() - n) / (n * (n - 1))) if n >= 2 else None
+    row["avg_cosine"] = _safe(errors, f"{where} avg_cosine", acc.avg_cosine)
     log_p = _safe(errors, f"{where} partition",
                   lambda: float(partition_score(sample, log=True)))
     row["partition"] = None if log_p is None else float(torch.tensor(log_p).exp())

@@ -4,6 +4,8 @@
 
     config.json         every setting, the resolved data source and sizes, versions, git commit
     metrics.jsonl       one JSON object per Trainer log (training and evaluation)
+    measurements.jsonl  one JSON object per evaluation: the representation measurements
+                        (per layer, spectra, per-dimension mean/std, undefined-value reasons)
     checkpoint-N/       the Trainer's checkpoints (plus isotropy_state.pt: Sigma_S, entropy window)
     eval_predictions.csv  one row per evaluation example (guid, label, prediction, outputs)
     model/              the fine-tuned model and tokenizer (``AutoModel...from_pretrained``)
@@ -31,6 +33,7 @@ __all__ = ["RunDirectory", "library_versions", "git_commit"]
 CONFIG = "config.json"
 RESULTS = "results.json"
 METRICS = "metrics.jsonl"
+MEASUREMENTS = "measurements.jsonl"
 PREDICTIONS = "eval_predictions.csv"
 MODEL = "model"
 
@@ -152,17 +155,17 @@ class RunDirectory:
     def read_results(self) -> dict[str, Any]:
         return json.loads(self.file(RESULTS).read_text(encoding="utf-8"))
 
-    def append_metrics(self, record: Mapping[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl`` (flushed and synced)."""
+    def _append_jsonl(self, name: str, record: Mapping[str, Any]) -> None:
+        """Append one JSON line to ``name`` (written whole, flushed and synced)."""
         line = json.dumps(to_jsonable(record), allow_nan=False) + "\n"
-        with self.file(METRICS).open("a", encoding="utf-8") as f:
+        with self.file(name).open("a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
 
-    def truncate_metrics(self, max_step: int) -> None:
-        """Keep only the records up to ``max_step`` (a resumed run redoes the later ones)."""
-        path = self.file(METRICS)
+    def _truncate_jsonl(self, name: str, max_step: int) -> None:
+        """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically)."""
+        path = self.file(name)
         if not path.is_file():
             return
         kept = [
@@ -173,11 +176,33 @@ class RunDirectory:
 
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
-    def read_metrics(self) -> list[dict[str, Any]]:
-        path = self.file(METRICS)
+    def _read_jsonl(self, name: str) -> list[dict[str, Any]]:
+        path = self.file(name)
         if not path.is_file():
             return []
         return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+    def append_metrics(self, record: Mapping[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` (flushed and synced)."""
+        self._append_jsonl(METRICS, record)
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keep only the records up to ``max_step`` (a resumed run redoes the later ones)."""
+        self._truncate_jsonl(METRICS, max_step)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return self._read_jsonl(METRICS)
+
+    def append_measurements(self, record: Mapping[str, Any]) -> None:
+        """Append one evaluation's measurements to ``measurements.jsonl`` (flushed and synced)."""
+        self._append_jsonl(MEASUREMENTS, record)
+
+    def truncate_measurements(self, max_step: int) -> None:
+        """Keep only the measurements up to ``max_step`` (a resumed run redoes the later ones)."""
+        self._truncate_jsonl(MEASUREMENTS, max_step)
+
+    def read_measurements(self) -> list[dict[str, Any]]:
+        return self._read_jsonl(MEASUREMENTS)
 
     def save_model(self, model: Any, tokenizer: Any) -> Path:
         """``save_pretrained`` of model and tokenizer into ``model/``, moved into place whole."""

@@ -4,8 +4,9 @@
 work, then fine-tunes ``AutoModelForSequenceClassification`` wrapped in a
 :class:`~isotropy.models.regularized.RegularizedModel` with
 :class:`IsotropyTrainer`, which adds the task
-loss and every regularizer's logs (averaged over the logging interval) to the Trainer's logs,
-and the task metrics and IsoScore of the evaluation set to every evaluation.
+loss, every regularizer's logs and the batch [CLS] spectrum (averaged over the logging
+interval) to the Trainer's logs, and the task metrics and the representation measurements of
+the evaluation set (:mod:`isotropy.training.eval_measures`) to every evaluation.
 """
 
 from __future__ import annotations
@@ -30,14 +31,22 @@ from isotropy.data.task_metrics import (
 )
 from isotropy.distributed import is_distributed
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
-from isotropy.measures.covariance import CovarianceStats
-from isotropy.measures.isoscore import isoscore_from_covariance
-from isotropy.models.hidden_states import select_layers
 from isotropy.models.loading import resolve_model
 from isotropy.models.regularized import RegularizedModel
-from isotropy.models.shrinkage import ShrinkageRefreshCallback
+from isotropy.models.shrinkage import (
+    DEFAULT_N_TOKENS,
+    ShrinkageRefreshCallback,
+    collect_covariance,
+)
 from isotropy.runtime import flush_denormals
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.eval_measures import (
+    DEFAULT_TOP_K,
+    EvalMeasures,
+    cls_spectrum_logs,
+    first_token_rows,
+    scalar_metrics,
+)
 from isotropy.training.features import TaskDataset, tokenize_examples
 from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
 
@@ -182,30 +191,69 @@ def _point_tensorboard(trainer: Trainer) -> None:
 
 
 class IsotropyTrainer(Trainer):
-    """``Trainer`` that logs the task loss and the regularizers' logs, and measures the
-    evaluation set's IsoScore (last layer and union of layers) at every evaluation."""
+    r"""``Trainer`` that logs the task loss, the regularizers' logs and the top-3 anisotropy
+    spectrum of every training batch's last-layer [CLS] cloud (all averaged over the logging
+    interval), and measures the evaluation set's representations at every evaluation.
 
-    def __init__(self, *args: Any, measure_max_tokens: int = 20_000, **kwargs: Any) -> None:
+    The evaluation measurements (:class:`~isotropy.training.eval_measures.EvalMeasures`: per
+    layer IsoScore, IsoScore*, TwoNN of [CLS], cosine; spectra; per-dimension mean and std)
+    come from a forward hook on the inner model; their scalars join the evaluation metrics
+    (``eval_isoscore_last``, ``eval_isoscore_star_union``, ``eval_twonn_cls_layer3``, ...) and
+    the whole record is kept in ``last_measurements`` and appended to ``measurements.jsonl``
+    of ``run_dir``. IsoScore* uses :math:`\Sigma_S` and :math:`\zeta` of the active I-STAR
+    loss; without one, :math:`\zeta` = ``measure_zeta`` and :math:`\Sigma_S` is the
+    covariance of the first ``shrinkage_tokens`` rows of the training union (layers 1..L)
+    read from ``shrinkage_loader(epoch)`` by the current model, estimated at the first
+    evaluation of each epoch and cached (the global random state is left as it was).
+    """
+
+    def __init__(self, *args: Any, measure_max_tokens: int = 20_000,
+                 measure_top_k: int = DEFAULT_TOP_K, measure_zeta: float = 0.0,
+                 shrinkage_loader: Callable[[int], Any] | None = None,
+                 shrinkage_tokens: int = DEFAULT_N_TOKENS, run_dir: RunDirectory | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _point_tensorboard(self)
         self.measure_max_tokens = measure_max_tokens
+        self.measure_top_k = measure_top_k
+        self.measure_zeta = measure_zeta
+        self.shrinkage_loader = shrinkage_loader
+        self.shrinkage_tokens = shrinkage_tokens
+        self.run_dir = run_dir
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}
+        self._acc: EvalMeasures | None = None
+        self._acc_error: str | None = None
+        self._shrinkage_cache: dict[str, Any] | None = None
         self.last_eval: Any = None
         self.last_eval_step: int | None = None
+        self.last_measurements: dict[str, Any] | None = None
+
+    def _add_logs(self, logs: Mapping[str, float]) -> None:
+        for key, value in logs.items():
+            if key != "loss" and math.isfinite(value):
+                self._log_sums[key] = self._log_sums.get(key, 0.0) + value
+                self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        out = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                   num_items_in_batch=num_items_in_batch)
-        if model.training and isinstance(self.model, RegularizedModel):
-            for key, value in self.model.last_logs.items():
-                if key != "loss" and math.isfinite(value):
-                    self._log_sums[key] = self._log_sums.get(key, 0.0) + value
-                    self._log_counts[key] = self._log_counts.get(key, 0) + 1
-        return out
+        """The Trainer's loss; in training also the regularizer logs and the spectrum of the
+        batch's last-layer [CLS] rows (hidden states the forward pass computes anyway)."""
+        if not model.training:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        loss, outputs = super().compute_loss(
+            model, {**inputs, "output_hidden_states": True}, return_outputs=True,
+            num_items_in_batch=num_items_in_batch)
+        if isinstance(self.model, RegularizedModel):
+            self._add_logs(self.model.last_logs)
+        hs = _hidden_states(outputs)
+        if hs:
+            self._add_logs(cls_spectrum_logs(
+                first_token_rows(hs[-1], inputs.get("attention_mask")), k=3))
+        return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add the interval means of the regularizer logs to a training log."""
+        """Add the interval means of the regularizer and spectrum logs to a training log."""
         if "loss" in logs and self._log_sums:
             for key, total in self._log_sums.items():
                 logs[key] = total / self._log_counts[key]
@@ -217,15 +265,19 @@ class IsotropyTrainer(Trainer):
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None,
                         ignore_keys=None, metric_key_prefix="eval"):
-        self._stats: dict[str, CovarianceStats] = {}
+        shrinkage, zeta, source = self._measure_shrinkage()
+        self._acc = EvalMeasures(max_tokens=self.measure_max_tokens, top_k=self.measure_top_k,
+                                 zeta=zeta, shrinkage=shrinkage)
+        self._acc_error = None
         handle = self._inner().register_forward_hook(self._collect, with_kwargs=True)
         try:
             out = super().evaluation_loop(dataloader, description, prediction_loss_only,
                                           ignore_keys, metric_key_prefix)
         finally:
             handle.remove()
-        measures = self._measures()
-        out.metrics.update({f"{metric_key_prefix}_{k}": v for k, v in measures.items()})
+        record = self._measures(source, metric_key_prefix)
+        out.metrics.update({f"{metric_key_prefix}_{k}": v
+                            for k, v in scalar_metrics(record).items()})
         self.last_eval, self.last_eval_step = out, self.state.global_step
         return out
 
@@ -239,25 +291,13 @@ class IsotropyTrainer(Trainer):
     @torch.no_grad()
     def _collect(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any],
                  output: Any) -> None:
-        """Forward hook: stream the token rows (padding excluded) of the last layer and of
-        the union of the transformer layers into covariance statistics."""
-        hs = getattr(output, "hidden_states", None)
-        if hs is None and isinstance(output, Mapping):
-            hs = output.get("hidden_states")
-        if hs is None:
-            return
-        layers = select_layers(tuple(hs), "all")
-        mask = kwargs.get("attention_mask")
-        mask = (torch.ones(layers[0].shape[:2], dtype=torch.bool, device=layers[0].device)
-                if mask is None else mask.bool())
-        left = self.measure_max_tokens - (self._stats["last"].count if self._stats else 0)
-        if left <= 0:
-            return
-        rows = [h.detach()[mask][:left].double() for h in layers]
-        for key, x in (("last", rows[-1]), ("union", torch.cat(rows))):
-            if key not in self._stats:
-                self._stats[key] = CovarianceStats.empty(x.shape[1], x.device)
-            self._stats[key].update(x)
+        """Forward hook: add the batch's hidden states (padding excluded) to the measures."""
+        hs = _hidden_states(output)
+        if hs and self._acc is not None:
+            try:
+                self._acc.update(hs, kwargs.get("attention_mask"))
+            except ValueError as err:  # e.g. layers of different shapes: measure nothing
+                self._acc, self._acc_error = None, f"measurements stopped: {err}"
 
     def _istar_loss(self) -> IStarLoss | None:
         for m in self.model.modules():
@@ -265,21 +305,55 @@ class IsotropyTrainer(Trainer):
                 return m
         return None
 
-    def _measures(self) -> dict[str, float]:
-        r"""IsoScore of the evaluation token clouds (last layer; union of all transformer
-        layers; at most ``measure_max_tokens`` tokens per layer); with I-STAR also IsoScore*
-        :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the training Sigma_S."""
-        out: dict[str, float] = {}
+    def _measure_shrinkage(self) -> tuple[torch.Tensor | None, float, dict[str, Any]]:
+        r"""(:math:`\Sigma_S`, :math:`\zeta`, where it came from) for IsoScore* (class doc)."""
         istar = self._istar_loss()
-        for key, st in self._stats.items():
-            if st.count < 2:
-                continue
-            cov = st.covariance(ddof=1)
-            out[f"isoscore_{key}"] = float(isoscore_from_covariance(cov))
-            if istar is not None:
-                mixed = (1 - istar.zeta) * cov + istar.zeta * istar.shrinkage.to(cov)
-                out[f"isoscore_star_{key}"] = float(isoscore_from_covariance(mixed))
-        return out
+        if istar is not None:
+            return istar.shrinkage, istar.zeta, {"source": "istar", "layers": istar.layers}
+        zeta = float(self.measure_zeta)
+        if zeta == 0.0:
+            return None, zeta, {"source": "none (zeta = 0)"}
+        if self.shrinkage_loader is None:
+            return None, zeta, {"source": "none (no training data loader)"}
+        epoch = max(0, math.ceil((self.state.epoch or 0.0) - 1e-9) - 1)
+        cache = self._shrinkage_cache
+        if cache is None or cache["epoch"] != epoch:
+            t0 = time.perf_counter()
+            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+            with torch.random.fork_rng(devices=devices):
+                stats = collect_covariance(self.model, self.shrinkage_loader(epoch),
+                                           layers="all", n_tokens=self.shrinkage_tokens)
+            cache = {"epoch": epoch, "covariance": stats.covariance(ddof=1),
+                     "n_rows": stats.count, "seconds": time.perf_counter() - t0}
+            self._shrinkage_cache = cache
+        return cache["covariance"], zeta, {
+            "source": "training data", "layers": "all", "epoch": epoch,
+            "n_rows": cache["n_rows"], "seconds": cache["seconds"]}
+
+    def _measures(self, source: dict[str, Any], prefix: str) -> dict[str, Any]:
+        """The evaluation's record (with its step, epoch and Sigma_S source), kept in
+        ``last_measurements`` and appended to ``measurements.jsonl``."""
+        acc, self._acc = self._acc, None
+        if acc is None or not acc.n_examples:
+            why = self._acc_error or "no evaluation batch reached the model"
+            record: dict[str, Any] = {"errors": [why], "layers": [], "num_layers": None}
+        else:
+            t0 = time.perf_counter()
+            record = acc.compute()
+            record["seconds"] = time.perf_counter() - t0
+        record = {"step": self.state.global_step, "epoch": self.state.epoch, "prefix": prefix,
+                  "shrinkage": source, **record}
+        self.last_measurements = record
+        if self.run_dir is not None and self.is_world_process_zero():
+            self.run_dir.append_measurements(record)
+        return record
+
+
+def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
+    hs = getattr(output, "hidden_states", None)
+    if hs is None and isinstance(output, Mapping):
+        hs = output.get("hidden_states")
+    return tuple(hs) if hs is not None else None
 
 
 def make_compute_metrics(spec: TaskSpec) -> Callable[[Any], dict[str, float]]:
@@ -399,6 +473,7 @@ def _run_training(
             "versions": library_versions(), "git_commit": git_commit(),
         })
     run_dir.truncate_metrics(_checkpoint_step(resume_from))
+    run_dir.truncate_measurements(_checkpoint_step(resume_from))
 
     set_seed(targs.seed)
     verbosity = hf_logging.get_verbosity()
@@ -439,7 +514,8 @@ def _run_training(
         data_collator=collator, processing_class=tokenizer,
         compute_metrics=make_compute_metrics(spec),
         callbacks=[state_cb, MetricsFileCallback(run_dir), *callbacks],
-        measure_max_tokens=ours.measure_max_tokens,
+        measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.zeta,
+        shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
     )
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -469,6 +545,7 @@ def _run_training(
                   "wall_seconds_this_process": train_seconds, "resumed_from":
                   str(resume_from) if resume_from else None},
         "data": data.source, "model_dir": str(run_dir.file("model")),
+        "measurements": trainer.last_measurements,
     }
     run_dir.write_results(results)
     return TrainResult(run_dir.path, "trained", results)

@@ -1,0 +1,313 @@
+r"""Representation measurements of an evaluation set, streamed batch by batch.
+
+:class:`EvalMeasures` (``update(hidden_states, attention_mask)`` / ``compute()`` /
+``reset()``) receives every evaluation batch's hidden states (index 0 = embedding output,
+``1..L`` = transformer layers) and measures two clouds per layer:
+
+* ``token``: the non-padding token states, at most ``max_tokens`` rows per layer (the first
+  ones in evaluation order, the same positions in every layer), streamed into covariance
+  statistics and a sum of unit rows (:class:`~isotropy.measures.cloud.TokenCloudStats`); the
+  ``union`` cloud is the union of the transformer layers ``1..L`` (as in I-STAR).
+* ``cls``: the first non-padding token ([CLS]) of every example, all examples, kept in float32.
+
+Per layer and cloud: IsoScore :math:`\iota(\Sigma_X)`, IsoScore*
+:math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the given :math:`\Sigma_S` (``zeta = 0``
+needs none), the average cosine over all pairs; TwoNN of the [CLS] cloud; for the last layer
+the top-``top_k`` raw and centred anisotropy spectrum
+:math:`\sigma_i^2/\sum_j\sigma_j^2` of the [CLS] cloud, and the mean and standard deviation
+(``ddof=1``) of every dimension of the *token* cloud (the I-STAR paper's Fig. 4 plots the mean
+activation per dimension of the last layer's token representations, where CosReg acts).
+
+A measure that is undefined (zero variance up to float32 rounding, too few points, a row of
+norm zero, NaN/inf hidden states) is ``None`` with ``"<where>: <reason>"`` in ``errors``;
+nothing is NaN and nothing raises. In particular the layer-0 [CLS] cloud (the same token at
+the same position in every example) has zero variance, so its IsoScore, IsoScore*, TwoNN and
+centred spectrum are ``None``. :func:`scalar_metrics` flattens a record into the scalar
+``eval_*`` names the trainer logs (undefined ones left out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from isotropy._validation import ArrayLike, as_covariance, check_zeta
+from isotropy.measures.cloud import (
+    TokenCloudStats,
+    constant_reason,
+    safe_measure,
+    twonn_of_distinct,
+)
+from isotropy.measures.cosine import avg_cosine_similarity
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_from_covariance
+from isotropy.measures.isoscore_metric import isoscore_star_compute
+from isotropy.measures.spectrum import anisotropy_spectrum
+
+__all__ = [
+    "DEFAULT_TOP_K",
+    "EvalMeasures",
+    "cls_spectrum_logs",
+    "first_token_rows",
+    "scalar_metrics",
+]
+
+DEFAULT_TOP_K = 10
+NONFINITE = "the hidden states contain NaN or infinity"
+NO_SHRINKAGE = "no Sigma_S given (zeta > 0 needs one)"
+
+
+def _mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    if h.ndim != 3:
+        raise ValueError(f"hidden states must have shape (batch, seq, dim), got {tuple(h.shape)}")
+    if attention_mask is None:
+        return torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+    if tuple(attention_mask.shape) != tuple(h.shape[:2]):
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden states "
+            f"{tuple(h.shape[:2])}"
+        )
+    return attention_mask.to(h.device).bool()
+
+
+def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
+    tokenizer pads on the left), detached."""
+    mask = _mask(hidden, attention_mask)
+    first = mask.int().argmax(dim=1)
+    return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
+
+
+def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
+    r"""``cls_spectrum_{raw,centred}_{1..k}``: the top-``k`` anisotropy spectrum of a batch's
+    [CLS] cloud (``(n, dim)``). Components beyond :math:`\min(n, d)` are 0 (a zero singular
+    value); an undefined spectrum (all zeros, or one point when centred) is left out."""
+    x = cls.detach()
+    kk = min(k, x.shape[0], x.shape[1])
+    out: dict[str, float] = {}
+    for name, center in (("raw", False), ("centred", True)):
+        value = safe_measure([], name, lambda c=center: anisotropy_spectrum(x, kk, center=c))
+        if value is not None:
+            scores = [*value.tolist(), *[0.0] * (k - kk)]
+            out.update({f"cls_spectrum_{name}_{i + 1}": float(v) for i, v in enumerate(scores)})
+    return out
+
+
+class EvalMeasures:
+    r"""Streamed representation measurements of an evaluation set (module doc).
+
+    Args:
+        max_tokens: token rows measured per layer (the first ones seen).
+        top_k: components of the last layer's [CLS] anisotropy spectrum.
+        zeta: IsoScore* shrinkage weight :math:`\zeta \in [0, 1]`.
+        shrinkage: :math:`\Sigma_S` (``(dim, dim)``, symmetric positive semi-definite;
+            checked here); needed when ``zeta > 0``, otherwise IsoScore* is ``None``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> m = EvalMeasures(max_tokens=100)
+    >>> hs = [torch.randn(4, 6, 8, generator=g) for _ in range(3)]  # embeddings + 2 layers
+    >>> m.update(hs, torch.ones(4, 6, dtype=torch.long))
+    >>> rec = m.compute()
+    >>> rec["num_layers"], rec["layers"][2]["token"]["n_points"], rec["union"]["n_points"]
+    (2, 24, 48)
+    """
+
+    def __init__(self, *, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
+                 zeta: float = 0.0, shrinkage: ArrayLike | None = None) -> None:
+        for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.max_tokens = max_tokens
+        self.top_k = top_k
+        self.zeta = check_zeta(zeta)
+        self.shrinkage = (
+            None if shrinkage is None
+            else as_covariance(torch.as_tensor(shrinkage).detach().to(torch.float64).clone())
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every batch."""
+        self._tokens: list[TokenCloudStats] = []
+        self._cls: list[list[torch.Tensor]] = []
+        self._bad: list[bool] = []
+        self.n_examples = 0
+        self.n_tokens = 0
+        self.n_measured = 0
+
+    @torch.no_grad()
+    def update(self, hidden_states: Sequence[torch.Tensor],
+               attention_mask: torch.Tensor | None = None) -> None:
+        """Add one batch: ``hidden_states`` (each ``(batch, seq, dim)``, index 0 = embedding
+        output) and its ``(batch, seq)`` attention mask (padding excluded; ``None``: none)."""
+        hs = tuple(hidden_states)
+        if not hs:
+            raise ValueError("hidden_states is empty")
+        mask = _mask(hs[0], attention_mask)
+        shape = tuple(hs[0].shape)
+        if any(tuple(h.shape) != shape for h in hs):
+            raise ValueError("every hidden state must have the same shape (batch, seq, dim)")
+        if not self._tokens:
+            self._tokens = [TokenCloudStats(shape[2]) for _ in hs]
+            self._cls = [[] for _ in hs]
+            self._bad = [False for _ in hs]
+        elif len(hs) != len(self._tokens) or shape[2] != self._tokens[0].stats.dim:
+            raise ValueError(
+                f"got {len(hs)} hidden states of dimension {shape[2]}, earlier batches had "
+                f"{len(self._tokens)} of dimension {self._tokens[0].stats.dim}"
+            )
+        n_rows = min(max(self.max_tokens - self.n_measured, 0), int(mask.sum()))
+        for i, h in enumerate(hs):
+            if self._bad[i]:
+                continue
+            cls = first_token_rows(h, mask).float()
+            rows = h.detach()[mask][:n_rows]
+            if not (bool(torch.isfinite(cls).all()) and bool(torch.isfinite(rows).all())):
+                self._bad[i] = True
+                continue
+            self._cls[i].append(cls.cpu())
+            self._tokens[i].update(rows)
+        self.n_examples += shape[0]
+        self.n_tokens += int(mask.sum())
+        self.n_measured += n_rows
+
+    # ------------------------------------------------------------------ compute
+
+    def _star_reason(self) -> str | None:
+        return NO_SHRINKAGE if self.zeta > 0 and self.shrinkage is None else None
+
+    def _star(self, stats: CovarianceStats) -> float:
+        shrinkage = self.shrinkage if self.zeta > 0 else None
+        return float(isoscore_star_compute(stats, self.zeta, shrinkage))
+
+    def _token_record(self, where: str, acc: TokenCloudStats, bad: bool,
+                      errors: list[str]) -> dict[str, Any]:
+        why = NONFINITE if bad else acc.reason()
+        st = acc.stats
+        return {
+            "n_points": acc.count,
+            "isoscore": safe_measure(errors, f"{where} isoscore",
+                                     lambda: float(isoscore_from_covariance(st.covariance())),
+                                     why),
+            "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
+                                          lambda: self._star(st), why or self._star_reason()),
+            "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine,
+                                       NONFINITE if bad else None),
+        }
+
+    def _cls_record(self, where: str, x: torch.Tensor, bad: bool,
+                    errors: list[str]) -> dict[str, Any]:
+        n = x.shape[0]
+        if bad:
+            why: str | None = NONFINITE
+        elif n < 2:
+            why = f"{n} point(s): at least 2 are needed"
+        else:
+            why = constant_reason(x.amin(0), x.amax(0))
+        st = CovarianceStats.from_batch(x) if why is None else None
+        return {
+            "n_points": n,
+            "isoscore": safe_measure(errors, f"{where} isoscore",
+                                     lambda: float(isoscore_from_covariance(st.covariance())),
+                                     why),
+            "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
+                                          lambda: self._star(st), why or self._star_reason()),
+            "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
+                                       lambda: float(avg_cosine_similarity(x)),
+                                       NONFINITE if bad else None),
+            "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
+        }
+
+    def compute(self) -> dict[str, Any]:
+        """The record of every batch so far (see the module doc for its contents)."""
+        if not self._tokens:
+            raise ValueError("EvalMeasures.compute() needs at least one update() first")
+        errors: list[str] = []
+        n_layers = len(self._tokens) - 1
+        dim = self._tokens[0].stats.dim
+        cls = [torch.cat(p) if p else torch.empty(0, dim) for p in self._cls]
+        layers = [
+            {"layer": i,
+             "token": self._token_record(f"layer {i} token", self._tokens[i], self._bad[i],
+                                         errors),
+             "cls": self._cls_record(f"layer {i} cls", cls[i], self._bad[i], errors)}
+            for i in range(n_layers + 1)
+        ]
+        if n_layers >= 1:
+            union = self._tokens[1]
+            for acc in self._tokens[2:]:
+                union = union.merge(acc)
+            union_rec = self._token_record("union token", union, any(self._bad[1:]), errors)
+        else:
+            errors.append("union token: no transformer layer (only the embedding output)")
+            union_rec = {"n_points": 0, "isoscore": None, "isoscore_star": None,
+                         "avg_cosine": None}
+        last, x, bad = self._tokens[-1], cls[-1], self._bad[-1]
+        kk = min(self.top_k, x.shape[0], dim)
+        spectrum: dict[str, Any] = {}
+        for name, center in (("raw", False), ("centred", True)):
+            why = NONFINITE if bad else None
+            if center and why is None and x.shape[0] >= 1:
+                why = constant_reason(x.amin(0), x.amax(0))
+            spectrum[name] = safe_measure(
+                errors, f"layer {n_layers} cls spectrum_{name}",
+                lambda c=center: anisotropy_spectrum(x, max(kk, 1), center=c).tolist(), why)
+        why_mean = NONFINITE if bad else (None if last.count >= 1 else "no token")
+        mean = safe_measure(errors, f"layer {n_layers} token mean",
+                            lambda: last.stats.mean.tolist(), why_mean)
+        std = safe_measure(errors, f"layer {n_layers} token std",
+                           lambda: last.stats.covariance(ddof=1).diagonal().sqrt().tolist(),
+                           NONFINITE if bad else None)
+        return {
+            "num_layers": n_layers,
+            "hidden_size": dim,
+            "n_examples": self.n_examples,
+            "n_tokens": self.n_tokens,
+            "n_tokens_measured": self.n_measured,
+            "max_tokens": self.max_tokens,
+            "top_k": self.top_k,
+            "zeta": self.zeta,
+            "clouds": {
+                "layer_0": "embedding output",
+                "token": "non-padding tokens, the first max_tokens of each layer",
+                "union": f"token clouds of the transformer layers 1..{n_layers}",
+                "cls": "first non-padding token of every example",
+                "token_mean_std": f"token cloud of layer {n_layers} (ddof=1)",
+            },
+            "layers": layers,
+            "union": union_rec,
+            "last": {
+                "layer": n_layers,
+                "cls_spectrum_raw": spectrum["raw"],
+                "cls_spectrum_centred": spectrum["centred"],
+                "token_mean": mean,
+                "token_std": std,
+            },
+            "errors": errors,
+        }
+
+
+def scalar_metrics(record: dict[str, Any]) -> dict[str, float]:
+    """The scalars of a :meth:`EvalMeasures.compute` record under the trainer's names (without
+    the ``eval_`` prefix); undefined (``None``) values are left out."""
+    layers = record.get("layers")
+    if not layers:
+        return {}
+    last = layers[record["num_layers"]]
+    out: dict[str, Any] = {
+        "isoscore_last": last["token"]["isoscore"],
+        "isoscore_union": record["union"]["isoscore"],
+        "isoscore_star_last": last["token"]["isoscore_star"],
+        "isoscore_star_union": record["union"]["isoscore_star"],
+        "isoscore_star_cls_last": last["cls"]["isoscore_star"],
+        "twonn_cls_last": last["cls"]["twonn"],
+        "cosine_last": last["token"]["avg_cosine"],
+    }
+    for row in layers:
+        i = row["layer"]
+        out[f"isoscore_star_token_layer{i}"] = row["token"]["isoscore_star"]
+        out[f"isoscore_star_cls_layer{i}"] = row["cls"]["isoscore_star"]
+        out[f"twonn_cls_layer{i}"] = row["cls"]["twonn"]
+    return {k: float(v) for k, v in out.items() if v is not None}

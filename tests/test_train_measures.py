@@ -1,0 +1,404 @@
+"""Representation measurements of ``isotropy train``: the evaluation accumulator against
+independent routes (NumPy eigenvalues and SVD, the reference IsoScore package, scikit-dimension),
+undefined values, and what a tiny-BERT run writes (metrics, measurements.jsonl, training logs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _models import tiny_bert
+from test_train import WORDS, _argv, _Crash, _run, _sentence
+
+from isotropy.training.eval_measures import (
+    NONFINITE,
+    EvalMeasures,
+    cls_spectrum_logs,
+    scalar_metrics,
+)
+from isotropy.training.run_dir import RunDirectory
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+@pytest.fixture(scope="module")
+def word_model_dir(tmp_path_factory):
+    """A saved tiny random BERT whose WordPiece tokenizer knows ``WORDS`` (given as ``vocab=``:
+    transformers 5 ignores ``vocab_file=`` and maps every word to [UNK]), so that different
+    sentences give different [CLS] states."""
+    from transformers import BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("word_bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
+    assert tok.unk_token_id not in tok("good movie")["input_ids"]
+    out = root / "model"
+    tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sst2_dir(tmp_path_factory):
+    """SST-2 train (48 rows) and dev (24 rows) files in the glue_data layout."""
+    root = tmp_path_factory.mktemp("glue")
+    rng = random.Random(0)
+    (root / "SST-2").mkdir()
+    for split, n in (("train", 48), ("dev", 24)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = rng.randint(0, 1)
+            rows.append(f"{_sentence(rng, y)}\t{y}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+# ----------------------------------------------------------------------------- independent routes
+
+
+def iota(cov: np.ndarray) -> float:
+    """IsoScore of a covariance from its eigenvalues: ((sum l)^2 / sum l^2 - 1) / (d - 1)."""
+    lam = np.linalg.eigvalsh(cov)
+    return float((lam.sum() ** 2 / (lam**2).sum() - 1) / (lam.size - 1))
+
+
+def mean_cosine(x: np.ndarray) -> float:
+    """Mean cosine similarity over all ordered pairs i != j (explicit pairwise matrix)."""
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    g = u @ u.T
+    n = len(x)
+    return float((g.sum() - np.trace(g)) / (n * (n - 1)))
+
+
+def spectrum(x: np.ndarray, k: int, center: bool) -> np.ndarray:
+    """sigma_i^2 / sum sigma^2 from NumPy's SVD."""
+    y = x - x.mean(0) if center else x
+    s = np.linalg.svd(y, compute_uv=False) ** 2
+    return s[:k] / s.sum()
+
+
+def skdim_twonn(x: np.ndarray) -> float:
+    skdim = pytest.importorskip("skdim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(skdim.id.TwoNN().fit(x).dimension_)
+
+
+def spd(d: int, seed: int) -> np.ndarray:
+    a = np.random.default_rng(seed).standard_normal((d, 2 * d))
+    return a @ a.T / (2 * d)
+
+
+def _batches(d: int = 6, n_states: int = 3, seed: int = 0):
+    """Batches of hidden states with right and left padding; padding holds NaN (never read)."""
+    g = torch.Generator().manual_seed(seed)
+    mix = torch.randn(d, d, generator=g, dtype=torch.float64) * torch.linspace(0.2, 2.0, d)
+    out = []
+    for batch, seq, left in ((5, 7, False), (4, 9, True), (6, 4, False)):
+        lengths = torch.randint(2, seq + 1, (batch,), generator=g)
+        pos = torch.arange(seq)[None, :]
+        mask = (pos >= seq - lengths[:, None]) if left else (pos < lengths[:, None])
+        hs = []
+        for layer in range(n_states):
+            h = (torch.randn(batch, seq, d, generator=g, dtype=torch.float64) @ mix
+                 + layer).float()
+            h[~mask] = float("nan")
+            hs.append(h)
+        out.append((hs, mask.long()))
+    return out
+
+
+def _clouds(batches, max_tokens: int):
+    """Per layer: the first ``max_tokens`` token rows and every example's first real token."""
+    n_states = len(batches[0][0])
+    tokens, cls = [[] for _ in range(n_states)], [[] for _ in range(n_states)]
+    for hs, mask in batches:
+        m = mask.bool().numpy()
+        for i, h in enumerate(hs):
+            a = h.double().numpy()
+            tokens[i].append(a[m])
+            cls[i].append(np.stack([a[b][m[b]][0] for b in range(len(a))]))
+    return ([np.concatenate(t)[:max_tokens] for t in tokens], [np.concatenate(c) for c in cls])
+
+
+# ----------------------------------------------------------------------------- accumulator
+
+
+@pytest.mark.parametrize("zeta", [0.0, 0.3])
+def test_accumulator_matches_independent_routes(zeta):
+    d, max_tokens = 6, 40  # the cap falls inside the second batch
+    batches = _batches(d)
+    s = spd(d, seed=5)
+    acc = EvalMeasures(max_tokens=max_tokens, top_k=4, zeta=zeta, shrinkage=torch.tensor(s))
+    for hs, mask in batches:
+        acc.update(hs, mask)
+    rec = acc.compute()
+    tokens, cls = _clouds(batches, max_tokens)
+    n_total = sum(int(m.sum()) for _, m in batches)
+    assert n_total > max_tokens
+    assert (rec["n_examples"], rec["n_tokens"], rec["n_tokens_measured"]) == (15, n_total, 40)
+    assert rec["num_layers"] == 2 and rec["errors"] == []
+
+    def star(x: np.ndarray) -> float:
+        return iota((1 - zeta) * np.cov(x, rowvar=False) + zeta * s)
+
+    for i in range(3):
+        tok, c = rec["layers"][i]["token"], rec["layers"][i]["cls"]
+        assert tok["n_points"] == max_tokens and c["n_points"] == 15
+        assert tok["isoscore"] == pytest.approx(iota(np.cov(tokens[i], rowvar=False)), abs=1e-6)
+        assert tok["isoscore_star"] == pytest.approx(star(tokens[i]), abs=1e-6)
+        assert tok["avg_cosine"] == pytest.approx(mean_cosine(tokens[i]), abs=1e-9)
+        assert c["isoscore"] == pytest.approx(iota(np.cov(cls[i], rowvar=False)), abs=1e-6)
+        assert c["isoscore_star"] == pytest.approx(star(cls[i]), abs=1e-6)
+        assert c["avg_cosine"] == pytest.approx(mean_cosine(cls[i]), abs=1e-6)
+        assert c["twonn"] == pytest.approx(skdim_twonn(cls[i]), rel=1e-5)
+    union = np.concatenate(tokens[1:])
+    assert rec["union"]["n_points"] == 2 * max_tokens
+    assert rec["union"]["isoscore"] == pytest.approx(iota(np.cov(union, rowvar=False)), abs=1e-6)
+    assert rec["union"]["isoscore_star"] == pytest.approx(star(union), abs=1e-6)
+    assert rec["union"]["avg_cosine"] == pytest.approx(mean_cosine(union), abs=1e-9)
+    last = rec["last"]
+    np.testing.assert_allclose(last["cls_spectrum_raw"], spectrum(cls[2], 4, False), atol=1e-6)
+    np.testing.assert_allclose(last["cls_spectrum_centred"], spectrum(cls[2], 4, True),
+                               atol=1e-6)
+    np.testing.assert_allclose(last["token_mean"], tokens[2].mean(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(last["token_std"], tokens[2].std(0, ddof=1), rtol=1e-6)
+    if zeta == 0.0:  # no shrinkage: IsoScore* is IsoScore
+        assert rec["union"]["isoscore_star"] == pytest.approx(rec["union"]["isoscore"], abs=1e-12)
+    json.dumps(rec, allow_nan=False)
+
+
+def test_isoscore_star_matches_the_reference_package():
+    ref = pytest.importorskip("IsoScore.IsoScore")
+    batches = _batches(6, seed=2)
+    s = spd(6, seed=7)
+    acc = EvalMeasures(max_tokens=1000, zeta=0.4, shrinkage=s)
+    for hs, mask in batches:
+        acc.update(hs, mask)
+    rec = acc.compute()
+    tokens, cls = _clouds(batches, 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs_tok = float(ref.IsoScore_star(tokens[2], torch.tensor(s), 0.4))
+        theirs_cls = float(ref.IsoScore_star(cls[1], torch.tensor(s), 0.4))
+    assert rec["layers"][2]["token"]["isoscore_star"] == pytest.approx(theirs_tok, abs=1e-6)
+    assert rec["layers"][1]["cls"]["isoscore_star"] == pytest.approx(theirs_cls, abs=1e-6)
+
+
+def test_scalar_names_follow_the_record():
+    acc = EvalMeasures(max_tokens=100, zeta=0.2, shrinkage=np.eye(6))
+    for hs, mask in _batches(6):
+        acc.update(hs, mask)
+    rec = acc.compute()
+    out = scalar_metrics(rec)
+    assert out["isoscore_last"] == rec["layers"][2]["token"]["isoscore"]
+    assert out["isoscore_union"] == rec["union"]["isoscore"]
+    assert out["isoscore_star_cls_last"] == rec["layers"][2]["cls"]["isoscore_star"]
+    assert out["twonn_cls_layer1"] == rec["layers"][1]["cls"]["twonn"]
+    assert out["cosine_last"] == rec["layers"][2]["token"]["avg_cosine"]
+    per_layer = {f"{m}_layer{i}" for i in range(3) for m in
+                 ("isoscore_star_token", "isoscore_star_cls", "twonn_cls")}
+    assert per_layer <= set(out)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in out.values())
+
+
+def test_undefined_values_are_none_with_a_reason():
+    g = torch.Generator().manual_seed(0)
+    point = torch.randn(5, generator=g)
+    const = point.expand(2, 4, 5).clone()  # every token the same point: zero variance
+    const[0, 1, 2] = torch.nextafter(const[0, 1, 2], torch.tensor(9.0))  # float32 rounding
+    varied = torch.randn(2, 4, 5, generator=g)
+    bad = varied.clone()
+    bad[1, 0, 3] = float("inf")
+    varied[0, 2] = 0.0  # a token of norm zero: no direction, so no cosine
+    acc = EvalMeasures(max_tokens=100, zeta=0.5)  # zeta > 0 and no Sigma_S
+    acc.update([const, varied, bad], torch.ones(2, 4, dtype=torch.long))
+    rec = acc.compute()
+    json.dumps(rec, allow_nan=False)  # no NaN anywhere
+    l0, l1, l2 = rec["layers"]
+    for cloud in ("token", "cls"):
+        assert l0[cloud]["isoscore"] is None and l0[cloud]["isoscore_star"] is None
+        assert l0[cloud]["avg_cosine"] == pytest.approx(1.0)  # defined: one direction
+        assert l1[cloud]["isoscore"] is not None and l1[cloud]["isoscore_star"] is None
+        assert all(v is None for k, v in l2[cloud].items() if k != "n_points")
+    assert l0["cls"]["twonn"] is None and l1["cls"]["twonn"] is None  # 2 points: too few
+    assert l1["token"]["avg_cosine"] is None and l1["cls"]["avg_cosine"] is not None
+    last = rec["last"]
+    assert last["cls_spectrum_raw"] is None and last["token_mean"] is None
+    assert last["token_std"] is None
+    errors = rec["errors"]
+    assert "layer 0 token isoscore: zero variance: all points identical" in errors
+    assert "layer 1 token isoscore_star: no Sigma_S given (zeta > 0 needs one)" in errors
+    assert f"layer 2 cls twonn: {NONFINITE}" in errors
+    assert f"union token isoscore: {NONFINITE}" in errors
+    assert "layer 1 cls twonn: X has 2 point(s); at least 3 are needed" in errors
+    assert ("layer 1 token avg_cosine: 1 token vector(s) have norm zero: cosine similarity is "
+            "undefined") in errors
+    assert scalar_metrics(rec) == {}  # every scalar is undefined here, none is NaN
+
+
+def test_a_single_example_and_bad_input():
+    acc = EvalMeasures(max_tokens=10)
+    acc.update([torch.randn(1, 3, 4), torch.randn(1, 3, 4)], torch.tensor([[1, 1, 0]]))
+    rec = acc.compute()
+    c = rec["layers"][1]["cls"]
+    assert c["n_points"] == 1 and c["isoscore"] is None and c["twonn"] is None
+    assert "layer 1 cls isoscore: 1 point(s): at least 2 are needed" in rec["errors"]
+    assert rec["last"]["cls_spectrum_raw"] == pytest.approx([1.0])  # one point: all energy
+    assert rec["last"]["cls_spectrum_centred"] is None
+    with pytest.raises(ValueError, match="earlier batches had 2"):
+        acc.update([torch.randn(1, 3, 4)] * 3, None)
+    with pytest.raises(ValueError, match="attention_mask shape"):
+        acc.update([torch.randn(1, 3, 4)] * 2, torch.ones(1, 4))
+    with pytest.raises(ValueError, match="at least one update"):
+        EvalMeasures().compute()
+    with pytest.raises(ValueError, match="max_tokens"):
+        EvalMeasures(max_tokens=0)
+    with pytest.raises(ValueError, match="zeta"):
+        EvalMeasures(zeta=1.5)
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        EvalMeasures(zeta=0.2, shrinkage=torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
+    acc.reset()
+    with pytest.raises(ValueError, match="at least one update"):
+        acc.compute()
+
+
+def test_batch_cls_spectrum_logs():
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(3))
+    logs = cls_spectrum_logs(x, k=3)
+    a = x.double().numpy()
+    assert [logs[f"cls_spectrum_raw_{i}"] for i in (1, 2, 3)] == pytest.approx(
+        spectrum(a, 3, False).tolist(), abs=1e-6)
+    assert [logs[f"cls_spectrum_centred_{i}"] for i in (1, 2, 3)] == pytest.approx(
+        spectrum(a, 3, True).tolist(), abs=1e-6)
+    # two points: one direction after centring, the other shares are zero singular values
+    two = cls_spectrum_logs(x[:2], k=3)
+    assert [two[f"cls_spectrum_centred_{i}"] for i in (1, 2, 3)] == pytest.approx([1, 0, 0])
+    one = cls_spectrum_logs(x[:1], k=3)
+    assert one == pytest.approx({"cls_spectrum_raw_1": 1.0, "cls_spectrum_raw_2": 0.0,
+                                 "cls_spectrum_raw_3": 0.0})
+
+
+def test_run_directory_measurements_file(tmp_path):
+    rd = RunDirectory(tmp_path)
+    for step in (2, 4, 6):
+        rd.append_measurements({"step": step, "x": [step, None]})
+    assert [r["step"] for r in rd.read_measurements()] == [2, 4, 6]
+    rd.truncate_measurements(4)
+    assert rd.read_measurements() == [{"step": 2, "x": [2, None]}, {"step": 4, "x": [4, None]}]
+    assert rd.read_metrics() == []
+
+
+# ----------------------------------------------------------------------------- training runs
+
+EVAL_KEYS = {"isoscore_last", "isoscore_union", "isoscore_star_last", "isoscore_star_union",
+             "isoscore_star_cls_last", "twonn_cls_last", "cosine_last",
+             "isoscore_star_token_layer0", "isoscore_star_token_layer1",
+             "isoscore_star_token_layer2", "isoscore_star_cls_layer1",
+             "isoscore_star_cls_layer2", "twonn_cls_layer1", "twonn_cls_layer2"}
+SPECTRUM_KEYS = [f"cls_spectrum_{kind}_{i}" for kind in ("raw", "centred") for i in (1, 2, 3)]
+
+
+def _logs(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("reg", ["none", "istar"])
+def test_training_run_records_the_measurements(word_model_dir, sst2_dir, tmp_path, reg):
+    out = tmp_path / "run"
+    res = _run(_argv(word_model_dir, sst2_dir, out, "--task", "sst2", "--regularizer", reg,
+                     "--max_train_samples", "32"))
+    logs = _logs(out)
+    evals = [r for r in logs if "eval_loss" in r]
+    train_logs = [r for r in logs if "loss" in r]
+    assert [r["step"] for r in evals] == [4, 8] and len(train_logs) == 4
+    for r in evals:
+        assert {f"eval_{k}" for k in EVAL_KEYS} <= set(r)
+        assert "eval_twonn_cls_layer0" not in r  # the layer-0 [CLS] cloud is one point
+        assert all(0 <= r[f"eval_{k}"] <= 1 for k in EVAL_KEYS if "isoscore" in k)
+    for r in train_logs:
+        values = [r[k] for k in SPECTRUM_KEYS]
+        assert all(0 <= v <= 1 for v in values)
+        assert values[0] >= values[1] >= values[2] and sum(values[:3]) <= 1 + 1e-9
+    records = RunDirectory(out).read_measurements()
+    assert [(m["step"], m["epoch"]) for m in records] == [(4, 1.0), (8, 2.0)]
+    for m, r in zip(records, evals, strict=True):
+        assert m["union"]["isoscore_star"] == pytest.approx(r["eval_isoscore_star_union"])
+        assert m["layers"][2]["cls"]["twonn"] == pytest.approx(r["eval_twonn_cls_last"])
+        assert "layer 0 cls twonn: zero variance: all points identical" in m["errors"]
+    assert res.results["measurements"] == records[-1]
+    if reg == "istar":
+        assert records[-1]["shrinkage"] == {"source": "istar", "layers": "all"}
+    else:
+        src = records[-1]["shrinkage"]
+        assert (src["source"], src["epoch"], src["n_rows"]) == ("training data", 1, 300)
+        _check_against_the_saved_model(out, sst2_dir, records[-1])
+
+
+def _check_against_the_saved_model(out, glue, rec):
+    """The final evaluation's [CLS] and token measures, recomputed one example at a time
+    (no padding) from the saved model: skdim TwoNN, NumPy SVD spectra, mean/std, cosine."""
+    import csv
+
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    with (glue / "SST-2" / "dev.tsv").open() as f:
+        sentences = [r["sentence"] for r in csv.DictReader(f, delimiter="\t")]
+    cls, tokens = [], []
+    with torch.no_grad():
+        for s in sentences:
+            h = model(**tok(s, truncation=True, max_length=24, return_tensors="pt"),
+                      output_hidden_states=True).hidden_states[-1][0].double().numpy()
+            cls.append(h[0])
+            tokens.append(h)
+    cls, tokens = np.stack(cls), np.concatenate(tokens)
+    last = rec["last"]
+    assert rec["layers"][2]["cls"]["twonn"] == pytest.approx(skdim_twonn(cls), rel=1e-5)
+    np.testing.assert_allclose(last["cls_spectrum_raw"], spectrum(cls, 10, False), atol=1e-5)
+    np.testing.assert_allclose(last["cls_spectrum_centred"], spectrum(cls, 10, True), atol=1e-5)
+    np.testing.assert_allclose(last["token_mean"], tokens.mean(0), atol=1e-5)
+    np.testing.assert_allclose(last["token_std"], tokens.std(0, ddof=1), atol=1e-5)
+    assert rec["layers"][2]["token"]["avg_cosine"] == pytest.approx(mean_cosine(tokens), abs=1e-5)
+
+
+def test_sigma_s_pass_leaves_training_unchanged(word_model_dir, sst2_dir, tmp_path):
+    """zeta = 0 needs no Sigma_S (IsoScore* = IsoScore); the Sigma_S pass of zeta > 0 changes
+    nothing in training (same losses, same evaluation loss)."""
+    runs = {}
+    for zeta in ("0", "0.2"):
+        out = tmp_path / f"z{zeta}"
+        _run(_argv(word_model_dir, sst2_dir, out, "--task", "sst2", "--zeta", zeta,
+                   "--max_train_samples", "32"))
+        runs[zeta] = (_logs(out), RunDirectory(out).read_measurements())
+    logs0, meas0 = runs["0"]
+    assert meas0[-1]["shrinkage"] == {"source": "none (zeta = 0)"}
+    final0 = [r for r in logs0 if "eval_loss" in r][-1]
+    assert final0["eval_isoscore_star_union"] == pytest.approx(final0["eval_isoscore_union"],
+                                                              abs=1e-12)
+    logs2, meas2 = runs["0.2"]
+    assert meas2[0]["shrinkage"]["source"] == "training data"
+    for a, b in zip(logs0, logs2, strict=True):
+        for key in ("loss", "eval_loss", "cls_spectrum_raw_1"):
+            assert a.get(key) == b.get(key), key
+
+
+def test_resume_truncates_the_measurements(word_model_dir, sst2_dir, tmp_path):
+    extra = ["--task", "sst2", "--max_train_samples", "32", "--save_strategy", "steps",
+             "--save_steps", "3"]
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(_argv(word_model_dir, sst2_dir, out, *extra), callbacks=[_Crash(5)])
+    assert [m["step"] for m in RunDirectory(out).read_measurements()] == [4]
+    _run(_argv(word_model_dir, sst2_dir, out, *extra, "--resume"))
+    assert [m["step"] for m in RunDirectory(out).read_measurements()] == [4, 8]
