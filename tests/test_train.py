@@ -38,7 +38,7 @@ def tiny_model_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
+    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
     model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0)
     out = root / "model"
     model.save_pretrained(out)
@@ -361,7 +361,7 @@ def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
         "--num_train_epochs", "1", "--per_device_train_batch_size", "16",
         "--learning_rate", "1e-4", "--warmup_steps", "6", "--seed", "0",
         "--save_strategy", "no", "--disable_tqdm", "true", "--report_to", "none",
-        "--use_cpu", "true", "--output_dir", str(tmp_path / "sst2"),
+        "--use_cpu", "true", "--shrinkage_tokens", "20000", "--output_dir", str(tmp_path / "sst2"),
     ])
     gold = [int(row["label"]) for row in csv.DictReader(
         (tmp_path / "sst2" / "eval_predictions.csv").open())]

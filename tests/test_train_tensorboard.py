@@ -31,7 +31,7 @@ def tiny_setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("tb")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
+    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
     model = root / "model"
     tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(model)
     tok.save_pretrained(model)
