@@ -14,9 +14,10 @@ steps) scores, at the last micro-step of a cycle, exactly the cycle's ``2 B`` po
 
 Comparable runs: dropout off, ``--train_sampling_strategy sequential`` (DDP shards the
 sequential order batch by batch, so optimizer step ``t`` sees examples ``2Bt .. 2B(t+1)-1`` on
-both sides), and a float64 model: float32 rounding differences between differently padded
-batches are amplified by AdamW (and by the discrete feature selection of the entropy loss)
-well above any tolerance that would still catch a mistake.
+both sides; the default random order is checked once too), and a float64 model: float32
+rounding differences between differently padded batches are amplified by AdamW (and by the
+discrete feature selection of the entropy loss) well above any tolerance that would still
+catch a mistake.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def two_process(tiny_model_dir, glue_dir, tmp_path_factory):
     require_gloo()
     root = tmp_path_factory.mktemp("ddp_runs")
     argvs = {reg: _argv(tiny_model_dir, glue_dir, root / reg, reg, B) for reg in REGS}
+    argvs["istar_random"] = _argv(tiny_model_dir, glue_dir, root / "istar_random", "istar", B,
+                                  "--train_sampling_strategy", "random")
     if not torch.cuda.is_available():  # the Trainer would not find the launcher's group
         argvs["no_use_cpu"] = _argv(tiny_model_dir, glue_dir, root / "no_use_cpu", "istar", B,
                                     "--use_cpu", "false")
@@ -253,6 +256,18 @@ def test_two_processes_write_one_run_directory(two_process, one_process, reg):
         assert float(a["output_0"]) == pytest.approx(float(b["output_0"]), abs=1e-9)
     final, ref_final = ddp[0]["results"]["final"], single["results"]["final"]
     assert final["eval_loss"] == pytest.approx(ref_final["eval_loss"], rel=1e-9)
+
+
+def test_the_default_random_order_is_shared_too(two_process, tiny_model_dir, glue_dir,
+                                                tmp_path):
+    """With the default random order every rank draws the same seeded permutation and takes
+    every other batch of it: the same examples per step as one process on batch 2 B."""
+    ddp = two_process.value(0, "istar_random", "params")
+    single = _train(_argv(tiny_model_dir, glue_dir, tmp_path / "run", "istar", WORLD * B,
+                          "--train_sampling_strategy", "random"))["params"]
+    assert _max_diff(ddp, single) < ATOL
+    # and the random order is not the sequential one
+    assert _max_diff(ddp, two_process.value(0, "istar", "params")) > 1e-3
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="without a GPU only")
