@@ -9,8 +9,14 @@ concatenated batch.
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 def is_distributed(group: object | None = None) -> bool:
@@ -21,6 +27,36 @@ def is_distributed(group: object | None = None) -> bool:
 def world_size(group: object | None = None) -> int:
     """Number of ranks (1 when not distributed)."""
     return dist.get_world_size(group) if is_distributed(group) else 1
+
+
+def on_main_process(fn: Callable[[], T]) -> T:
+    """``fn()`` run by rank 0 alone, its result (or the exception it raised) handed to every
+    rank; just ``fn()`` when not distributed.
+
+    For work with side effects that must happen once (the files of a run directory that all
+    ranks share): the other ranks wait, then return the same value or raise the same error.
+    """
+    if not is_distributed():
+        return fn()
+    box: list[object] = [None]
+    error: Exception | None = None
+    if dist.get_rank() == 0:
+        try:
+            box[0] = ("ok", fn())
+        except Exception as err:
+            error = err
+            try:
+                pickle.dumps(err)
+                box[0] = ("error", err)
+            except Exception:
+                box[0] = ("error", RuntimeError(f"rank 0 failed: {type(err).__name__}: {err}"))
+    dist.broadcast_object_list(box, src=0)
+    if error is not None:
+        raise error
+    kind, value = box[0]  # type: ignore[misc]
+    if kind == "error":
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]
 
 
 def all_reduce_sum(t: torch.Tensor, group: object | None = None) -> torch.Tensor:

@@ -21,15 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
+from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import Example, TaskSpec, get_task
-from isotropy.data.sources import load_task_data
+from isotropy.data.sources import TaskData, load_task_data
 from isotropy.data.task_metrics import (
     compute_task_metrics,
     prediction_summary,
     predictions_from_logits,
 )
-from isotropy.distributed import is_distributed
+from isotropy.distributed import is_distributed, on_main_process, world_size
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.models.loading import resolve_model
 from isotropy.models.regularized import RegularizedModel
@@ -451,29 +452,42 @@ def _run_training(
     )
     from transformers.utils import logging as hf_logging
 
-    from isotropy.io import write_csv_atomic
-
     spec = get_task(ours.task)
     data = load_task_data(ours, targs.seed)
     model_path = resolve_model(ours.model)
     _check_model(model_path)
     run_dir = RunDirectory(targs.output_dir)
     settings = describe(ours, targs)
-    status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
-                             same_settings=lambda old: _settings_difference(old, settings))
+    # Setting up the devices joins (or starts) a launcher's process group: then the ranks
+    # share run_dir, which rank 0 alone writes.
+    if targs.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
+        raise ValueError(
+            f"{world_size()} processes were launched but the Trainer does not train them in "
+            "parallel (on a machine without a GPU, pass --use_cpu true)"
+        )
+
+    def prepare() -> str:
+        status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
+                                 same_settings=lambda old: _settings_difference(old, settings))
+        if status == "finished":
+            return status
+        if status == "new" or not run_dir.file("config.json").is_file():
+            run_dir.write_config({
+                "settings": settings, "model_path": model_path, "data": data.source,
+                "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
+                         "metrics": list(spec.metrics)},
+                "versions": library_versions(), "git_commit": git_commit(),
+            })
+        step = _checkpoint_step(run_dir.last_checkpoint() if status == "resume" else None)
+        run_dir.truncate_metrics(step)
+        run_dir.truncate_measurements(step)
+        return status
+
+    status = on_main_process(prepare)
     if status == "finished":
         echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
         return TrainResult(run_dir.path, "finished", run_dir.read_results())
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
-    if status == "new" or not run_dir.file("config.json").is_file():
-        run_dir.write_config({
-            "settings": settings, "model_path": model_path, "data": data.source,
-            "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
-                     "metrics": list(spec.metrics)},
-            "versions": library_versions(), "git_commit": git_commit(),
-        })
-    run_dir.truncate_metrics(_checkpoint_step(resume_from))
-    run_dir.truncate_measurements(_checkpoint_step(resume_from))
 
     set_seed(targs.seed)
     verbosity = hf_logging.get_verbosity()
@@ -522,6 +536,17 @@ def _run_training(
     train_seconds = time.perf_counter() - t0
     if trainer.last_eval_step != trainer.state.global_step or targs.load_best_model_at_end:
         trainer.evaluate()
+    return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(
+        run_dir, trainer, spec, data, eval_ds, model, tokenizer, ours, train_out, train_seconds,
+        resume_from)))
+
+
+def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, data: TaskData,
+               eval_ds: TaskDataset, model: Any, tokenizer: Any, ours: IsotropyArguments,
+               train_out: Any, train_seconds: float, resume_from: Path | None) -> dict[str, Any]:
+    """Predictions, model and ``results.json`` into the run directory; returns the results."""
+    from isotropy.io import write_csv_atomic
+
     final = dict(trainer.last_eval.metrics)
     logits = trainer.last_eval.predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
@@ -548,7 +573,7 @@ def _run_training(
         "measurements": trainer.last_measurements,
     }
     run_dir.write_results(results)
-    return TrainResult(run_dir.path, "trained", results)
+    return results
 
 
 def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
