@@ -199,8 +199,9 @@ def _resolve_dir(data_dir: str | os.PathLike[str] | None) -> Path:
         d = default_glue_dir()
         if d is None:
             raise FileNotFoundError(
-                "no GLUE data directory: pass data_dir (CLI: --data-dir) or set GLUE_DIR to a "
-                "folder in the classic glue_data/ layout"
+                "no GLUE data directory: pass one (isotropy train --data_dir DIR, isotropy "
+                "measure --data-dir DIR) or set GLUE_DIR to a folder in the classic glue_data/ "
+                "layout"
             )
         data_dir = d
     path = Path(data_dir)
