@@ -155,3 +155,46 @@ def test_real_dev_gold_labels_round_trip(tokenizer):
     m = squad_metrics(postprocess_predictions(ex, f, starts, ends), ex)
     # what is lost are answers that are part of a word piece ("gold" in "golden")
     assert m["exact_match"] > 95.0 and m["f1"] >= m["exact_match"]
+
+
+def _squash(text: str) -> str:
+    """Lower case, accents and white space stripped: what an uncased WordPiece decode keeps
+    of a text, whatever spaces it puts around punctuation and word pieces."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFD", text.lower())
+    return "".join(ch for ch in text if not ch.isspace() and unicodedata.category(ch) != "Mn")
+
+
+def test_real_dev_windows_label_the_gold_answer(tokenizer):
+    """~50 questions spread over the real dev file: every window labelled with a span decodes
+    (tokenizer.decode of the window's tokens) to the gold answer, and every answer short
+    enough to fit in a window's overlap gets at least one labelled window."""
+    from isotropy.data.glue import default_glue_dir, load_split
+
+    glue = default_glue_dir()
+    if glue is None or not (glue / "SQuAD" / "dev-v1.1.json").exists():
+        pytest.skip(f"SQuAD dev file not found under {glue}: set GLUE_DIR")
+    every = load_split("squad", "dev", glue)
+    ex = every[::200]
+    stride = 32
+    f = squad_features(tokenizer, ex, max_seq_length=128, doc_stride=stride)
+    assert len(ex) == 53 and len(f) > len(ex)
+    labelled: dict[int, list[str]] = {}
+    for w, e in enumerate(f.example_index):
+        s, t = f.start_positions[w], f.end_positions[w]
+        if (s, t) != (0, 0):
+            labelled.setdefault(e, []).append(tokenizer.decode(f.inputs["input_ids"][w][s: t + 1]))
+    for i, e in enumerate(ex):
+        answer = e.answers[0].text
+        n_tokens = len(tokenizer(answer, add_special_tokens=False)["input_ids"])
+        if n_tokens <= stride - 2:  # a span this short lies wholly inside some window
+            assert i in labelled, (e.guid, answer)
+        context, start = e.text_b, e.answers[0].start
+        whole_words = (start == 0 or not context[start - 1].isalnum()) and (
+            start + len(answer) == len(context) or not context[start + len(answer)].isalnum())
+        for decoded in labelled.get(i, []):
+            if whole_words:
+                assert _squash(decoded) == _squash(answer), (e.guid, decoded, answer)
+            else:  # an answer inside a word ("gold" of "golden") gets the whole word piece
+                assert _squash(answer) in _squash(decoded), (e.guid, decoded, answer)

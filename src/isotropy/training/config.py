@@ -40,8 +40,8 @@ REGULARIZERS = ("none", "istar", "cosreg", "entropy")
 class IsotropyArguments:
     """What to fine-tune, on which data, with which regularizers (``isotropy train``)."""
 
-    task: str = field(default="rte", metadata={"help": "GLUE-style task: sst2, qnli, rte, mrpc, "
-                                                        "qqp, cola, stsb, sst5"})
+    task: str = field(default="rte", metadata={"help": "task: sst2, qnli, rte, mrpc, qqp, cola, "
+                                                        "stsb, sst5, squad"})
     model: str = field(default="minilm", metadata={
         "help": "hub id, local model directory, or 'minilm' (offline MiniLM-L6-H384)"})
     data_dir: str | None = field(default=None, metadata={
@@ -49,7 +49,15 @@ class IsotropyArguments:
     data_source: str = field(default="local", metadata={
         "help": "local (glue_data/ files, --data_dir) or hub (Hugging Face datasets; "
                 "pip install isotropy[hub])"})
-    max_seq_length: int = field(default=128, metadata={"help": "truncate inputs to this length"})
+    max_seq_length: int | None = field(default=None, metadata={
+        "help": "truncate inputs to this many tokens (SQuAD: window length); default 128, "
+                "SQuAD 384"})
+    doc_stride: int = field(default=128, metadata={
+        "help": "SQuAD: context tokens shared by consecutive windows of a long context"})
+    n_best_size: int = field(default=20, metadata={
+        "help": "SQuAD: start and end candidates per window paired in post-processing"})
+    max_answer_length: int = field(default=30, metadata={
+        "help": "SQuAD: longest predicted answer, in tokens"})
     max_train_samples: int | None = field(default=None, metadata={
         "help": "train on a seeded random subset of this many examples"})
     max_eval_samples: int | None = field(default=None, metadata={
@@ -68,7 +76,9 @@ class IsotropyArguments:
     shrinkage_tokens: int = field(default=250_000, metadata={
         "help": "token rows for Sigma_S (estimated before every epoch)"})
     cosreg_tuning: float = field(default=1.0, metadata={"help": "CosReg lambda"})
-    entropy_weight: float = field(default=1.0, metadata={"help": "persistent entropy beta"})
+    entropy_weight: float = field(default=1.0, metadata={
+        "help": "persistent entropy beta (a cloud per class label; STS-B and SQuAD have none: "
+                "the whole batch is one cloud)"})
     in_cluster_weight: float = field(default=0.0, metadata={
         "help": "persistent entropy gamma (in-cluster noise-bar term)"})
     select_features: bool = field(default=True, metadata={
@@ -97,11 +107,20 @@ class IsotropyArguments:
             )
         regs = [r for r in dict.fromkeys(regs) if r != "none"]
         self.regularizer = regs or ["none"]
-        if get_task(self.task).kind == "span":
-            raise ValueError("SQuAD training is not supported by isotropy train yet")
+        span = get_task(self.task).kind == "span"
+        if self.max_seq_length is None:
+            self.max_seq_length = 384 if span else 128
         for name in ("max_seq_length", "shrinkage_tokens", "measure_max_tokens"):
             if getattr(self, name) < 2:
                 raise ValueError(f"--{name} must be >= 2, got {getattr(self, name)}")
+        for name in ("doc_stride", "n_best_size", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if span and self.doc_stride >= self.max_seq_length:
+            raise ValueError(
+                f"--doc_stride ({self.doc_stride}) must be smaller than --max_seq_length "
+                f"({self.max_seq_length}); SQuAD's usual setting is 128 and 384"
+            )
         for name in ("max_train_samples", "max_eval_samples", "entropy_window"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -211,7 +230,7 @@ def preset_values(name: str, task: str) -> dict[str, Any]:
     if name == "istar":
         return {
             "regularizer": ["istar"], "tuning": -1.0, "zeta": 0.2, "optim": "adamw_torch",
-            "lr_scheduler_type": "linear", "warmup_ratio": 0.1,
+            "lr_scheduler_type": "linear", "warmup_steps": 0.1,
             "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
             "bf16": bool(torch.cuda.is_available()),
         }

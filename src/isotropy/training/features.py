@@ -3,6 +3,11 @@
 Features are unpadded lists of token ids; batches are padded per batch by
 ``transformers.DataCollatorWithPadding`` (dynamic padding), so length-bucketed sampling
 (``--group_by_length``) removes most padding.
+
+Classification and regression: one feature per example with ``labels``. SQuAD: one feature
+per window of an example (:func:`isotropy.data.squad.squad_features`) with
+``start_positions`` / ``end_positions``; the dataset keeps the windows (example index and
+character offsets) for post-processing.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ import numpy as np
 import torch
 
 from isotropy.data.glue import Example, TaskSpec
+from isotropy.data.squad import SquadFeatures, squad_features
 
-__all__ = ["TaskDataset", "seeded_subset", "split_examples", "tokenize_examples"]
+__all__ = [
+    "TaskDataset",
+    "seeded_subset",
+    "split_examples",
+    "tokenize_examples",
+    "tokenize_squad",
+]
 
 
 def seeded_subset(examples: Sequence[Example], k: int | None, seed: int) -> list[Example]:
@@ -58,10 +70,13 @@ def split_examples(
 
 @dataclass
 class TaskDataset(torch.utils.data.Dataset):
-    """Tokenised examples: item ``i`` is a dict of id lists plus ``labels`` (int or float)."""
+    """Tokenised examples: item ``i`` is a dict of id lists plus ``labels`` (int or float), or
+    for SQuAD one window with ``start_positions`` and ``end_positions`` (then ``windows``
+    maps every item to its example and its tokens to context characters)."""
 
     features: list[dict[str, Any]]
     examples: list[Example]
+    windows: SquadFeatures | None = None
 
     def __len__(self) -> int:
         return len(self.features)
@@ -87,3 +102,28 @@ def tokenize_examples(
         {**{k: enc[k][i] for k in keys}, "labels": cast(e.label)} for i, e in enumerate(examples)
     ]
     return TaskDataset(features, list(examples))
+
+
+def tokenize_squad(
+    examples: Sequence[Example], tokenizer: Any, max_seq_length: int, doc_stride: int
+) -> TaskDataset:
+    """SQuAD windows (``max_seq_length`` tokens, ``doc_stride`` shared context tokens), each
+    an item with its start/end token labels (0, 0 = [CLS] when the window lacks the answer)."""
+    if not examples:
+        raise ValueError("no SQuAD v1.1 examples to tokenise")
+    unanswered = [e.guid for e in examples if not e.answers]
+    if unanswered:
+        raise ValueError(
+            f"SQuAD v1.1: example {unanswered[0]!r} has no gold answer and cannot be trained on"
+        )
+    windows = squad_features(tokenizer, examples, max_seq_length=max_seq_length,
+                             doc_stride=doc_stride)
+    features = [
+        {
+            **{k: ids[f] for k, ids in windows.inputs.items()},
+            "start_positions": windows.start_positions[f],
+            "end_positions": windows.end_positions[f],
+        }
+        for f in range(len(windows))
+    ]
+    return TaskDataset(features, list(examples), windows)

@@ -1,16 +1,29 @@
 """``isotropy train``: build the data, model, regularizers and ``Trainer``; run; write the run.
 
-:func:`run_training` checks every input (task, data files, model, output directory) before any
-work, then fine-tunes ``AutoModelForSequenceClassification`` wrapped in a
+:func:`run_training` checks every input (task, data files, model, tokenised features, output
+directory) before any work, then fine-tunes ``AutoModelForSequenceClassification`` (one output
+unit for STS-B regression) or, for SQuAD, ``AutoModelForQuestionAnswering`` wrapped in a
 :class:`~isotropy.models.regularized.RegularizedModel` with
 :class:`IsotropyTrainer`, which adds the task
 loss, every regularizer's logs and the batch [CLS] spectrum (averaged over the logging
 interval) to the Trainer's logs, and the task metrics and the representation measurements of
 the evaluation set (:mod:`isotropy.training.eval_measures`) to every evaluation.
+
+SQuAD trains on windows of the contexts (``--max_seq_length``, ``--doc_stride``) with
+start/end labels; every evaluation maps the windows' start/end logits back to answer texts
+(n-best post-processing, ``--n_best_size``, ``--max_answer_length``) and scores exact match and
+F1 per question. ``eval_predictions.csv`` then holds one row per question: ``guid``, the gold
+``answers`` and ``answer_starts`` (JSON lists) and the predicted text.
+
+The persistent-entropy regularizer scores each class label's cloud separately. STS-B
+(regression scores) and SQuAD (spans) have no class labels: there it scores the whole cloud of
+the batch (of its window of micro-batches) as one group, and ``config.json`` and
+``results.json`` say so under ``notes``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +38,7 @@ from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import Example, TaskSpec, get_task
 from isotropy.data.sources import TaskData, load_task_data
+from isotropy.data.squad import postprocess_predictions, squad_metrics
 from isotropy.data.task_metrics import (
     compute_task_metrics,
     prediction_summary,
@@ -48,11 +62,16 @@ from isotropy.training.eval_measures import (
     first_token_rows,
     scalar_metrics,
 )
-from isotropy.training.features import TaskDataset, tokenize_examples
+from isotropy.training.features import (
+    TaskDataset,
+    tokenize_examples,
+    tokenize_squad,
+)
 from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
 
 __all__ = [
     "IsotropyTrainer",
+    "SpanPredictor",
     "TrainResult",
     "build_regularizers",
     "load_task_data",
@@ -357,8 +376,61 @@ def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
     return tuple(hs) if hs is not None else None
 
 
-def make_compute_metrics(spec: TaskSpec) -> Callable[[Any], dict[str, float]]:
-    """Task metrics (scikit-learn/scipy) and the collapsed-classifier flag from logits."""
+SPAN_LABELS = ["start_positions", "end_positions"]
+
+
+@dataclass
+class SpanPredictor:
+    """SQuAD answer texts from the Trainer's evaluation predictions.
+
+    The Trainer returns ``(start_logits, end_logits)``, one row per window in the order of its
+    evaluation dataloader (padded with -100 beyond a window's length); ``order()`` gives the
+    window index of each row (:func:`_eval_order`: sequential, or length-grouped under
+    ``--group_by_length``). Rows are put back in window order, then
+    :func:`~isotropy.data.squad.postprocess_predictions` picks every question's best span.
+    """
+
+    dataset: TaskDataset
+    n_best: int = 20
+    max_answer_length: int = 30
+    order: Callable[[], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if self.dataset.windows is None:
+            raise ValueError("a SpanPredictor needs a SQuAD dataset (tokenize_squad)")
+
+    def answers(self, predictions: Any) -> dict[str, str]:
+        """``guid -> predicted answer text`` of every evaluation question."""
+        if not isinstance(predictions, (tuple, list)) or len(predictions) < 2:
+            raise ValueError("SQuAD predictions must be the pair (start_logits, end_logits)")
+        start, end = (np.asarray(p) for p in predictions[:2])
+        n = len(self.dataset)
+        order = self.order() if self.order is not None else np.arange(n)
+        if start.shape[0] != n or end.shape[0] != n or len(order) != n:
+            raise ValueError(
+                f"{n} evaluation windows but {start.shape[0]} start and {end.shape[0]} end "
+                "logit rows"
+            )
+        s, e = np.empty_like(start), np.empty_like(end)
+        s[order], e[order] = start, end
+        return postprocess_predictions(self.dataset.examples, self.dataset.windows, s, e,
+                                       n_best=self.n_best,
+                                       max_answer_length=self.max_answer_length)
+
+
+def make_compute_metrics(
+    spec: TaskSpec, span: SpanPredictor | None = None
+) -> Callable[[Any], dict[str, float]]:
+    """Task metrics (scikit-learn/scipy) and the collapsed-classifier flag from logits; for
+    SQuAD exact match and F1 (percent, torchmetrics) of the answers ``span`` decodes."""
+    if spec.kind == "span":
+        if span is None:
+            raise ValueError("SQuAD metrics need the evaluation windows (a SpanPredictor)")
+
+        def compute_span(eval_pred: Any) -> dict[str, float]:
+            return squad_metrics(span.answers(eval_pred.predictions), span.dataset.examples)
+
+        return compute_span
 
     def compute(eval_pred: Any) -> dict[str, float]:
         logits = eval_pred.predictions
@@ -405,6 +477,16 @@ def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str 
     return None
 
 
+def _span_rows(examples: Sequence[Example], answers: Mapping[str, str]):
+    """One row per question: ``guid``, gold ``answers`` and ``answer_starts`` (JSON lists,
+    the torchmetrics/official SQuAD target) and the predicted text."""
+    for e in examples:
+        yield {"guid": e.guid,
+               "answers": json.dumps([a.text for a in e.answers], ensure_ascii=False),
+               "answer_starts": json.dumps([a.start for a in e.answers]),
+               "prediction": answers[e.guid]}
+
+
 def _predictions_rows(spec: TaskSpec, examples: Sequence[Example], logits: np.ndarray):
     pred = predictions_from_logits(spec, logits)
     for e, p, out in zip(examples, pred, logits, strict=True):
@@ -437,6 +519,42 @@ def run_training(
         return _run_training(ours, targs, callbacks=callbacks, echo=echo)
 
 
+def _regularizer_notes(spec: TaskSpec, ours: IsotropyArguments) -> list[str]:
+    """What a regularizer does differently on this task (recorded in config.json)."""
+    if "entropy" in ours.regularizers and spec.kind != "classification":
+        why = "regression scores" if spec.kind == "regression" else "no class labels"
+        return [f"entropy: {spec.display_name} has {why}: the persistent entropy is taken of "
+                f"the whole batch's {ours.pooling}-pooled cloud as one group, not per class "
+                "label"]
+    return []
+
+
+def _check_drop_last(targs: TrainArguments, n_eval: int, what: str) -> None:
+    """``--dataloader_drop_last`` also drops the Trainer's last evaluation batch: refuse it
+    unless the evaluation batches divide the evaluation set."""
+    batch = targs.eval_batch_size * max(1, targs.world_size)
+    if targs.dataloader_drop_last and n_eval % batch:
+        raise ValueError(
+            f"--dataloader_drop_last would leave {n_eval % batch} of the {n_eval} evaluation "
+            f"{what} unscored (evaluation batches of {batch}): choose an evaluation batch size "
+            f"that divides {n_eval}, or drop the flag"
+        )
+
+
+def _prepare_span_arguments(spec: TaskSpec, targs: TrainArguments) -> None:
+    """SQuAD's label names for the Trainer (eval loss from start/end positions); settings
+    that would leave the span post-processing without its predictions fail here."""
+    if spec.kind != "span":
+        return
+    if targs.label_names is not None and list(targs.label_names) != SPAN_LABELS:
+        raise ValueError(f"--label_names must be {' '.join(SPAN_LABELS)} for "
+                         f"{spec.display_name}, got {' '.join(targs.label_names)}")
+    if targs.batch_eval_metrics:
+        raise ValueError(f"--batch_eval_metrics is not supported for {spec.display_name}: "
+                         "answers are decoded from all windows of a question at once")
+    targs.label_names = list(SPAN_LABELS)
+
+
 def _run_training(
     ours: IsotropyArguments,
     targs: TrainArguments,
@@ -445,6 +563,7 @@ def _run_training(
     echo: Callable[[str], None],
 ) -> TrainResult:
     from transformers import (
+        AutoModelForQuestionAnswering,
         AutoModelForSequenceClassification,
         AutoTokenizer,
         DataCollatorWithPadding,
@@ -453,9 +572,24 @@ def _run_training(
     from transformers.utils import logging as hf_logging
 
     spec = get_task(ours.task)
+    span = spec.kind == "span"
+    if targs.prediction_loss_only:
+        raise ValueError("--prediction_loss_only leaves no predictions for the task metrics "
+                         "and eval_predictions.csv")
+    _prepare_span_arguments(spec, targs)
     data = load_task_data(ours, targs.seed)
     model_path = resolve_model(ours.model)
     _check_model(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if span:
+        train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
+        eval_ds = tokenize_squad(data.eval, tokenizer, ours.max_seq_length, ours.doc_stride)
+    else:
+        train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
+        eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
+    _check_drop_last(targs, len(eval_ds), "windows" if span else "examples")
+    notes = _regularizer_notes(spec, ours)
+    features = {"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)}
     run_dir = RunDirectory(targs.output_dir)
     settings = describe(ours, targs)
     # Setting up the devices joins (or starts) a launcher's process group: then the ranks
@@ -474,8 +608,10 @@ def _run_training(
         if status == "new" or not run_dir.file("config.json").is_file():
             run_dir.write_config({
                 "settings": settings, "model_path": model_path, "data": data.source,
+                "features": features,
                 "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
                          "metrics": list(spec.metrics)},
+                "notes": notes,
                 "versions": library_versions(), "git_commit": git_commit(),
             })
         step = _checkpoint_step(run_dir.last_checkpoint() if status == "resume" else None)
@@ -487,19 +623,21 @@ def _run_training(
     if status == "finished":
         echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
         return TrainResult(run_dir.path, "finished", run_dir.read_results())
+    for note in notes:
+        echo(f"note: {note}")
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
 
     set_seed(targs.seed)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_path, num_labels=spec.num_labels)
+        if span:
+            model = AutoModelForQuestionAnswering.from_pretrained(model_path)
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                model_path, num_labels=spec.num_labels)
     finally:
         hf_logging.set_verbosity(verbosity)
-    train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
-    eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
     collator = DataCollatorWithPadding(tokenizer)
     regs = build_regularizers(ours, targs.gradient_accumulation_steps)
     wrapped = RegularizedModel(model, regs)
@@ -523,14 +661,18 @@ def _run_training(
         [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
         make_loader, ours.shrinkage_tokens,
         resume_from=str(resume_from) if resume_from else None)
+    predictor = (SpanPredictor(eval_ds, n_best=ours.n_best_size,
+                               max_answer_length=ours.max_answer_length) if span else None)
     trainer = IsotropyTrainer(
         model=wrapped, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
         data_collator=collator, processing_class=tokenizer,
-        compute_metrics=make_compute_metrics(spec),
+        compute_metrics=make_compute_metrics(spec, predictor),
         callbacks=[state_cb, MetricsFileCallback(run_dir), *callbacks],
         measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.zeta,
         shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
     )
+    if predictor is not None:
+        predictor.order = lambda: _eval_order(trainer, eval_ds)
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.perf_counter() - t0
@@ -538,24 +680,39 @@ def _run_training(
         trainer.evaluate()
     return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(
         run_dir, trainer, spec, data, eval_ds, model, tokenizer, ours, train_out, train_seconds,
-        resume_from)))
+        resume_from, predictor, features, notes)))
 
 
 def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, data: TaskData,
                eval_ds: TaskDataset, model: Any, tokenizer: Any, ours: IsotropyArguments,
-               train_out: Any, train_seconds: float, resume_from: Path | None) -> dict[str, Any]:
+               train_out: Any, train_seconds: float, resume_from: Path | None,
+               predictor: SpanPredictor | None, features: dict[str, int],
+               notes: list[str]) -> dict[str, Any]:
     """Predictions, model and ``results.json`` into the run directory; returns the results."""
     from isotropy.io import write_csv_atomic
 
     final = dict(trainer.last_eval.metrics)
-    logits = trainer.last_eval.predictions
-    logits = logits[0] if isinstance(logits, tuple) else logits
-    order = _eval_order(trainer, eval_ds)
-    logits_in_order = np.empty_like(logits)
-    logits_in_order[order] = logits
-    write_csv_atomic(run_dir.file(PREDICTIONS),
-                     _predictions_rows(spec, data.eval, logits_in_order))
-    pred = predictions_from_logits(spec, logits)
+    if predictor is not None:
+        answers = predictor.answers(trainer.last_eval.predictions)
+        write_csv_atomic(run_dir.file(PREDICTIONS), _span_rows(data.eval, answers))
+        detail: dict[str, Any] = squad_metrics(answers, data.eval)
+        summary: dict[str, Any] = {
+            "collapsed": None,
+            "note": "not applicable: span extraction has no classes to collapse to",
+            "empty_answers": sum(not a.strip() for a in answers.values()),
+            "n_questions": len(answers),
+        }
+    else:
+        logits = trainer.last_eval.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        order = _eval_order(trainer, eval_ds)
+        logits_in_order = np.empty_like(logits)
+        logits_in_order[order] = logits
+        write_csv_atomic(run_dir.file(PREDICTIONS),
+                         _predictions_rows(spec, data.eval, logits_in_order))
+        pred = predictions_from_logits(spec, logits)
+        summary = prediction_summary(spec, pred)
+        detail = compute_task_metrics(spec, pred, trainer.last_eval.label_ids)
     run_dir.save_model(model, tokenizer)
     records = run_dir.read_metrics()
     main_key = f"eval_{spec.main_metric}"
@@ -564,12 +721,13 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
         "regularizers": ours.regularizers or ["none"],
         "final": final,
         "best": _best(records, main_key),
-        "prediction_summary": prediction_summary(spec, pred),
-        "metrics_detail": compute_task_metrics(spec, pred, trainer.last_eval.label_ids),
+        "prediction_summary": summary,
+        "metrics_detail": detail,
         "train": {**train_out.metrics, "global_step": train_out.global_step,
                   "wall_seconds_this_process": train_seconds, "resumed_from":
                   str(resume_from) if resume_from else None},
-        "data": data.source, "model_dir": str(run_dir.file("model")),
+        "data": data.source, "features": features, "notes": notes,
+        "model_dir": str(run_dir.file("model")),
         "measurements": trainer.last_measurements,
     }
     run_dir.write_results(results)
@@ -577,8 +735,9 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
 
 
 def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
-    """The example index of each evaluation prediction: the Trainer's evaluation sampler is
-    length-grouped (seeded) under ``group_by_length``, sequential otherwise."""
+    """The dataset index (example, or SQuAD window) of each evaluation prediction: the
+    Trainer's evaluation sampler is length-grouped (seeded) under ``group_by_length``,
+    sequential otherwise."""
     sampler = trainer._get_eval_sampler(eval_ds)
     order = np.asarray(list(sampler) if sampler is not None else range(len(eval_ds)))
     if sorted(order.tolist()) != list(range(len(eval_ds))):
