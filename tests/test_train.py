@@ -306,6 +306,10 @@ def test_config_file_and_preset(tmp_path):
     assert targs.learning_rate == 1e-4  # the file overrides the preset
     assert targs.weight_decay == 5e-6  # CoLA row of the preset
     assert targs.num_train_epochs == 2  # the flag overrides both
+    ours, targs = parse_train_args(["--preset", "istar", "--output_dir", "x"])
+    assert ours.regularizer == ["istar"] and (ours.tuning, ours.zeta) == (-1.0, 0.2)
+    assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (32, 2)
+    assert targs.warmup_steps == 0.1 and targs.lr_scheduler_type == "linear"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
