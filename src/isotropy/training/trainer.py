@@ -555,6 +555,34 @@ def _prepare_span_arguments(spec: TaskSpec, targs: TrainArguments) -> None:
     targs.label_names = list(SPAN_LABELS)
 
 
+def _check_parallel(targs: Any) -> None:
+    """Refuse the parallel set-ups in which the regularizers would not see the global batch.
+
+    Setting up the devices (``targs.parallel_mode``) joins or starts a launcher's process
+    group; then the ranks share the run directory, which rank 0 alone writes. One process that
+    sees several GPUs would fall back to ``DataParallel``, where each GPU scores only its slice.
+
+    >>> from types import SimpleNamespace
+    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_PARALLEL, n_gpu=1))
+    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=2))
+    Traceback (most recent call last):
+    ...
+    ValueError: one process sees 2 GPUs: the Trainer would use DataParallel, ...
+    """
+    if targs.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
+        raise ValueError(
+            f"{world_size()} processes were launched but the Trainer does not train them in "
+            "parallel (on a machine without a GPU, pass --use_cpu true)"
+        )
+    if targs.parallel_mode == ParallelMode.NOT_DISTRIBUTED and targs.n_gpu > 1:
+        raise ValueError(
+            f"one process sees {targs.n_gpu} GPUs: the Trainer would use DataParallel, in "
+            "which each GPU's regularizers see only its slice of the batch; make one GPU "
+            "visible (CUDA_VISIBLE_DEVICES=0) or start one process per GPU (accelerate "
+            "launch, torchrun)"
+        )
+
+
 def _run_training(
     ours: IsotropyArguments,
     targs: TrainArguments,
@@ -592,13 +620,7 @@ def _run_training(
     features = {"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)}
     run_dir = RunDirectory(targs.output_dir)
     settings = describe(ours, targs)
-    # Setting up the devices joins (or starts) a launcher's process group: then the ranks
-    # share run_dir, which rank 0 alone writes.
-    if targs.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
-        raise ValueError(
-            f"{world_size()} processes were launched but the Trainer does not train them in "
-            "parallel (on a machine without a GPU, pass --use_cpu true)"
-        )
+    _check_parallel(targs)
 
     def prepare() -> str:
         status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
