@@ -12,6 +12,12 @@ I-STAR and CosReg it equals the mean over micro-batches of each micro-batch's pe
 against a plain PyTorch loop); the persistent-entropy window (``entropy_window`` = accumulation
 steps) scores, at the last micro-step of a cycle, exactly the cycle's ``2 B`` points.
 
+Evaluation measurements: two processes measure the whole evaluation set, as one process does
+(:class:`~isotropy.training.eval_measures.EvalMeasures` synced): the same record to float
+tolerance, also for an odd evaluation set (Accelerate pads the last batches with duplicates)
+and a token cap that falls inside rank 1's first batch; checked on the accumulator alone, with
+Accelerate's own evaluation sharding, against NumPy/scikit-dimension on the concatenated set.
+
 Comparable runs: dropout off, ``--train_sampling_strategy sequential`` (DDP shards the
 sequential order batch by batch, so optimizer step ``t`` sees examples ``2Bt .. 2B(t+1)-1`` on
 both sides; the default random order is checked once too), and a float64 model: float32
@@ -35,9 +41,11 @@ import pytest
 import torch
 from _distributed import RunResults, StepError, guarded, require_gloo
 from _models import tiny_bert
+from test_train_measures import iota, mean_cosine, skdim_twonn, spd, spectrum
 from transformers import TrainerCallback
 
 from isotropy.training.config import parse_train_args
+from isotropy.training.eval_measures import OTHER_RANK, EvalMeasures
 from isotropy.training.trainer import run_training
 
 WORLD = 2
@@ -61,6 +69,7 @@ WORDS = [
     "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",
     "film", "plot", "actor", "story", "the", "a", "is", "was", "very", "not",
 ]
+N_ODD = 9  # an odd evaluation set: the last evaluation step holds 7 duplicates
 # float64 parameters after 4 AdamW steps of lr 3e-3; measured differences: at most 2e-12
 # (entropy), 1e-14 (I-STAR); the regularizers move the parameters by about 1e-2.
 ATOL = 1e-9
@@ -88,14 +97,13 @@ def tiny_model_dir(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
+def _write_glue(root: Path, n_dev: int) -> Path:
     """SST-2 train (16 rows, labels alternating, so every batch of 4 holds both) and dev
-    (8 rows) files of sentences of different lengths."""
-    root = tmp_path_factory.mktemp("glue_dist")
+    (``n_dev`` rows) files of sentences of different lengths (the same first rows for every
+    ``n_dev``)."""
     rng = random.Random(0)
     (root / "SST-2").mkdir()
-    for split, n in (("train", N_TRAIN), ("dev", 8)):
+    for split, n in (("train", N_TRAIN), ("dev", n_dev)):
         rows = ["sentence\tlabel"]
         for i in range(n):
             y = i % 2
@@ -104,6 +112,33 @@ def glue_dir(tmp_path_factory):
             rows.append(f"{' '.join([*words, cue])}\t{y}")
         (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    """Train (16 rows) and dev (8 rows): see :func:`_write_glue`."""
+    return _write_glue(tmp_path_factory.mktemp("glue_dist"), 8)
+
+
+@pytest.fixture(scope="module")
+def odd_glue_dir(tmp_path_factory):
+    """The same training set with an odd dev set of ``N_ODD`` rows."""
+    return _write_glue(tmp_path_factory.mktemp("glue_odd"), N_ODD)
+
+
+@pytest.fixture(scope="module")
+def dev_lengths(tiny_model_dir, odd_glue_dir):
+    """Tokens (with [CLS] and [SEP]) of every odd-set dev sentence, from the tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = _csv_tsv(odd_glue_dir / "SST-2" / "dev.tsv")
+    return [len(tok(r["sentence"], truncation=True, max_length=16)["input_ids"]) for r in rows]
+
+
+def _cap(lengths: list[int]) -> int:
+    """A token cap inside example 5 (rank 1's first evaluation batch under two processes)."""
+    return sum(lengths[:5]) + 2
 
 
 def _argv(model_dir, glue, out, reg, batch, *extra):
@@ -126,6 +161,11 @@ class Capture(TrainerCallback):
     def __init__(self) -> None:
         self.params: dict[str, torch.Tensor] = {}
         self.step_logs: list[dict[str, float]] = []
+        self.eval_metrics: dict[str, float] = {}
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):  # noqa: D102
+        self.eval_metrics = dict(metrics or {})
+        return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
         inner = getattr(model, "module", model)
@@ -146,7 +186,7 @@ def _train(argv: list[str]) -> dict:
         warnings.simplefilter("ignore")
         res = run_training(ours, targs, callbacks=[cap], echo=lambda s: None)
     return {"params": cap.params, "step_logs": cap.step_logs, "results": res.results,
-            "status": res.status, "run_dir": str(res.run_dir)}
+            "status": res.status, "run_dir": str(res.run_dir), "eval_metrics": cap.eval_metrics}
 
 
 def _train_on_rank(rank: int, argvs: dict[str, list[str]]) -> dict:
@@ -158,20 +198,35 @@ def _train_on_rank(rank: int, argvs: dict[str, list[str]]) -> dict:
     return {name: guarded(name, _train, argv) for name, argv in argvs.items()}
 
 
+def _odd_argv(model_dir, glue, out, batch, name, lengths):
+    """The odd evaluation set, after one optimizer step: ``odd`` (no regularizer, IsoScore*
+    with zeta = 0.2 and Sigma_S from the training set) and ``odd_capped`` (I-STAR, the token
+    cap inside the set)."""
+    if name == "odd":
+        return _argv(model_dir, glue, out, "none", batch, "--zeta", "0.2", "--max_steps", "1")
+    return _argv(model_dir, glue, out, "istar", batch, "--max_steps", "1",
+                 "--measure_max_tokens", str(_cap(lengths)))
+
+
+ODD_RUNS = ("odd", "odd_capped")
+
+
 @pytest.fixture(scope="module")
-def two_process(tiny_model_dir, glue_dir, tmp_path_factory):
+def two_process(tiny_model_dir, glue_dir, odd_glue_dir, dev_lengths, tmp_path_factory):
     """Every regularizer trained by two processes at per-device batch B; each run's directory
     is shared by both ranks, as a launcher gives them."""
     require_gloo()
     root = tmp_path_factory.mktemp("ddp_runs")
     argvs = {reg: _argv(tiny_model_dir, glue_dir, root / reg, reg, B) for reg in REGS}
+    for name in ODD_RUNS:
+        argvs[name] = _odd_argv(tiny_model_dir, odd_glue_dir, root / name, B, name, dev_lengths)
     argvs["istar_random"] = _argv(tiny_model_dir, glue_dir, root / "istar_random", "istar", B,
                                   "--train_sampling_strategy", "random")
     if not torch.cuda.is_available():  # the Trainer would not find the launcher's group
         argvs["no_use_cpu"] = _argv(tiny_model_dir, glue_dir, root / "no_use_cpu", "istar", B,
                                     "--use_cpu", "false")
     return RunResults.run(_train_on_rank, argvs, world_size=WORLD, out_dir=root / "ranks",
-                          timeout=240)
+                          timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +242,21 @@ def one_process(tiny_model_dir, glue_dir, tmp_path_factory):
             runs[key] = _train(_argv(tiny_model_dir, glue_dir, out, reg, batch,
                                      "--gradient_accumulation_steps", str(accumulation)))
         return runs[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def one_process_odd(tiny_model_dir, odd_glue_dir, dev_lengths, tmp_path_factory):
+    """name -> the one-process run (batch 2 B) of an ``ODD_RUNS`` configuration (cached)."""
+    root = tmp_path_factory.mktemp("single_odd")
+    runs: dict[str, dict] = {}
+
+    def get(name: str) -> dict:
+        if name not in runs:
+            runs[name] = _train(_odd_argv(tiny_model_dir, odd_glue_dir, root / name, WORLD * B,
+                                          name, dev_lengths))
+        return runs[name]
 
     return get
 
@@ -283,14 +353,217 @@ def test_processes_the_trainer_would_not_synchronise_are_refused(two_process):
     assert not out.exists()  # refused before the run directory was made
 
 
-@pytest.mark.xfail(strict=True, reason="the evaluation IsoScore is measured on rank 0's shard "
-                   "of the evaluation set only (IsotropyTrainer._collect keeps per-rank "
-                   "statistics that are never all-reduced)")
-def test_two_processes_measure_the_whole_evaluation_set(two_process, one_process):
-    final = two_process.value(0, "istar", "results", "final")
-    ref = one_process("istar", WORLD * B)["results"]["final"]
-    for key in ("eval_isoscore_last", "eval_isoscore_union", "eval_isoscore_star_union"):
-        assert final[key] == pytest.approx(ref[key], rel=1e-9), key
+def _assert_same(a, b, where: str = "record", rel: float = 1e-9, abs_: float = 1e-12) -> None:
+    """``a`` equals ``b`` recursively: numbers to ``rel``/``abs_``, everything else exactly
+    (timings left out)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for k in a:
+            if k != "seconds":
+                _assert_same(a[k], b[k], f"{where}.{k}", rel, abs_)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]", rel, abs_)
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert b == pytest.approx(a, rel=rel, abs=abs_), where
+    else:
+        assert a == b, where
+
+
+def _eval_scalars(metrics: dict[str, float]) -> dict[str, float]:
+    """The evaluation values of a metrics dict (timings left out)."""
+    return {k: v for k, v in metrics.items()
+            if k.startswith("eval_") and not any(t in k for t in ("runtime", "second", "time"))}
+
+
+@pytest.mark.parametrize("name", ["istar", *ODD_RUNS])
+def test_two_processes_measure_the_whole_evaluation_set(two_process, one_process,
+                                                        one_process_odd, dev_lengths, name):
+    """The measurement record (per-layer token and [CLS] IsoScore, IsoScore*, cosine, TwoNN;
+    union; spectra; per-dimension mean and std; counts) of two processes equals that of one
+    process on batch 2 B, on every rank: the evaluation set of 8 rows, the odd set of 9 rows
+    (7 duplicates in the last step are dropped) and a token cap inside rank 1's first batch."""
+    single = (one_process(name, WORLD * B) if name == "istar" else one_process_odd(name))
+    rec = two_process.value(0, name, "results", "measurements")
+    ref = single["results"]["measurements"]
+    _assert_same(rec, ref)
+    # every rank logged the same evaluation values
+    ranks = [_eval_scalars(two_process.value(r, name, "eval_metrics")) for r in range(WORLD)]
+    assert ranks[0] == ranks[1]
+    assert {k for k in ranks[0] if "isoscore" in k} >= {"eval_isoscore_last",
+                                                       "eval_isoscore_union",
+                                                       "eval_isoscore_star_union"}
+    # and those of one process; not eval_loss: the Trainer averages the batch means, each
+    # repeated batch-size times, so with an uneven last batch it depends on the batching
+    ref_metrics = _eval_scalars(single["eval_metrics"])
+    _assert_same({k: v for k, v in ranks[0].items() if k != "eval_loss"},
+                 {k: v for k, v in ref_metrics.items() if k != "eval_loss"}, "eval metrics")
+    # the counts from the tokenizer (the 8-row set is the first 8 rows of the odd one)
+    n_dev = 8 if name == "istar" else N_ODD
+    n_tokens = sum(dev_lengths[:n_dev])
+    cap = _cap(dev_lengths) if name == "odd_capped" else n_tokens
+    assert (rec["n_examples"], rec["n_tokens"], rec["n_tokens_measured"]) == (
+        n_dev, n_tokens, cap)
+    for layer in rec["layers"]:
+        assert layer["cls"]["n_points"] == n_dev and layer["token"]["n_points"] == cap
+    assert rec["layers"][-1]["cls"]["twonn"] is not None
+    assert len(rec["last"]["cls_spectrum_centred"]) == min(10, n_dev)
+
+
+# --------------------------------------------------------------- the accumulator alone
+
+N_STATES, DIM = 3, 6
+# name: (evaluation set size, token cap, (example, layer) holding a NaN or None)
+MEASURE_CASES = {
+    "odd, capped in rank 1": (11, 30, None),
+    "odd, no cap": (11, 10_000, None),
+    "even": (16, 10_000, None),
+    "smaller than one step": (3, 10_000, None),
+    "NaN on rank 1": (11, 10_000, (5, 2)),
+}
+
+
+def _examples(n: int, seed: int = 0) -> list[torch.Tensor]:
+    """``n`` examples, each ``(N_STATES, length, DIM)`` float64 hidden states (length 2..7;
+    float64, as the tiny model's, so that batches of different sizes accumulate the token
+    statistics to ~1e-15: float32 ones differ by float32 rounding, ~1e-7)."""
+    g = torch.Generator().manual_seed(seed)
+    mix = torch.randn(DIM, DIM, generator=g, dtype=torch.float64) * torch.linspace(0.2, 2, DIM)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(2, 8, (1,), generator=g))
+        out.append(torch.stack([
+            torch.randn(length, DIM, generator=g, dtype=torch.float64) @ mix + layer
+            for layer in range(N_STATES)]))
+    return out
+
+
+def _case_examples(name: str) -> list[torch.Tensor]:
+    n, _, nan_at = MEASURE_CASES[name]
+    examples = _examples(n)
+    if nan_at is not None:
+        examples[nan_at[0]][nan_at[1], 0, 0] = float("nan")
+    return examples
+
+
+def _batch(examples: list[torch.Tensor], idx: list[int]):
+    """Hidden states of the examples ``idx`` padded on the right (padding holds NaN, never
+    read) and their attention mask."""
+    seq = max(examples[i].shape[1] for i in idx)
+    hs = torch.full((N_STATES, len(idx), seq, DIM), float("nan"), dtype=torch.float64)
+    mask = torch.zeros(len(idx), seq, dtype=torch.long)
+    for b, i in enumerate(idx):
+        hs[:, b, : examples[i].shape[1]] = examples[i]
+        mask[b, : examples[i].shape[1]] = 1
+    return list(hs), mask
+
+
+def _measure(examples, batches, cap: int, n: int, **kwargs) -> dict:
+    acc = EvalMeasures(max_tokens=cap, top_k=4, zeta=0.3, shrinkage=spd(DIM, seed=5),
+                       dataset_size=n, **kwargs)
+    for idx in batches:
+        acc.update(*_batch(examples, idx))
+    return acc.compute()
+
+
+def _measure_on_rank(rank: int) -> dict:
+    """Every case measured on this rank's shard of the evaluation order, sharded by
+    Accelerate as the Trainer's evaluation loader is (batches of B, even batches); then a
+    batch that is invalid on rank 1 alone, and a case measured after it."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    torch.set_num_threads(1)
+    out: dict = {}
+    for name, (n, cap, _) in MEASURE_CASES.items():
+        shard = list(BatchSamplerShard(BatchSampler(SequentialSampler(range(n)), B, False),
+                                       num_processes=WORLD, process_index=rank,
+                                       split_batches=False, even_batches=True))
+        out[name] = {"shard": shard,
+                     "record": guarded(name, _measure, _case_examples(name), shard, cap, n)}
+    examples = _examples(8)
+    acc = EvalMeasures(max_tokens=100, dataset_size=8)
+    acc.update(*_batch(examples, [rank * B + i for i in range(B)]))
+    hs, mask = _batch(examples, [i for i in range(B)])
+    try:
+        acc.update(hs, mask[:, :-1] if rank == 1 else mask)
+        out["invalid"] = "no error"
+    except ValueError as err:
+        out["invalid"] = str(err)
+    out["after"] = guarded("after", _measure, examples, [[rank * B + i for i in range(B)]],
+                           100, 8)
+    return out
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    require_gloo()
+    return RunResults.run(_measure_on_rank, world_size=WORLD,
+                          out_dir=tmp_path_factory.mktemp("measure_ranks"), timeout=120)
+
+
+@pytest.mark.parametrize("name", list(MEASURE_CASES))
+def test_synced_accumulator_measures_the_whole_set(measured, name):
+    """The two ranks' record equals one process's (sequential batches of 2 B) and the
+    independent routes on the first ``cap`` token rows and every [CLS] row of the set."""
+    n, cap, nan_at = MEASURE_CASES[name]
+    shards = [measured.value(r, name, "shard") for r in range(WORLD)]
+    seen = sorted(i for shard in shards for batch in shard for i in batch)
+    assert set(seen) == set(range(n))
+    if n % (WORLD * B):
+        assert len(seen) > n  # Accelerate evened out the last step with duplicates
+    rec = measured.value(0, name, "record")
+    assert measured.value(1, name, "record") == rec  # every rank holds the same record
+    examples = _case_examples(name)
+    single = _measure(examples, [list(range(s, min(s + WORLD * B, n)))
+                                 for s in range(0, n, WORLD * B)], cap, n, sync=False)
+    _assert_same(rec, single, rel=1e-9, abs_=1e-9)
+    # the independent route: NumPy on the concatenated set
+    tokens = [np.concatenate([e[i].double().numpy() for e in examples])[:cap]
+              for i in range(N_STATES)]
+    cls = [np.stack([e[i, 0].double().numpy() for e in examples]) for i in range(N_STATES)]
+    s = spd(DIM, seed=5)
+    n_tokens = sum(e.shape[1] for e in examples)
+    assert (rec["n_examples"], rec["n_tokens"]) == (n, n_tokens)
+    assert rec["n_tokens_measured"] == min(cap, n_tokens)
+    for i in range(N_STATES):
+        tok, c = rec["layers"][i]["token"], rec["layers"][i]["cls"]
+        assert c["n_points"] == n
+        if nan_at is not None and i == nan_at[1]:
+            assert tok["isoscore"] is None and c["twonn"] is None
+            continue
+        assert tok["n_points"] == min(cap, n_tokens)
+        assert tok["isoscore"] == pytest.approx(iota(np.cov(tokens[i], rowvar=False)), abs=1e-6)
+        assert tok["isoscore_star"] == pytest.approx(
+            iota(0.7 * np.cov(tokens[i], rowvar=False) + 0.3 * s), abs=1e-6)
+        assert tok["avg_cosine"] == pytest.approx(mean_cosine(tokens[i]), abs=1e-9)
+        assert c["avg_cosine"] == pytest.approx(mean_cosine(cls[i]), abs=1e-6)
+        if n >= 3:
+            assert c["isoscore"] == pytest.approx(iota(np.cov(cls[i], rowvar=False)), abs=1e-6)
+            assert c["twonn"] == pytest.approx(skdim_twonn(cls[i]), rel=1e-5)
+    last = rec["last"]
+    if nan_at is None:
+        k = min(4, n)
+        np.testing.assert_allclose(last["cls_spectrum_raw"], spectrum(cls[-1], k, False),
+                                   atol=1e-6)
+        np.testing.assert_allclose(last["cls_spectrum_centred"], spectrum(cls[-1], k, True),
+                                   atol=1e-6)
+        np.testing.assert_allclose(last["token_mean"], tokens[-1].mean(0), rtol=1e-6,
+                                   atol=1e-6)
+        np.testing.assert_allclose(last["token_std"], tokens[-1].std(0, ddof=1), rtol=1e-6)
+    else:
+        assert last["token_mean"] is None and last["cls_spectrum_raw"] is None
+        assert rec["union"]["isoscore"] is None
+
+
+def test_a_batch_invalid_on_one_rank_stops_every_rank(measured):
+    """Rank 1's mask does not fit its batch: both ranks raise at that batch (rank 0 names
+    the other process), and the next collectives still pair up."""
+    assert "attention_mask shape" in measured.value(1, "invalid")
+    assert measured.value(0, "invalid") == OTHER_RANK
+    after = [measured.value(r, "after") for r in range(WORLD)]
+    assert after[0] == after[1] and after[0]["n_examples"] == 2 * B
 
 
 # ----------------------------------------------------------------------------- accumulation

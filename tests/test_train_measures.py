@@ -194,6 +194,52 @@ def test_isoscore_star_matches_the_reference_package():
     assert rec["layers"][1]["cls"]["isoscore_star"] == pytest.approx(theirs_cls, abs=1e-6)
 
 
+def test_rows_past_the_dataset_size_are_dropped():
+    """``dataset_size`` = 12 of the 15 rows fed: the record is that of the first 12 examples
+    (NumPy on them), as if the last 3 (padding duplicates) had never come."""
+    batches = _batches(6, seed=4)
+    acc = EvalMeasures(max_tokens=1000, top_k=3, dataset_size=12)
+    for hs, mask in batches:
+        acc.update(hs, mask)
+    rec = acc.compute()
+    m = [mask.bool().numpy() for _, mask in batches]
+    keep = [(hs[2].double().numpy()[b], mk[b]) for (hs, _), mk in zip(batches, m, strict=True)
+            for b in range(len(mk))][:12]
+    tokens = np.concatenate([h[k] for h, k in keep])
+    cls = np.stack([h[k][0] for h, k in keep])
+    assert (rec["n_examples"], rec["n_tokens"]) == (12, len(tokens))
+    last = rec["layers"][2]
+    assert last["cls"]["n_points"] == 12 and last["token"]["n_points"] == len(tokens)
+    assert last["token"]["isoscore"] == pytest.approx(iota(np.cov(tokens, rowvar=False)),
+                                                      abs=1e-6)
+    assert last["cls"]["twonn"] == pytest.approx(skdim_twonn(cls), rel=1e-5)
+    np.testing.assert_allclose(rec["last"]["cls_spectrum_centred"], spectrum(cls, 3, True),
+                               atol=1e-6)
+    np.testing.assert_allclose(rec["last"]["token_std"], tokens.std(0, ddof=1), rtol=1e-6)
+    with pytest.raises(ValueError, match="dataset_size must be a non-negative integer"):
+        EvalMeasures(dataset_size=-1)
+
+
+def test_sigma_s_is_checked_once(monkeypatch):
+    """The positive semi-definiteness of Sigma_S is proved when it enters; computing the
+    record (IsoScore* of every cloud) does not prove it again."""
+    import isotropy._validation as validation
+
+    s = torch.tensor(spd(6, seed=1))
+    acc = EvalMeasures(max_tokens=100, zeta=0.3, shrinkage=s)
+    for hs, mask in _batches(6):
+        acc.update(hs, mask)
+    proofs: list[torch.Tensor] = []  # every matrix proved PSD (the covariances too)
+    original = validation._remember_psd
+    monkeypatch.setattr(validation, "_remember_psd", lambda t: (proofs.append(t), original(t)))
+    rec = acc.compute()
+    assert rec["union"]["isoscore_star"] is not None
+    assert len(proofs) == 7  # IsoScore's own check of each cloud's covariance
+    assert not any(torch.equal(p, s) for p in proofs)
+    validation.check_psd(s.clone(), name="S")  # a new tensor is proved (the route counts)
+    assert torch.equal(proofs[-1], s)
+
+
 def test_scalar_names_follow_the_record():
     acc = EvalMeasures(max_tokens=100, zeta=0.2, shrinkage=np.eye(6))
     for hs, mask in _batches(6):

@@ -48,7 +48,9 @@ def _shrinkage(shrinkage: ArrayLike | None, *, copy: bool) -> torch.Tensor | Non
     s = as_square_matrix(shrinkage, name="shrinkage")
     if s.shape[0] < 2:
         raise ValueError("shrinkage must be at least 2 x 2 (IsoScore* needs dimension >= 2)")
-    s = s.detach().to(torch.float64)
+    if s.requires_grad:
+        s = s.detach()
+    s = s.to(torch.float64)  # the same object when already fp64: its PSD check is remembered
     if copy:
         s = s.clone()
     return as_covariance(s, name="shrinkage")

@@ -19,11 +19,23 @@ the top-``top_k`` raw and centred anisotropy spectrum
 activation per dimension of the last layer's token representations, where CosReg acts).
 
 A measure that is undefined (zero variance up to float32 rounding, too few points, a row of
-norm zero, NaN/inf hidden states) is ``None`` with ``"<where>: <reason>"`` in ``errors``;
+norm zero, NaN/inf hidden states: the whole layer is then left out, its ``n_points`` still
+the rows it would have held) is ``None`` with ``"<where>: <reason>"`` in ``errors``;
 nothing is NaN and nothing raises. In particular the layer-0 [CLS] cloud (the same token at
 the same position in every example) has zero variance, so its IsoScore, IsoScore*, TwoNN and
 centred spectrum are ``None``. :func:`scalar_metrics` flattens a record into the scalar
 ``eval_*`` names the trainer logs (undefined ones left out).
+
+Several processes (``torch.distributed``, ``sync=True``): every rank sees its own batches; the
+evaluation order is the ranks' batches of each step in rank order (how Accelerate shards an
+evaluation loader and how ``gather_for_metrics`` reassembles it). Each ``update`` all-gathers
+the batch's example and token counts, so every row knows its place in that order: the rows past
+``dataset_size`` (the duplicates that even out the last batches) are dropped, and the token
+cap takes the first ``max_tokens`` rows of the whole set, as one process would. ``compute``
+all-reduces the token statistics (sums of counts, means and co-moments; unit-row sums; minima
+and maxima) and all-gathers the [CLS] rows, put back in evaluation order, so that every rank
+gets the record of the whole evaluation set. Every rank must call ``update`` and ``compute``
+the same number of times (they are collectives).
 """
 
 from __future__ import annotations
@@ -32,8 +44,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from isotropy._validation import ArrayLike, as_covariance, check_zeta
+from isotropy.distributed import all_reduce_sum, gather_rows, is_distributed
 from isotropy.measures.cloud import (
     TokenCloudStats,
     constant_reason,
@@ -57,6 +71,10 @@ __all__ = [
 DEFAULT_TOP_K = 10
 NONFINITE = "the hidden states contain NaN or infinity"
 NO_SHRINKAGE = "no Sigma_S given (zeta > 0 needs one)"
+OVERFLOW = "the hidden states are too large for float64 statistics"
+OTHER_RANK = "the measurements stopped on another process"
+# why a layer is left out, by code (all-reduced with MAX across ranks)
+_BAD = (None, NONFINITE, OVERFLOW)
 
 
 def _mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -95,15 +113,33 @@ def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
     return out
 
 
+def _comm_device() -> torch.device:
+    """Where the default group's collectives want their tensors (CUDA for NCCL, else CPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    out = t.clone()
+    dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return out
+
+
 class EvalMeasures:
     r"""Streamed representation measurements of an evaluation set (module doc).
 
     Args:
-        max_tokens: token rows measured per layer (the first ones seen).
+        max_tokens: token rows measured per layer (the first ones in evaluation order, over
+            all ranks).
         top_k: components of the last layer's [CLS] anisotropy spectrum.
         zeta: IsoScore* shrinkage weight :math:`\zeta \in [0, 1]`.
         shrinkage: :math:`\Sigma_S` (``(dim, dim)``, symmetric positive semi-definite;
             checked here); needed when ``zeta > 0``, otherwise IsoScore* is ``None``.
+        dataset_size: examples in the evaluation set; rows past it in evaluation order are
+            duplicates that even out the last batches and are dropped (``None``: keep all).
+        sync: combine the ranks of ``torch.distributed`` (module doc); ``None``: whenever it
+            is initialised with several ranks.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> m = EvalMeasures(max_tokens=100)
@@ -115,10 +151,15 @@ class EvalMeasures:
     """
 
     def __init__(self, *, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
-                 zeta: float = 0.0, shrinkage: ArrayLike | None = None) -> None:
+                 zeta: float = 0.0, shrinkage: ArrayLike | None = None,
+                 dataset_size: int | None = None, sync: bool | None = None) -> None:
         for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if dataset_size is not None and (isinstance(dataset_size, bool)
+                                         or not isinstance(dataset_size, int)
+                                         or dataset_size < 0):
+            raise ValueError(f"dataset_size must be a non-negative integer, got {dataset_size!r}")
         self.max_tokens = max_tokens
         self.top_k = top_k
         self.zeta = check_zeta(zeta)
@@ -126,52 +167,163 @@ class EvalMeasures:
             None if shrinkage is None
             else as_covariance(torch.as_tensor(shrinkage).detach().to(torch.float64).clone())
         )
+        self.dataset_size = dataset_size
+        self.sync = is_distributed() if sync is None else bool(sync) and is_distributed()
         self.reset()
 
     def reset(self) -> None:
         """Forget every batch."""
         self._tokens: list[TokenCloudStats] = []
         self._cls: list[list[torch.Tensor]] = []
-        self._bad: list[bool] = []
+        self._pos: list[torch.Tensor] = []  # evaluation-order index of each kept example (sync)
+        self._bad: list[int] = []  # index into _BAD
+        self.n_batches = 0
         self.n_examples = 0
         self.n_tokens = 0
         self.n_measured = 0
+        self._seen_examples = 0  # examples (tokens) before the next batch, over all ranks
+        self._seen_tokens = 0
 
-    @torch.no_grad()
-    def update(self, hidden_states: Sequence[torch.Tensor],
-               attention_mask: torch.Tensor | None = None) -> None:
-        """Add one batch: ``hidden_states`` (each ``(batch, seq, dim)``, index 0 = embedding
-        output) and its ``(batch, seq)`` attention mask (padding excluded; ``None``: none)."""
-        hs = tuple(hidden_states)
+    def _check(self, hs: tuple[torch.Tensor, ...],
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
         if not hs:
             raise ValueError("hidden_states is empty")
         mask = _mask(hs[0], attention_mask)
         shape = tuple(hs[0].shape)
         if any(tuple(h.shape) != shape for h in hs):
             raise ValueError("every hidden state must have the same shape (batch, seq, dim)")
-        if not self._tokens:
-            self._tokens = [TokenCloudStats(shape[2]) for _ in hs]
-            self._cls = [[] for _ in hs]
-            self._bad = [False for _ in hs]
-        elif len(hs) != len(self._tokens) or shape[2] != self._tokens[0].stats.dim:
+        if self._tokens and (len(hs) != len(self._tokens)
+                             or shape[2] != self._tokens[0].stats.dim):
             raise ValueError(
                 f"got {len(hs)} hidden states of dimension {shape[2]}, earlier batches had "
                 f"{len(self._tokens)} of dimension {self._tokens[0].stats.dim}"
             )
-        n_rows = min(max(self.max_tokens - self.n_measured, 0), int(mask.sum()))
+        return mask
+
+    def _offsets(self, ok: bool, n_ex: int, n_tok: int) -> tuple[int, int, bool]:
+        """(examples, tokens) before this rank's batch in evaluation order, and whether every
+        rank's batch was valid; advances the counts past the step (a collective when
+        synced)."""
+        ex_off, tok_off = self._seen_examples, self._seen_tokens
+        if not self.sync:
+            self._seen_examples += n_ex
+            self._seen_tokens += n_tok
+            return ex_off, tok_off, ok
+        counts = torch.tensor([int(ok), n_ex, n_tok], dtype=torch.long, device=_comm_device())
+        parts = [torch.empty_like(counts) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, counts)
+        table = torch.stack(parts).cpu()
+        rank = dist.get_rank()
+        self._seen_examples += int(table[:, 1].sum())
+        self._seen_tokens += int(table[:, 2].sum())
+        return (ex_off + int(table[:rank, 1].sum()), tok_off + int(table[:rank, 2].sum()),
+                bool(table[:, 0].all()))
+
+    @torch.no_grad()
+    def update(self, hidden_states: Sequence[torch.Tensor],
+               attention_mask: torch.Tensor | None = None) -> None:
+        """Add one batch: ``hidden_states`` (each ``(batch, seq, dim)``, index 0 = embedding
+        output) and its ``(batch, seq)`` attention mask (padding excluded; ``None``: none).
+
+        When synced, a batch that is invalid on any rank raises ``ValueError`` on every rank.
+        """
+        hs = tuple(hidden_states)
+        error: ValueError | None = None
+        try:
+            mask = self._check(hs, attention_mask)
+        except ValueError as err:
+            error, mask = err, torch.zeros(0, 0, dtype=torch.bool)
+        n_ex, n_tok = mask.shape[0], int(mask.sum())
+        ex_off, tok_off, all_ok = self._offsets(error is None, n_ex, n_tok)
+        if error is not None:
+            raise error
+        if not all_ok:
+            raise ValueError(OTHER_RANK)
+        keep = n_ex
+        if self.dataset_size is not None:
+            keep = min(max(self.dataset_size - ex_off, 0), n_ex)
+        if keep < n_ex:
+            hs, mask = tuple(h[:keep] for h in hs), mask[:keep]
+            n_tok = int(mask.sum())
+        n_rows = min(max(self.max_tokens - tok_off, 0), n_tok)
+        if not self._tokens:
+            dim = hs[0].shape[2]
+            self._tokens = [TokenCloudStats(dim) for _ in hs]
+            self._cls = [[] for _ in hs]
+            self._bad = [0 for _ in hs]
         for i, h in enumerate(hs):
-            if self._bad[i]:
+            if self._bad[i] or keep == 0:
                 continue
             cls = first_token_rows(h, mask).float()
             rows = h.detach()[mask][:n_rows]
             if not (bool(torch.isfinite(cls).all()) and bool(torch.isfinite(rows).all())):
-                self._bad[i] = True
+                self._bad[i] = 1
+                continue
+            try:
+                self._tokens[i].update(rows)
+            except ValueError:  # the co-moment overflows float64
+                self._bad[i] = 2
                 continue
             self._cls[i].append(cls.cpu())
-            self._tokens[i].update(rows)
-        self.n_examples += shape[0]
-        self.n_tokens += int(mask.sum())
+        if self.sync and keep:
+            self._pos.append(torch.arange(ex_off, ex_off + keep))
+        self.n_batches += 1
+        self.n_examples += keep
+        self.n_tokens += n_tok
         self.n_measured += n_rows
+
+    # ------------------------------------------------------------------ synchronisation
+
+    def _state(self) -> tuple[list[TokenCloudStats], list[torch.Tensor], list[str | None],
+                              tuple[int, int, int]]:
+        """Token statistics, [CLS] clouds (evaluation order), why each layer is left out, and
+        the counts (examples, tokens, measured tokens): of this process, or of every rank
+        when synced (collectives, in the same order on every rank)."""
+        dim = self._tokens[0].stats.dim
+        cls = [torch.cat(p) if p else torch.empty(0, dim) for p in self._cls]
+        counts = (self.n_examples, self.n_tokens, self.n_measured)
+        if not self.sync:
+            return self._tokens, cls, [_BAD[b] for b in self._bad], counts
+        dev = _comm_device()
+        n_states = len(self._tokens)
+        sums = torch.cat([
+            torch.stack([t.unit_sum for t in self._tokens]).flatten(),
+            torch.tensor([float(t.n_zero_norm) for t in self._tokens], dtype=torch.float64),
+            torch.tensor([float(c) for c in counts], dtype=torch.float64),
+        ]).to(dev)
+        sums = all_reduce_sum(sums).cpu()
+        highs = torch.cat([
+            -torch.stack([t.lo for t in self._tokens]).double().flatten(),
+            torch.stack([t.hi for t in self._tokens]).double().flatten(),
+            torch.tensor([float(b) for b in self._bad], dtype=torch.float64),
+        ]).to(dev)
+        highs = _all_reduce_max(highs).cpu()
+        tokens = []
+        for i, acc in enumerate(self._tokens):
+            out = TokenCloudStats(dim)
+            local = CovarianceStats(acc.stats.count, acc.stats.mean.to(dev),
+                                    acc.stats.comoment.to(dev))
+            out.stats = local.all_reduce()
+            out.unit_sum = sums[i * dim:(i + 1) * dim].clone()
+            out.n_zero_norm = int(sums[n_states * dim + i])
+            out.lo = -highs[i * dim:(i + 1) * dim].float()
+            out.hi = highs[(n_states + i) * dim:(n_states + i + 1) * dim].float()
+            tokens.append(out)
+        bad = [_BAD[int(c)] for c in highs[2 * n_states * dim:]]
+        tail = sums[n_states * (dim + 1):]
+        counts = (int(tail[0]), int(tail[1]), int(tail[2]))
+        good = [i for i, why in enumerate(bad) if why is None]
+        synced = [torch.empty(0, dim) for _ in range(n_states)]
+        if good:
+            local_rows = (torch.stack([cls[i] for i in good], dim=1) if self._pos
+                          else torch.empty(0, len(good), dim))
+            local_pos = torch.cat(self._pos) if self._pos else torch.empty(0, dtype=torch.long)
+            rows = gather_rows(local_rows.to(dev)).cpu()
+            order = torch.argsort(gather_rows(local_pos.to(dev)).cpu(), stable=True)
+            rows = rows[order]
+            for j, i in enumerate(good):
+                synced[i] = rows[:, j]
+        return tokens, synced, bad, counts
 
     # ------------------------------------------------------------------ compute
 
@@ -182,26 +334,24 @@ class EvalMeasures:
         shrinkage = self.shrinkage if self.zeta > 0 else None
         return float(isoscore_star_compute(stats, self.zeta, shrinkage))
 
-    def _token_record(self, where: str, acc: TokenCloudStats, bad: bool,
+    def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
                       errors: list[str]) -> dict[str, Any]:
-        why = NONFINITE if bad else acc.reason()
+        why = bad or acc.reason()
         st = acc.stats
         return {
-            "n_points": acc.count,
+            "n_points": n_points,
             "isoscore": safe_measure(errors, f"{where} isoscore",
                                      lambda: float(isoscore_from_covariance(st.covariance())),
                                      why),
             "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
                                           lambda: self._star(st), why or self._star_reason()),
-            "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine,
-                                       NONFINITE if bad else None),
+            "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
         }
 
-    def _cls_record(self, where: str, x: torch.Tensor, bad: bool,
+    def _cls_record(self, where: str, x: torch.Tensor, n: int, bad: str | None,
                     errors: list[str]) -> dict[str, Any]:
-        n = x.shape[0]
         if bad:
-            why: str | None = NONFINITE
+            why: str | None = bad
         elif n < 2:
             why = f"{n} point(s): at least 2 are needed"
         else:
@@ -215,57 +365,61 @@ class EvalMeasures:
             "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
                                           lambda: self._star(st), why or self._star_reason()),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
-                                       lambda: float(avg_cosine_similarity(x)),
-                                       NONFINITE if bad else None),
+                                       lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
         }
 
     def compute(self) -> dict[str, Any]:
-        """The record of every batch so far (see the module doc for its contents)."""
+        """The record of every batch so far (see the module doc for its contents); when
+        synced, of every rank's batches (a collective)."""
         if not self._tokens:
             raise ValueError("EvalMeasures.compute() needs at least one update() first")
+        tokens, cls, bad, (n_examples, n_tokens, n_measured) = self._state()
         errors: list[str] = []
-        n_layers = len(self._tokens) - 1
-        dim = self._tokens[0].stats.dim
-        cls = [torch.cat(p) if p else torch.empty(0, dim) for p in self._cls]
+        n_layers = len(tokens) - 1
+        dim = tokens[0].stats.dim
         layers = [
             {"layer": i,
-             "token": self._token_record(f"layer {i} token", self._tokens[i], self._bad[i],
+             "token": self._token_record(f"layer {i} token", tokens[i], n_measured, bad[i],
                                          errors),
-             "cls": self._cls_record(f"layer {i} cls", cls[i], self._bad[i], errors)}
+             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors)}
             for i in range(n_layers + 1)
         ]
         if n_layers >= 1:
-            union = self._tokens[1]
-            for acc in self._tokens[2:]:
+            union = tokens[1]
+            for acc in tokens[2:]:
                 union = union.merge(acc)
-            union_rec = self._token_record("union token", union, any(self._bad[1:]), errors)
+            union_bad = next((why for why in bad[1:] if why), None)
+            union_rec = self._token_record("union token", union, n_measured * n_layers,
+                                           union_bad, errors)
         else:
             errors.append("union token: no transformer layer (only the embedding output)")
             union_rec = {"n_points": 0, "isoscore": None, "isoscore_star": None,
                          "avg_cosine": None}
-        last, x, bad = self._tokens[-1], cls[-1], self._bad[-1]
+        last, x, last_bad = tokens[-1], cls[-1], bad[-1]
         kk = min(self.top_k, x.shape[0], dim)
         spectrum: dict[str, Any] = {}
         for name, center in (("raw", False), ("centred", True)):
-            why = NONFINITE if bad else None
-            if center and why is None and x.shape[0] >= 1:
+            why = last_bad
+            if why is None and x.shape[0] == 0:
+                why = "no example"
+            if center and why is None:
                 why = constant_reason(x.amin(0), x.amax(0))
             spectrum[name] = safe_measure(
                 errors, f"layer {n_layers} cls spectrum_{name}",
                 lambda c=center: anisotropy_spectrum(x, max(kk, 1), center=c).tolist(), why)
-        why_mean = NONFINITE if bad else (None if last.count >= 1 else "no token")
+        why_mean = last_bad or (None if last.count >= 1 else "no token")
         mean = safe_measure(errors, f"layer {n_layers} token mean",
                             lambda: last.stats.mean.tolist(), why_mean)
         std = safe_measure(errors, f"layer {n_layers} token std",
                            lambda: last.stats.covariance(ddof=1).diagonal().sqrt().tolist(),
-                           NONFINITE if bad else None)
+                           last_bad)
         return {
             "num_layers": n_layers,
             "hidden_size": dim,
-            "n_examples": self.n_examples,
-            "n_tokens": self.n_tokens,
-            "n_tokens_measured": self.n_measured,
+            "n_examples": n_examples,
+            "n_tokens": n_tokens,
+            "n_tokens_measured": n_measured,
             "max_tokens": self.max_tokens,
             "top_k": self.top_k,
             "zeta": self.zeta,

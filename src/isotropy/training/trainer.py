@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import has_length
 from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import Example, TaskSpec, get_task
@@ -220,11 +221,14 @@ class IsotropyTrainer(Trainer):
     come from a forward hook on the inner model; their scalars join the evaluation metrics
     (``eval_isoscore_last``, ``eval_isoscore_star_union``, ``eval_twonn_cls_layer3``, ...) and
     the whole record is kept in ``last_measurements`` and appended to ``measurements.jsonl``
-    of ``run_dir``. IsoScore* uses :math:`\Sigma_S` and :math:`\zeta` of the active I-STAR
-    loss; without one, :math:`\zeta` = ``measure_zeta`` and :math:`\Sigma_S` is the
-    covariance of the first ``shrinkage_tokens`` rows of the training union (layers 1..L)
-    read from ``shrinkage_loader(epoch)`` by the current model, estimated at the first
-    evaluation of each epoch and cached (the global random state is left as it was).
+    of ``run_dir``. Under several processes the measurements are those of the whole
+    evaluation set, as one process would measure it (every rank computes the same record; the
+    duplicates that even out the last batches are dropped). IsoScore* uses :math:`\Sigma_S`
+    and :math:`\zeta` of the active I-STAR loss; without one, :math:`\zeta` =
+    ``measure_zeta`` and :math:`\Sigma_S` is the covariance of the first ``shrinkage_tokens``
+    rows of the training union (layers 1..L) read from ``shrinkage_loader(epoch)`` by the
+    current model, estimated at the first evaluation of each epoch and cached (the global
+    random state is left as it was).
     """
 
     def __init__(self, *args: Any, measure_max_tokens: int = 20_000,
@@ -286,8 +290,11 @@ class IsotropyTrainer(Trainer):
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None,
                         ignore_keys=None, metric_key_prefix="eval"):
         shrinkage, zeta, source = self._measure_shrinkage()
-        self._acc = EvalMeasures(max_tokens=self.measure_max_tokens, top_k=self.measure_top_k,
-                                 zeta=zeta, shrinkage=shrinkage)
+        dataset = getattr(dataloader, "dataset", None)
+        self._acc = EvalMeasures(
+            max_tokens=self.measure_max_tokens, top_k=self.measure_top_k, zeta=zeta,
+            shrinkage=shrinkage, dataset_size=len(dataset) if has_length(dataset) else None,
+            sync=self.accelerator.num_processes > 1)
         self._acc_error = None
         handle = self._inner().register_forward_hook(self._collect, with_kwargs=True)
         try:
@@ -311,12 +318,14 @@ class IsotropyTrainer(Trainer):
     @torch.no_grad()
     def _collect(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any],
                  output: Any) -> None:
-        """Forward hook: add the batch's hidden states (padding excluded) to the measures."""
+        """Forward hook: add the batch's hidden states (padding excluded) to the measures
+        (under several processes a collective: every rank's hook runs once per step)."""
         hs = _hidden_states(output)
         if hs and self._acc is not None:
             try:
                 self._acc.update(hs, kwargs.get("attention_mask"))
             except ValueError as err:  # e.g. layers of different shapes: measure nothing
+                # (under several processes every rank raises at the same batch)
                 self._acc, self._acc_error = None, f"measurements stopped: {err}"
 
     def _istar_loss(self) -> IStarLoss | None:
@@ -354,7 +363,7 @@ class IsotropyTrainer(Trainer):
         """The evaluation's record (with its step, epoch and Sigma_S source), kept in
         ``last_measurements`` and appended to ``measurements.jsonl``."""
         acc, self._acc = self._acc, None
-        if acc is None or not acc.n_examples:
+        if acc is None or not acc.n_batches:
             why = self._acc_error or "no evaluation batch reached the model"
             record: dict[str, Any] = {"errors": [why], "layers": [], "num_layers": None}
         else:
