@@ -211,7 +211,7 @@ def preset_values(name: str, task: str) -> dict[str, Any]:
     if name == "istar":
         return {
             "regularizer": ["istar"], "tuning": -1.0, "zeta": 0.2, "optim": "adamw_torch",
-            "lr_scheduler_type": "linear", "warmup_ratio": 0.1,
+            "lr_scheduler_type": "linear", "warmup_steps": 0.1,
             "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
             "bf16": bool(torch.cuda.is_available()),
         }
