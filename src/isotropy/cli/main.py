@@ -285,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     # entry here lists it in `isotropy --help`.
     sub.add_parser("train", add_help=False,
                    help="fine-tune an encoder with a regularizer (`isotropy train --help`)")
+    sub.add_parser("sweep", add_help=False,
+                   help="a grid of `isotropy train` runs, resumable, local or on Ray "
+                        "(`isotropy sweep --help`)")
     return parser
 
 
@@ -545,6 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isotropy.cli.train import main as train_main
 
         return train_main(argv[1:])
+    if argv[:1] == ["sweep"]:
+        from isotropy.cli.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

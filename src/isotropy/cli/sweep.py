@@ -1,0 +1,211 @@
+"""``isotropy sweep``: a grid or list of ``isotropy train`` runs, resumable, on local worker
+processes or on Ray.
+
+Every point is an ``isotropy train`` run in its own run directory under the output root, named
+from its settings. Finished points are skipped, interrupted ones resumed from their last
+checkpoint, failed ones reported with their error (and retried with ``--retry-failed``).
+The spec format is described in docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+presets (the papers' grids; task and model are base settings, e.g. --set task=mrpc):
+  istar-grid    base, CosReg lambda=1, I-STAR lambda in {-5,-3,-1,1,3,5} x zeta in
+                {0.2,0.4,0.6,0.8}; seeds 1-5 (130 runs per task and model)
+  entropy-grid  base, persistent entropy with and without feature selection; seeds 1-5
+
+examples:
+  isotropy sweep examples/sweep_istar_rte.yaml --dry-run
+  isotropy sweep examples/sweep_istar_rte.yaml --workers 2
+  isotropy sweep --preset istar-grid --set task=mrpc --set model=bert-base-uncased \\
+      --output-root runs/istar-mrpc --dry-run
+  isotropy sweep spec.yaml --grid learning_rate=1e-5,3e-5 --seeds 1 2 3
+  isotropy sweep spec.yaml --engine ray --ray-address ray://head:10001
+  isotropy sweep spec.yaml --retry-failed
+
+exit status: 0 every point done (or --dry-run / --show-spec), 1 a point failed,
+2 bad input (nothing was run), 130 interrupted (running points are resumed next time).
+"""
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line, ``isotropy sweep: error: ...``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"isotropy sweep: error: {_one_line(message)}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected SETTING=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``isotropy sweep`` argument parser."""
+    from isotropy.experiments.engines import ENGINES
+    from isotropy.experiments.sweep import ORDERS, PRESETS
+
+    p = _Parser(prog="isotropy sweep", description=__doc__, epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", nargs="?", metavar="SPEC",
+                   help="sweep file (YAML, TOML or JSON): output_root, base, grid, methods, "
+                        "points, seeds, order")
+    p.add_argument("--preset", choices=list(PRESETS), help="a preset grid instead of SPEC")
+    p.add_argument("--output-root", metavar="DIR",
+                   help="where the run directories go (overrides output_root)")
+    p.add_argument("--set", dest="set_values", action="append", type=_key_value, default=[],
+                   metavar="SETTING=VALUE",
+                   help="a base setting (any isotropy train setting; replaces a grid axis of "
+                        "the same setting); repeatable")
+    p.add_argument("--grid", dest="grid_values", action="append", type=_key_value, default=[],
+                   metavar="SETTING=V1,V2,...",
+                   help="a grid axis (replaces the spec's axis of that setting); repeatable")
+    p.add_argument("--seeds", nargs="+", type=int, metavar="S", help="seeds (overrides seeds)")
+    p.add_argument("--order", choices=ORDERS,
+                   help="seed-major: one seed of every cell before the next seed (default); "
+                        "cell-major: every seed of a cell before the next cell")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="local worker processes (default) or Ray tasks")
+    p.add_argument("--workers", type=_positive_int, metavar="N",
+                   help="points run at once (local default: the number of GPUs, else 1; each "
+                        "local worker gets one GPU or cpus/N threads)")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: "
+                        "start a local instance")
+    p.add_argument("--ray-num-cpus", type=_positive_int, metavar="N",
+                   help="CPUs of the local Ray instance (default: this machine's)")
+    p.add_argument("--cpus-per-trial", type=_positive_int, metavar="N",
+                   help="CPUs (threads) per Ray trial (default: the cluster's CPUs / --workers)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run the failed points again (resumed from their last checkpoint)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the points, their run directories and what is done; run nothing")
+    p.add_argument("--show-spec", action="store_true",
+                   help="print the spec (after --preset, --set, --grid ...) as YAML and exit")
+    return p
+
+
+def _value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _grid_values(text: str) -> list[Any]:
+    import yaml
+
+    try:
+        values = yaml.safe_load(f"[{text}]")
+    except yaml.YAMLError:
+        values = [v.strip() for v in text.split(",")]
+    return values if isinstance(values, list) else [values]
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from isotropy.experiments.sweep import load_spec, override, preset_spec
+
+    if args.spec and args.preset:
+        raise ValueError("give a sweep file or --preset, not both")
+    if not args.spec and not args.preset:
+        raise ValueError("give a sweep file (isotropy sweep SPEC) or --preset "
+                         "(istar-grid or entropy-grid)")
+    spec = load_spec(args.spec) if args.spec else preset_spec(args.preset)
+    base = {k: _value(v) for k, v in args.set_values}
+    grid = {k: _grid_values(v) for k, v in args.grid_values}
+    return override(spec, base=base, grid=grid, seeds=args.seeds, output_root=args.output_root,
+                    order=args.order)
+
+
+def _print_plan(steps: Sequence[Any], root: Any) -> None:
+    counts: dict[str, int] = {}
+    for _, state, _, _ in steps:
+        counts[state] = counts.get(state, 0) + 1
+    cells = len({p.cell for p, *_ in steps})
+    seeds = len({p.seed for p, *_ in steps})
+    print(f"{len(steps)} point(s) ({cells} cell(s), {seeds} seed(s)) in {root}: "
+          + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "interrupted",
+                                                           "pending")))
+    width = len(str(len(steps)))
+    for p, state, detail, action in steps:
+        note = f" [{detail}]" if detail else ""
+        if state == "failed" and action == "skip":
+            note += " (not retried without --retry-failed)"
+        print(f"{p.index + 1:>{width}}  {state:<11} {p.name}{note}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``isotropy sweep``; returns the exit status (see the epilog)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from isotropy.experiments.engines import make_engine, plan, run_sweep
+    from isotropy.experiments.sweep import (
+        SweepStatus,
+        check_finished_runs,
+        check_inputs,
+        expand,
+    )
+    from isotropy.io import output_dir_problem
+
+    try:
+        spec = _load(args)
+        if args.show_spec:
+            import yaml
+
+            print(yaml.safe_dump(spec.to_dict(), sort_keys=False), end="")
+            return 0
+        engine = make_engine(args.engine, workers=args.workers, ray_address=args.ray_address,
+                             ray_num_cpus=args.ray_num_cpus, cpus_per_trial=args.cpus_per_trial)
+        points = expand(spec)
+        root = points[0].run_dir.parent
+        problem = output_dir_problem(root)
+        if problem is not None:
+            raise ValueError(f"output root {root}: {problem}")
+        check_inputs(points)
+        check_finished_runs(points)
+        if args.dry_run:
+            status = SweepStatus(root)
+            _print_plan(plan(points, status, retry_failed=args.retry_failed), root)
+            return 0
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    try:
+        outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
+    except ValueError as err:  # another sweep holds the lock, Ray could not start...
+        print(f"isotropy sweep: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("isotropy sweep: interrupted; run the same command to resume", file=sys.stderr)
+        return 130
+    return 1 if outcome.failed or outcome.count("done") < len(points) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

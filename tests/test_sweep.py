@@ -1,0 +1,460 @@
+"""``isotropy sweep``: spec expansion, naming, bad input, dry runs, resume and failures.
+
+The runs are real ``isotropy train`` runs of a tiny random BERT on 16 SST-2-style rows, each in
+its own worker process (2 workers).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
+from transformers import TrainerCallback
+
+from isotropy.cli.sweep import main as sweep_main
+from isotropy.experiments.engines import (
+    LocalEngine,
+    cell_summary,
+    exit_reason,
+    make_engine,
+    run_sweep,
+)
+from isotropy.experiments.sweep import (
+    SweepStatus,
+    check_inputs,
+    expand,
+    load_spec,
+    preset_spec,
+    spec_from_dict,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("sweep_model"))
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory) -> Path:
+    return write_sst2(tmp_path_factory.mktemp("sweep_glue"))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+def _spec(tiny_model: Path, glue: Path, root: Path, **keys):
+    return spec_from_dict({"output_root": str(root), "base": tiny_base(tiny_model, glue),
+                           **keys}, source="test spec")
+
+
+def _run_cli(argv, capsys) -> tuple[int, str, str]:
+    code = sweep_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _usage_error(argv, capsys) -> str:
+    """stderr of a command that must fail its checks: exit status 2, one line."""
+    with pytest.raises(SystemExit) as info:
+        sweep_main([str(a) for a in argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("isotropy sweep: error: "), err
+    return err
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def test_grid_times_methods_times_seeds_in_seed_major_order(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path / "out",
+                 grid={"max_seq_length": [12, 16]},
+                 methods=[{"name": "base", "regularizer": "none"},
+                          {"name": "cosreg", "regularizer": "cosreg", "cosreg_tuning": 1},
+                          {"name": "istar", "regularizer": "istar", "tuning": [-1, 1],
+                           "zeta": [0.2, 0.8]}],
+                 seeds=[1, 2])
+    points = expand(spec)
+    # Expected by hand: per grid value, base, cosreg and the 2 x 2 I-STAR cells (CosReg's
+    # lambda is not crossed with I-STAR's); seed-major: every seed-1 point first.
+    cells = []
+    for length in (12, 16):
+        cells += [(length, "base", None, None), (length, "cosreg", None, None)]
+        cells += [(length, "istar", t, z) for t in (-1, 1) for z in (0.2, 0.8)]
+    expected = [(s, *c) for s in (1, 2) for c in cells]
+    got = [(p.seed, p.settings["max_seq_length"], p.method, p.settings.get("tuning"),
+            p.settings.get("zeta")) for p in points]
+    assert got == expected
+    assert [p.index for p in points] == list(range(24))
+    assert points[2].name == "sst2-tiny-istar_l-1_z0.2-len12-seed1"
+    assert points[1].name == "sst2-tiny-cosreg_l1-len12-seed1"
+    assert points[6].name == "sst2-tiny-none-len16-seed1"
+    assert all(p.run_dir == tmp_path / "out" / p.name for p in points)
+    assert len({p.name for p in points}) == len(points)
+    cell_major = expand(spec_from_dict({**spec.to_dict(), "order": "cell-major"}))
+    assert [(p.cell, p.seed) for p in cell_major] == [
+        (c, s) for c in dict.fromkeys(p.cell for p in points) for s in (1, 2)]
+
+
+def test_names_are_the_default_run_names_when_nothing_else_varies(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path, grid={"regularizer": ["none", "entropy"]},
+                 points=[{"regularizer": ["istar", "entropy"], "tuning": -3, "zeta": 0.4,
+                          "select_features": False}],
+                 seeds=[7])
+    assert [p.name for p in expand(spec)] == [
+        "sst2-tiny-none-seed7", "sst2-tiny-entropy_b1-seed7",
+        "sst2-tiny-istar_l-3_z0.4+entropy_b1_allbars-seed7"]
+
+
+def test_names_carry_lr_batch_and_epochs_when_they_vary(tiny_model, glue, tmp_path):
+    # YAML reads 1e-5 as a string: it is taken as the number it spells.
+    spec = _spec(tiny_model, glue, tmp_path,
+                 grid={"learning_rate": ["1e-5", 3e-5], "per_device_train_batch_size": [8, 16],
+                       "num_train_epochs": [1]})
+    names = [p.name for p in expand(spec)]
+    assert names == ["sst2-tiny-none-lr1e-05_bs8-seed42", "sst2-tiny-none-lr1e-05_bs16-seed42",
+                     "sst2-tiny-none-lr3e-05_bs8-seed42", "sst2-tiny-none-lr3e-05_bs16-seed42"]
+    assert expand(spec)[0].settings["learning_rate"] == 1e-5
+
+
+def test_duplicate_points_are_refused(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path, points=[{"zeta": 0.2}, {"zeta": 0.2}])
+    with pytest.raises(ValueError, match="points 1 and 2 have the same settings"):
+        expand(spec)
+
+
+def test_presets_are_the_papers_grids(tmp_path):
+    istar = expand(preset_spec("istar-grid"), output_root=tmp_path)
+    assert len(istar) == (1 + 1 + 6 * 4) * 5
+    grid = {(p.settings["tuning"], p.settings["zeta"]) for p in istar if p.method == "istar"}
+    assert grid == set(itertools.product([-5, -3, -1, 1, 3, 5], [0.2, 0.4, 0.6, 0.8]))
+    assert {p.settings["cosreg_tuning"] for p in istar if p.method == "cosreg"} == {1.0}
+    assert sorted({p.seed for p in istar}) == [1, 2, 3, 4, 5]
+    assert [p.seed for p in istar[:26]] == [1] * 26  # one seed of every cell first
+    entropy = expand(preset_spec("entropy-grid"), output_root=tmp_path)
+    assert len(entropy) == 3 * 5
+    assert {(p.method, p.settings.get("select_features")) for p in entropy} == {
+        ("base", None), ("entropy", True), ("entropy-allbars", False)}
+    assert entropy[0].name == "mrpc-minilm-none-seed1"
+    assert entropy[2].name == "mrpc-minilm-entropy_b1_allbars-seed1"
+
+
+def test_yaml_and_toml_spec_files_give_the_same_points(tiny_model, glue, tmp_path):
+    base = tiny_base(tiny_model, glue)
+    (tmp_path / "s.yaml").write_text(
+        f"output_root: {tmp_path / 'out'}\nbase:\n"
+        + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in base.items())
+        + "grid:\n  learning_rate: [1e-5, 2e-5]\nseeds: [1, 2]\n", encoding="utf-8")
+    (tmp_path / "s.toml").write_text(
+        f"output_root = {json.dumps(str(tmp_path / 'out'))}\nseeds = [1, 2]\n[base]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items())
+        + "[grid]\nlearning_rate = [1e-5, 2e-5]\n", encoding="utf-8")
+    a, b = (expand(load_spec(tmp_path / f)) for f in ("s.yaml", "s.toml"))
+    assert [p.settings for p in a] == [p.settings for p in b]
+    assert [p.settings["learning_rate"] for p in a] == [1e-5, 2e-5, 1e-5, 2e-5]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"base": {"learning_rat": 1e-5}},
+     r"unknown setting 'learning_rat' in base \(did you mean 'learning_rate'\?\)"),
+    ({"grid": {"zetta": [0.2]}}, r"unknown setting 'zetta' in grid \(did you mean 'zeta'\?\)"),
+    ({"methods": [{"name": "i", "tunning": [1]}]},
+     r"unknown setting 'tunning' in methods.i \(did you mean 'tuning'\?\)"),
+    ({"gird": {"zeta": [0.2]}}, r"unknown key 'gird' \(did you mean 'grid'\?\)"),
+    ({"grid": {}}, "the grid is empty"),
+    ({"grid": {"zeta": []}}, "grid.zeta is an empty list"),
+    ({"grid": {"zeta": 0.2}}, "grid.zeta must be a list of values"),
+    ({"methods": []}, "methods is empty"),
+    ({"methods": [{"regularizer": "istar"}]}, r"methods\[0\] needs a name"),
+    ({"methods": [{"name": "a"}, {"name": "a"}]}, "two methods are named 'a'"),
+    ({"grid": {"zeta": [0.2]}, "methods": [{"name": "i", "zeta": 0.4}]},
+     "zeta is set both in grid and in methods.i"),
+    ({"base": {"output_dir": "x"}}, "output_dir cannot be set in base"),
+    ({"base": {"overwrite": True}}, "overwrite cannot be set in base"),
+    ({"base": {"seed": 3}, "seeds": [1]}, "seed is set in base and seeds: is given"),
+    ({"seeds": []}, "seeds must be a non-empty list"),
+    ({"seeds": [1, 1]}, "seeds has duplicates"),
+    ({"order": "random"}, "order must be seed-major or cell-major"),
+    ({"points": []}, "points must be a non-empty list"),
+])
+def test_bad_specs_are_refused_with_one_line(data, message):
+    with pytest.raises(ValueError, match=message) as info:
+        spec_from_dict({"output_root": "x", **data}, source="sweep file s.yaml")
+    assert str(info.value).startswith("sweep file s.yaml: ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"grid": {"zeta": [0.2, 1.5]}}, r"grid \(point 2, seed default\): --zeta must be in"),
+    ({"base": {"learning_rate": "fast"}}, "base: learning_rate must be a number, got 'fast'"),
+    ({"grid": {"regularizer": ["istra"]}}, "unknown regularizer 'istra'"),
+    ({"points": [{"num_train_epochs": "two"}]}, "num_train_epochs must be a number"),
+    ({"base": {"use_cpu": "maybe"}}, "use_cpu must be true or false"),
+    ({"grid": {"per_device_train_batch_size": [8, 2.5]}},
+     "per_device_train_batch_size must be an integer, got 2.5"),
+])
+def test_bad_values_are_refused_before_any_run(tiny_model, glue, tmp_path, keys, message):
+    spec = _spec(tiny_model, glue, tmp_path / "out", **keys)
+    with pytest.raises(ValueError, match=message):
+        expand(spec)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_model_and_data_are_found_before_any_run(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path, grid={"task": ["sst2", "rte"]})
+    with pytest.raises(FileNotFoundError, match=r"point 2 \(rte-tiny-none-seed42\).*RTE"):
+        check_inputs(expand(spec))
+    spec = _spec(tiny_model, glue, tmp_path, grid={"model": [str(tmp_path / "nope")]})
+    with pytest.raises(FileNotFoundError, match="model directory .*nope does not exist"):
+        check_inputs(expand(spec))
+
+
+def test_cli_bad_input_is_one_line_and_creates_nothing(tiny_model, glue, tmp_path, capsys,
+                                                       monkeypatch):
+    out = tmp_path / "out"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"output_root": str(out), "base": {
+        **tiny_base(tiny_model, glue), "learning_rat": 0.1}}), encoding="utf-8")
+    assert "did you mean 'learning_rate'" in _usage_error([spec], capsys)
+    assert "invalid choice: 'spark'" in _usage_error([spec, "--engine", "spark"], capsys)
+    assert "does not exist" in _usage_error([tmp_path / "none.yaml"], capsys)
+    assert "sweep file" in _usage_error([], capsys)
+    assert "not both" in _usage_error([spec, "--preset", "istar-grid"], capsys)
+    (tmp_path / "bad.yaml").write_text("base: [unclosed\n", encoding="utf-8")
+    assert "is not valid YAML" in _usage_error([tmp_path / "bad.yaml"], capsys)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"output_root": str(out), "base": tiny_base(tiny_model,
+                                                                                glue)}))
+    assert "applies to --engine ray only" in _usage_error(
+        [good, "--cpus-per-trial", "2"], capsys)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert "the ray engine needs Ray" in _usage_error([good, "--engine", "ray"], capsys)
+    assert not out.exists()
+
+
+def test_exit_reason_names_the_signal():
+    assert exit_reason(-9, "step 3\n\n") == (
+        "the worker process was killed by SIGKILL (out of memory?); last output: step 3")
+    assert exit_reason(1, "") == "the worker process exited with status 1 without a result"
+
+
+def test_one_gpu_per_local_worker():
+    with pytest.raises(ValueError, match="--workers 3 exceeds the 2 visible GPU"):
+        LocalEngine(3, gpus=["0", "1"])
+    engine = LocalEngine(2, gpus=["4", "6"])
+    assert [engine._env(i)["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["4", "6"]
+    assert LocalEngine(None, gpus=["0", "1"]).workers == 2
+    cpu = LocalEngine(3, gpus=[], cpus=16)
+    assert cpu.threads == 5 and cpu._env(0)["OMP_NUM_THREADS"] == "5"
+    assert cpu._env(0).get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_cell_summary_is_mean_and_sample_std_over_seeds(tiny_model, glue, tmp_path):
+    points = expand(_spec(tiny_model, glue, tmp_path, grid={"regularizer": ["none", "cosreg"]},
+                          seeds=[1, 2, 3]))
+    values = {"none": [0.5, 0.75, 0.625], "cosreg": [0.25, 0.5]}  # cosreg seed 3 unfinished
+    for p in points:
+        reg = "none" if p.settings["regularizer"] == "none" else "cosreg"
+        if p.seed <= len(values[reg]):
+            p.run_dir.mkdir()
+            (p.run_dir / "results.json").write_text(json.dumps({
+                "main_metric": "accuracy", "final": {"eval_accuracy": values[reg][p.seed - 1]}}))
+    rows = {r["cell"]: r for r in cell_summary(points)}
+    none, cos = rows["sst2-tiny-none"], rows["sst2-tiny-cosreg_l1"]
+    assert none["mean"] == pytest.approx(np.mean(values["none"]))
+    assert none["std"] == pytest.approx(np.std(values["none"], ddof=1))
+    assert (none["n"], none["seeds"], cos["n"], cos["seeds"]) == (3, 3, 2, 3)
+    assert cos["std"] == pytest.approx(np.std(values["cosreg"], ddof=1))
+
+
+def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, text, _ = _run_cli(["--preset", "istar-grid", "--set", f"model={tiny_model}",
+                              "--set", f"data_dir={glue}", "--set", "task=sst2",
+                              "--output-root", out, "--dry-run"], capsys)
+    lines = text.splitlines()
+    assert code == 0
+    assert lines[0].startswith(f"130 point(s) (26 cell(s), 5 seed(s)) in {out}: 0 done")
+    assert lines[1].split() == ["1", "pending", "sst2-tiny-none-seed1"]
+    assert lines[3].split() == ["3", "pending", "sst2-tiny-istar_l-5_z0.2-seed1"]
+    assert len(lines) == 1 + 130
+    assert not out.exists()
+    code, text, _ = _run_cli(["--preset", "entropy-grid", "--show-spec"], capsys)
+    assert code == 0 and yaml.safe_load(text)["seeds"] == [1, 2, 3, 4, 5]
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+class _Crash(TrainerCallback):
+    """Simulate a crash at the end of optimizer step ``at`` (before that step's save)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise RuntimeError("simulated crash")
+        return control
+
+
+def _attempts(log: Path) -> int:
+    return log.read_text(encoding="utf-8").count("\n=== ") if log.is_file() else 0
+
+
+def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, glue, tmp_path,
+                                                                   capsys):
+    from isotropy.training.config import args_from_dict
+    from isotropy.training.trainer import run_training
+
+    root = tmp_path / "out"
+    spec = _spec(tiny_model, glue, root, seeds=[1, 2],
+                 base={**tiny_base(tiny_model, glue), "save_strategy": "steps",
+                       "save_steps": 1})
+    first, second = expand(spec)
+    # Point 1 was interrupted at step 2 of 2, after checkpoint-1 was saved.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            run_training(*args_from_dict(first.settings), callbacks=[_Crash(2)],
+                         echo=lambda s: None)
+    assert [p.name for p in first.run_dir.glob("checkpoint-*")] == ["checkpoint-1"]
+    status = SweepStatus(root)
+    assert status.state(first) == ("interrupted", "resumes from checkpoint-1")
+    assert status.state(second) == ("pending", "")
+
+    outcome = run_sweep(spec, [first, second], make_engine("local", workers=2),
+                        echo=lambda s: None)
+    assert outcome.states == {first.name: "done", second.name: "done"}
+    results = [json.loads((p.run_dir / "results.json").read_text()) for p in (first, second)]
+    assert results[0]["train"]["resumed_from"].endswith("checkpoint-1")
+    assert results[1]["train"]["resumed_from"] is None
+    status = json.loads((root / "sweep.json").read_text())
+    assert [(p["name"], p["state"], p["attempts"]) for p in status["points"]] == [
+        (first.name, "done", 1), (second.name, "done", 1)]
+    with (root / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    for row, res in zip(rows, results, strict=True):
+        assert row["state"] == "done"
+        assert math.isclose(float(row["value"]), res["final"]["eval_accuracy"])
+
+    # Run again: nothing is re-run, nothing rewritten.
+    stamps = [(p.run_dir / "results.json").stat().st_mtime_ns for p in (first, second)]
+    logs = [root / "logs" / f"{p.name}.log" for p in (first, second)]
+    assert [_attempts(x) for x in logs] == [1, 1]
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(spec.to_dict()), encoding="utf-8")
+    code, text, _ = _run_cli([spec_file, "--workers", "2"], capsys)
+    assert code == 0
+    assert "2 done, 0 failed, 0 interrupted, 0 pending" in text and "start" not in text
+    assert [(p.run_dir / "results.json").stat().st_mtime_ns for p in (first, second)] == stamps
+    assert [_attempts(x) for x in logs] == [1, 1]
+    code, text, _ = _run_cli([spec_file, "--dry-run"], capsys)
+    assert [line.split()[1] for line in text.splitlines()[1:]] == ["done", "done"]
+
+
+def test_failed_point_is_reported_and_retried_on_request(tiny_model, glue, tmp_path, capsys):
+    broken = write_sst2(tmp_path / "broken_glue", bad_label_in_train=True)
+    root = tmp_path / "out"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "output_root": str(root), "base": tiny_base(tiny_model, glue),
+        "grid": {"data_dir": [str(glue), str(broken)]}}), encoding="utf-8")
+    good, bad = expand(load_spec(spec_file))
+    assert (good.name, bad.name) == ("sst2-tiny-none-data_dir=sweep_glue0-seed42",
+                                     "sst2-tiny-none-data_dir=broken_glue-seed42")
+    code, text, _ = _run_cli([spec_file, "--workers", "2"], capsys)
+    assert code == 1
+    assert f"done {good.name}" in text
+    error_line = next(x for x in text.splitlines() if x.startswith(f"  FAILED {bad.name}"))
+    assert "label 'x' is not one of ['0', '1']" in error_line
+    assert (good.run_dir / "results.json").is_file()
+    assert not (bad.run_dir / "results.json").exists()
+    record = {p["name"]: p for p in json.loads((root / "sweep.json").read_text())["points"]}
+    assert record[bad.name]["state"] == "failed"
+    assert "label 'x'" in record[bad.name]["error"] and "\n" not in record[bad.name]["error"]
+    bad_log = root / "logs" / f"{bad.name}.log"
+    assert _attempts(bad_log) == 1
+
+    # Without --retry-failed the failure is reported again, not retried.
+    code, text, _ = _run_cli([spec_file, "--workers", "2"], capsys)
+    assert code == 1 and "1 done, 1 failed" in text and "start" not in text
+    assert "label 'x'" in next(x for x in text.splitlines() if "FAILED" in x)
+    assert _attempts(bad_log) == 1
+    code, text, _ = _run_cli([spec_file, "--dry-run"], capsys)
+    assert "not retried without --retry-failed" in text
+
+    write_sst2(broken)  # fixed
+    code, text, _ = _run_cli([spec_file, "--workers", "2", "--retry-failed"], capsys)
+    assert code == 0 and f"done {bad.name}" in text and f"start {good.name}" not in text
+    assert _attempts(bad_log) == 2
+    assert json.loads((root / "sweep.json").read_text())["points"][1]["state"] == "done"
+
+
+def test_a_finished_run_with_other_settings_is_never_counted_or_overwritten(
+        tiny_model, glue, tmp_path, capsys):
+    root = tmp_path / "out"
+    (point,) = expand(_spec(tiny_model, glue, root))
+    point.run_dir.mkdir(parents=True)
+    config = {"settings": {"isotropy": {"max_seq_length": 64}, "training": {}}}
+    (point.run_dir / "config.json").write_text(json.dumps(config))
+    (point.run_dir / "results.json").write_text("{}")
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(_spec(tiny_model, glue, root).to_dict()))
+    err = _usage_error([spec_file], capsys)
+    assert "holds a finished run with other settings (setting max_seq_length was 64, now 12)" \
+        in err
+    assert (point.run_dir / "results.json").read_text() == "{}"
+
+
+def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model, glue,
+                                                                       tmp_path):
+    import signal
+    import threading
+
+    from isotropy.experiments.engines import _sweep_lock
+
+    spec = _spec(tiny_model, glue, tmp_path / "out")
+    (point,) = expand(spec)
+    engine = make_engine("local", workers=1)
+
+    def interrupt_soon(line: str) -> None:
+        if " start " in line:  # Ctrl-C while the point runs (or is about to start)
+            threading.Timer(1.0, signal.pthread_kill,
+                            (threading.main_thread().ident, signal.SIGINT)).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, [point], engine, echo=interrupt_soon)
+    assert engine._procs == {}  # no worker process left running
+    record = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"][0]
+    assert record["state"] == "interrupted"
+    assert SweepStatus(tmp_path / "out").state(point)[0] == "interrupted"
+    assert not (point.run_dir / "results.json").exists()
+    # The lock was released; while another driver holds it, a sweep is refused.
+    with _sweep_lock(tmp_path / "out"), pytest.raises(ValueError, match="another sweep is"):
+        run_sweep(spec, [point], engine, echo=lambda s: None)
+
+
+def test_example_spec_expands_to_its_stated_grid(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "sweep_istar_rte.yaml"
+    points = expand(load_spec(example), output_root=tmp_path)
+    assert len(points) == (1 + 1 + 3 * 2) * 3  # as its header says: 24 runs
+    assert {(p.settings["tuning"], p.settings["zeta"]) for p in points
+            if p.method == "istar"} == set(itertools.product([-3, -1, 1], [0.2, 0.8]))
+    assert points[0].name == "rte-minilm-none-seed1" and points[8].seed == 2
+    assert all(p.settings["learning_rate"] == 3e-5 for p in points)

@@ -1,0 +1,58 @@
+"""The Ray engine of ``isotropy sweep`` on a real local Ray instance with 2 CPUs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
+
+ray = pytest.importorskip("ray", reason="the Ray engine needs ray (pip install 'isotropy[ray]')")
+
+from isotropy.experiments.engines import RayEngine, run_sweep  # noqa: E402
+from isotropy.experiments.sweep import expand, spec_from_dict  # noqa: E402
+
+
+@pytest.fixture
+def no_ray_left():
+    """Whatever happens in the test, no Ray instance outlives it."""
+    assert not ray.is_initialized()
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.timeout(240)
+def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_left):
+    model = make_tiny_model(tmp_path / "model")
+    glue = write_sst2(tmp_path / "glue")
+    broken = write_sst2(tmp_path / "broken", bad_label_in_train=True)
+    root = tmp_path / "out"
+    spec = spec_from_dict({"output_root": str(root), "base": tiny_base(model, glue),
+                           "points": [{"data_dir": str(glue)}, {"data_dir": str(broken)}]})
+    good, bad = expand(spec)
+    engine = RayEngine(num_cpus=2, workers=2)
+    lines: list[str] = []
+    outcome = run_sweep(spec, [good, bad], engine, echo=lines.append)
+    assert not ray.is_initialized()  # the engine shut down the instance it started
+    assert any("up to 2 trial(s) at a time, 1 CPU(s) each" in x for x in lines)
+    assert outcome.states == {good.name: "done", bad.name: "failed"}
+    assert "label 'x' is not one of ['0', '1']" in dict(outcome.failed)[bad.name]
+    results = json.loads((good.run_dir / "results.json").read_text())
+    assert results["task"] == "sst2" and "eval_accuracy" in results["final"]
+    assert not (bad.run_dir / "results.json").exists()
+    status = {p["name"]: p for p in json.loads((root / "sweep.json").read_text())["points"]}
+    assert status[good.name]["state"] == "done"
+    assert status[good.name]["value"] == results["final"]["eval_accuracy"]
+    assert "label 'x'" in status[bad.name]["error"]
+    assert "eval_accuracy" in (root / "logs" / f"{good.name}.log").read_text()
+
+    # Same spec again: the finished point is skipped, the failed one is not retried, and
+    # Ray is not even started.
+    stamp = (good.run_dir / "results.json").stat().st_mtime_ns
+    again = run_sweep(spec, [good, bad], RayEngine(num_cpus=2, workers=2),
+                      echo=lines.append)
+    assert again.states == outcome.states
+    assert (good.run_dir / "results.json").stat().st_mtime_ns == stamp
+    assert not ray.is_initialized()
