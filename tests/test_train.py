@@ -199,6 +199,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
         _run(_argv(tiny_model_dir, glue_dir, broken, *extra))
     res = _run(_argv(tiny_model_dir, glue_dir, broken, *extra, "--resume"))
     assert res.results["train"]["resumed_from"].endswith("checkpoint-3")
+    # one checkpoint is kept by default: the last (steps 3 and 6 were replaced)
+    assert [c.name for c in full.glob("checkpoint-*")] == ["checkpoint-8"]
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
     for key in ("eval_loss", "eval_accuracy", "eval_isoscore_star_union"):
         assert b["final"][key] == pytest.approx(a["final"][key], rel=1e-5, abs=1e-7)

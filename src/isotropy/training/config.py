@@ -167,7 +167,8 @@ def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
 @dataclass
 class TrainArguments(TrainingArguments):
     """``TrainingArguments`` with the harness's defaults: evaluate, save and log every epoch
-    (logging every 10 steps); TensorBoard events under ``<output_dir>/tensorboard`` (the
+    (logging every 10 steps), keep one checkpoint; TensorBoard events under
+    ``<output_dir>/tensorboard`` (the
     ``TENSORBOARD_LOGGING_DIR`` environment variable, where set, wins), dropped with a warning
     when ``tensorboard`` is not installed; ``--bf16`` on a machine without a GPU trains on the
     CPU with bf16 autocast."""
@@ -176,6 +177,9 @@ class TrainArguments(TrainingArguments):
     eval_strategy: str = field(default="epoch", metadata={"help": "no, steps or epoch"})
     save_strategy: str = field(default="epoch", metadata={"help": "no, steps, epoch or best"})
     logging_steps: float = field(default=10, metadata={"help": "log every X update steps"})
+    save_total_limit: int | None = field(default=1, metadata={
+        "help": "checkpoints kept (default 1: the last, which --resume needs, plus the best "
+                "with --load_best_model_at_end)"})
     report_to: None | str | list[str] = field(default="tensorboard", metadata={
         "help": "where logs go besides metrics.jsonl: tensorboard (default), none, all, or "
                 "integration names"})
