@@ -215,7 +215,7 @@ def test_comparison_table_flags_a_collapsed_classifier() -> None:
     assert lines[0].startswith("| method | accuracy | IsoScore* last layer")
     assert lines[2] == "| none | 0.500 | n/a | 0.250 | 7.0 | no |"
     assert "YES: every prediction is one class" in lines[3]
-    assert "nearly (97% one class)" in lines[4]
+    assert "nearly (97.0% one class)" in lines[4]
 
 
 @pytest.mark.parametrize(

@@ -492,8 +492,8 @@ def _finetune_settings(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "data_dir": None if args.data_dir is None else str(args.data_dir),
         "max_train_samples": args.finetune_train_samples,
         "max_eval_samples": args.finetune_eval_samples,
-        "num_train_epochs": args.finetune_epochs, "learning_rate": 3e-5,
-        "per_device_train_batch_size": 32, "per_device_eval_batch_size": 64,
+        "num_train_epochs": args.finetune_epochs, "learning_rate": 1e-4,
+        "per_device_train_batch_size": 16, "per_device_eval_batch_size": 64,
         "warmup_steps": 0.1, "seed": args.seed, "logging_steps": 10,
         "shrinkage_tokens": 50_000,
         "save_strategy": "no", "disable_tqdm": bool(args.no_progress),
@@ -523,7 +523,7 @@ def _finetune(args: argparse.Namespace, out: Path) -> dict[str, Path]:
     result = run_comparison(out, base=_finetune_settings(args, out))
     notes = [
         f"{args.model or 'minilm'} on {args.finetune_task}: {args.finetune_train_samples} "
-        f"training examples, {args.finetune_epochs:g} epochs, lr 3e-5, batch 32, seed "
+        f"training examples, {args.finetune_epochs:g} epochs, lr 1e-4, batch 16, seed "
         f"{args.seed}, fp32, Sigma_S from 50,000 union rows; one seed, so differences of a "
         "point or two are noise.",
         "IsoScore* of the evaluation set's token clouds, with zeta and Sigma_S from the "

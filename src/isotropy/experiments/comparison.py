@@ -138,7 +138,7 @@ def format_comparison_table(result: ComparisonResult) -> str:
         if r["collapsed"]:
             flag = "**YES: every prediction is one class**"
         elif r["majority_fraction"] is not None and r["majority_fraction"] >= 0.95:
-            flag = f"nearly ({r['majority_fraction']:.0%} one class)"
+            flag = f"nearly ({r['majority_fraction']:.1%} one class)"
         lines.append(f"| {r['method']} | {_fmt(r['value'])} | {_fmt(r['isoscore_star_last'])} "
                      f"| {_fmt(r['isoscore_star_union'])} | {_fmt(r['twonn_cls_last'], 1)} "
                      f"| {flag} |")
