@@ -197,3 +197,52 @@ def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
+
+
+FIG_PIXELS = (800, 500)
+
+
+def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
+    for seed in (1, 2):
+        spec = [(s, [0.9 - s / 1000, 0.05, 0.02, 0.3, 0.2, 0.1 + seed / 100])
+                for s in range(10, 101, 10)]
+        make_run(sweep_root, reg="entropy", seed=seed, spectrum=spec, metric=0.6)
+        make_run(sweep_root, reg="entropy", select=False, seed=seed, spectrum=spec)
+        make_run(sweep_root, reg="none", task="cola", seed=seed, spectrum=spec)
+    out = tmp_path / "out"
+    res = write_report([str(sweep_root)], out)
+    stems = {f.stem for f in res["files"] if f.parent.name == "figures"}
+    expected = {f"{n}_rte_minilm" for n in ("fig3", "fig4", "fig5", "fig6", "fig7", "pe_fig1")}
+    assert expected <= stems
+    assert "pe_fig1_cola_minilm" in stems and "fig3_cola_minilm" not in stems
+    for stem in stems:
+        png, svg = out / "figures" / f"{stem}.png", out / "figures" / f"{stem}.svg"
+        assert png_size(png) == FIG_PIXELS
+        assert svg.stat().st_size > 0 and b"<svg" in svg.read_bytes()[:2000]
+    skipped = dict(res["skipped_figures"])
+    assert any(k.startswith("fig3_cola_minilm") for k in skipped)
+    md = (out / "report.md").read_text()
+    assert "![fig3_rte_minilm](figures/fig3_rte_minilm.png)" in md
+    assert "fig7_cola_minilm" in md and "at least two ζ" in md
+
+
+def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from isotropy.cli.main import main
+
+    out = tmp_path / "cli-out"
+    assert main(["report", str(sweep_root / "rte-*"), "--output-dir", str(out),
+                 "--no-figures"]) == 0
+    assert (out / "report.md").is_file() and (out / "table1.csv").is_file()
+    assert not (out / "figures").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(tmp_path / "nothing-*"), "--output-dir", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("isotropy report: error:") and "matches nothing" in err
+    assert "\n" not in err
+    unfinished = make_run(tmp_path / "u", finished=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(unfinished), "--output-dir", str(tmp_path / "o2")])
+    assert exc.value.code == 2
+    assert "no usable run" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
