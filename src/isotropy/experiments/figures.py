@@ -192,10 +192,10 @@ def _fig4(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
         dims = np.arange(mean.size)
         ax.bar(dims, mean, width=1.0, color=_colour(i), label=f"{label} (n={len(m)})")
         ax.errorbar(dims, mean, yerr=std, fmt="none", ecolor="#000000", elinewidth=0.5)
-        ax.set_ylabel("mean activation")
         ax.legend(loc="upper right", fontsize=8)
     axes[0, 0].set_title(f"Mean activation per dimension, last layer ({key[0]}, {key[1]})")
     axes[-1, 0].set_xlabel("hidden dimension (index)")
+    fig.supylabel("mean activation over tokens (hidden-state units)")
     return fig
 
 
