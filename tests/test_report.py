@@ -185,12 +185,16 @@ def test_duplicate_and_other_format(tmp_path: Path) -> None:
 
 
 def test_no_usable_run_and_empty_glob(tmp_path: Path) -> None:
-    make_run(tmp_path / "r", finished=False)
+    run = make_run(tmp_path / "r", finished=False)
     with pytest.raises(ValueError, match="no usable run"):
         write_report([str(tmp_path / "r")], tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    with pytest.raises(FileNotFoundError, match="matches nothing"):
+    with pytest.raises(FileNotFoundError, match="matches no directory"):
         expand_inputs([str(tmp_path / "nothing-*")])
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="matches no directory"):
+        expand_inputs([str(tmp_path / "notes*")])
+    assert expand_inputs([str(tmp_path / "*")]) == [run]  # r/ is a root; notes.txt ignored
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -238,7 +242,7 @@ def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         main(["report", str(tmp_path / "nothing-*"), "--output-dir", str(out)])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("isotropy report: error:") and "matches nothing" in err
+    assert err.startswith("isotropy report: error:") and "matches no directory" in err
     assert "\n" not in err
     unfinished = make_run(tmp_path / "u", finished=False)
     with pytest.raises(SystemExit) as exc:

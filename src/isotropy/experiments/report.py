@@ -243,15 +243,16 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     """Run directories of the arguments (directories or globs).
 
     A directory with ``config.json`` or ``results.json`` is a run; any other directory is a
-    sweep root whose sub-directories are taken (in name order). ``FileNotFoundError`` for a
-    glob that matches nothing or a path that does not exist.
+    sweep root whose sub-directories are taken (in name order); files a glob matches are
+    ignored. ``FileNotFoundError`` for a glob that matches no directory or a path that does
+    not exist.
     """
     out: list[Path] = []
     for pattern in patterns:
         if _GLOB_CHARS & set(pattern):
-            matches = sorted(glob.glob(pattern))
+            matches = sorted(m for m in glob.glob(pattern) if os.path.isdir(m))
             if not matches:
-                raise FileNotFoundError(f"{pattern} matches nothing")
+                raise FileNotFoundError(f"{pattern} matches no directory")
         elif not os.path.exists(pattern):
             raise FileNotFoundError(f"{pattern} does not exist")
         else:
