@@ -288,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", add_help=False,
                    help="a grid of `isotropy train` runs, resumable, local or on Ray "
                         "(`isotropy sweep --help`)")
+    sub.add_parser("report", add_help=False,
+                   help="the papers' tables and figures from run directories "
+                        "(`isotropy report --help`)")
     return parser
 
 
@@ -554,6 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isotropy.cli.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
+    if argv[:1] == ["report"]:
+        from isotropy.cli.report import main as report_main
+
+        return report_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

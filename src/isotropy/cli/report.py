@@ -1,0 +1,98 @@
+"""``isotropy report``: the papers' tables and figures from ``isotropy train`` run directories.
+
+Each argument is a run directory, a sweep output root (its sub-directories are the runs) or a
+glob of either. Runs are grouped into cells (task x model x method), seeds aggregated as
+mean ± sample standard deviation. Unfinished, unreadable or foreign directories are skipped
+and listed in report.md with the reason. The outputs are described in docs/report.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+outputs (in --output-dir):
+  report.md             the tables, the figures and the skipped runs and figures with reasons
+  table1.csv            main metric per task x model x method: mean, std, number of seeds
+  table2.csv            the best I-STAR lambda and zeta per task x model
+  table3.csv            top-3 raw and centred anisotropy spectrum of [CLS], last 30% of training
+  runs.csv              every run used
+  figures/*.png, .svg   the figures whose data the runs hold
+
+examples:
+  isotropy report runs/istar-grid
+  isotropy report 'runs/rte-*' 'runs/mrpc-*' --output-dir report-glue
+  isotropy report runs/entropy-grid --metric-from best
+
+exit status: 0 report written, 1 a failure while writing, 2 bad input (nothing written).
+"""
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line, ``isotropy report: error: ...``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"isotropy report: error: {_one_line(message)}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``isotropy report`` argument parser."""
+    p = _Parser(prog="isotropy report", description=__doc__, epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directories, sweep output roots or globs of them")
+    p.add_argument("--output-dir", default="report", metavar="DIR",
+                   help="where the report goes (default: %(default)s)")
+    p.add_argument("--metric-from", choices=("final", "best"), default="final",
+                   help="which evaluation of each run (results.json) the tables use "
+                        "(default: %(default)s)")
+    p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``isotropy report``; returns the exit status (see the epilog)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    from isotropy.experiments.report import collect_runs, expand_inputs, write_report
+    from isotropy.io import output_dir_problem
+
+    out = Path(args.output_dir)
+    try:
+        paths = expand_inputs(args.run_dirs)
+        runs, skipped = collect_runs(paths, args.metric_from)
+        if not runs:
+            first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+            raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
+        problem = output_dir_problem(out, ["report.md"])
+        if problem is not None:
+            raise ValueError(f"--output-dir {out}: {problem}")
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    try:
+        res = write_report([str(p) for p in paths], out, which=args.metric_from,
+                           figures=not args.no_figures)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"isotropy report: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, {len(res['skipped'])} "
+          f"skipped; {len(res['files'])} files written to {out}")
+    for name, why in res["skipped_figures"]:
+        print(f"  not drawn: {name}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

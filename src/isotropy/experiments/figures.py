@@ -1,0 +1,282 @@
+r"""The papers' figures from grouped runs (:class:`~isotropy.experiments.report.Cell`).
+
+Every figure is :data:`FIGSIZE` inches at :data:`DPI` (PNG and SVG, one file per task x model),
+titled, with labelled axes, a legend, the Okabe-Ito colour-blind-safe palette, and the mean over
+seeds with the sample standard deviation over seeds as error bars. A figure whose data the runs
+do not hold is skipped with the reason.
+
+* ``fig3``: IsoScore* of the evaluation set (union of the layers' token clouds) vs the main
+  metric, one point per I-STAR λ, one series per ζ (I-STAR Fig. 3).
+* ``fig4``: mean activation per dimension of the last layer's token cloud, base vs CosReg vs
+  I-STAR λ=+1 and λ=-1 (Fig. 4).
+* ``fig5`` / ``fig6``: TwoNN of [CLS] / IsoScore* of the token cloud per layer, from the last
+  ``measurements.jsonl`` record (Figs. 5, 6).
+* ``fig7``: main metric vs ζ, one line per λ (Fig. 7).
+* ``pe_fig1``: top-3 raw and centred anisotropy spectrum of [CLS] over training steps, base vs
+  entropy with and without feature selection (persistent-entropy paper, Fig. 1).
+
+For Figs. 4-6 an I-STAR λ is shown at its best ζ (highest mean main metric).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isotropy.experiments.report import Cell, mean_std
+from isotropy.io import atomic_path
+
+__all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "make_figures"]
+
+FIGSIZE = (8.0, 5.0)
+DPI = 100
+# Okabe & Ito (2008), colour-blind safe; black last
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442",
+             "#000000")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+class _Skip(Exception):
+    """The data of a figure is absent."""
+
+
+def _colour(i: int) -> str:
+    return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def _new_figure(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _save(fig: Any, stem: Path) -> list[Path]:
+    out = []
+    for ext, meta in ((".png", {"Software": None}), (".svg", {"Date": None})):
+        path = stem.with_suffix(ext)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=DPI, metadata=meta)
+        out.append(path)
+    return out
+
+
+def _ms(values: Sequence[float]) -> tuple[float, float]:
+    m, s = mean_std(values)
+    return m, (0.0 if s is None else s)
+
+
+def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str], list[Cell]]:
+    out: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        out.setdefault((c.task, c.model), []).append(c)
+    return out
+
+
+def _istar(group: Sequence[Cell]) -> list[Cell]:
+    return [c for c in group if c.method.regularizers == ("istar",)]
+
+
+def _best_zeta_per_lambda(group: Sequence[Cell], which: str) -> dict[float, Cell]:
+    best: dict[float, Cell] = {}
+    for c in _istar(group):
+        lam = c.method.get("istar_lambda")
+        st, old = c.stat(c.main_metric, which), best.get(lam)
+        if old is None or st[0] > old.stat(old.main_metric, which)[0]:  # type: ignore[index]
+            best[lam] = c
+    return dict(sorted(best.items()))
+
+
+def _comparison_cells(group: Sequence[Cell], which: str) -> list[tuple[str, Cell]]:
+    """Base, CosReg and each I-STAR λ at its best ζ, with their legend labels."""
+    out = [(c.method.label, c) for c in group if c.method.regularizers in (("none",),
+                                                                           ("cosreg",))]
+    out += [(f"I-STAR λ={lam:g} (ζ={c.method.get('istar_zeta'):g})", c)
+            for lam, c in _best_zeta_per_lambda(group, which).items()]
+    return out
+
+
+def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    cells = [c for c in _istar(group) if c.values("isoscore_star_union", which)]
+    if len({c.method.get("istar_lambda") for c in cells}) < 2:
+        raise _Skip("needs I-STAR runs of at least two λ with eval_isoscore_star_union")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    zetas = sorted({c.method.get("istar_zeta") for c in cells})
+    for i, zeta in enumerate(zetas):
+        sub = sorted((c for c in cells if c.method.get("istar_zeta") == zeta),
+                     key=lambda c: c.method.get("istar_lambda"))
+        xs = [_ms(c.values("isoscore_star_union", which)) for c in sub]
+        ys = [_ms(c.values(c.main_metric, which)) for c in sub]
+        ax.errorbar([x[0] for x in xs], [y[0] for y in ys], xerr=[x[1] for x in xs],
+                    yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    color=_colour(i), capsize=3, label=f"ζ={zeta:g}")
+        for c, x, y in zip(sub, xs, ys, strict=True):
+            ax.annotate(f"λ={c.method.get('istar_lambda'):g}", (x[0], y[0]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=8)
+    metric = cells[0].main_metric
+    ax.set(title=f"IsoScore* vs {metric} across I-STAR λ ({key[0]}, {key[1]})",
+           xlabel="IsoScore* of the evaluation set (union of layers, unitless, 0-1)",
+           ylabel=f"{metric} ({which} evaluation, fraction)")
+    ax.legend(title="I-STAR ζ")
+    return fig
+
+
+def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
+               get: Callable[[dict[str, Any]], Any], title: str, ylabel: str) -> Any:
+    series = []
+    for label, c in _comparison_cells(group, which):
+        per_layer: dict[int, list[float]] = {}
+        for r in c.runs:
+            rec = r.last_measurement
+            for layer in (rec or {}).get("layers") or []:
+                try:
+                    v = get(layer)
+                except (KeyError, TypeError):
+                    v = None
+                if isinstance(v, (int, float)) and np.isfinite(v):
+                    per_layer.setdefault(int(layer["layer"]), []).append(float(v))
+        if per_layer:
+            series.append((label, sorted(per_layer.items())))
+    if not series:
+        raise _Skip("no run has this measure in its last measurements.jsonl record")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for i, (label, pts) in enumerate(series):
+        stats = [_ms(v) for _, v in pts]
+        ax.errorbar([layer for layer, _ in pts], [s[0] for s in stats],
+                    yerr=[s[1] for s in stats], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    color=_colour(i), capsize=3, label=label)
+    ax.set(title=f"{title} ({key[0]}, {key[1]})", xlabel="layer (0 = embeddings)",
+           ylabel=ylabel)
+    ax.legend()
+    return fig
+
+
+def _fig5(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    return _per_layer(key, group, which, lambda layer: layer["cls"]["twonn"],
+                      "TwoNN intrinsic dimension of [CLS] per layer",
+                      "TwoNN intrinsic dimension (dimensions)")
+
+
+def _fig6(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    return _per_layer(key, group, which, lambda layer: layer["token"]["isoscore_star"],
+                      "IsoScore* of the token cloud per layer",
+                      "IsoScore* (unitless, 0-1)")
+
+
+def _fig4(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    best = _best_zeta_per_lambda(group, which)
+    chosen = [(c.method.label, c) for c in group
+              if c.method.regularizers in (("none",), ("cosreg",))]
+    chosen += [(f"I-STAR λ={lam:g} (ζ={best[lam].method.get('istar_zeta'):g})", best[lam])
+               for lam in (1.0, -1.0) if lam in best]
+    panels = []
+    for label, c in chosen:
+        means = [np.asarray(m, dtype=float) for r in c.runs
+                 if (m := ((r.last_measurement or {}).get("last") or {}).get("token_mean"))]
+        if means and len({m.shape for m in means}) == 1:
+            panels.append((label, np.stack(means)))
+    if not panels:
+        raise _Skip("no base, CosReg or I-STAR λ=±1 run has last.token_mean in "
+                    "measurements.jsonl")
+    fig, axes = _new_figure(len(panels), 1, sharex=True, sharey=True)
+    for i, (label, m) in enumerate(panels):
+        ax = axes[i, 0]
+        mean = m.mean(axis=0)
+        std = m.std(axis=0, ddof=1) if len(m) > 1 else np.zeros_like(mean)
+        dims = np.arange(mean.size)
+        ax.bar(dims, mean, width=1.0, color=_colour(i), label=f"{label} (n={len(m)})")
+        ax.errorbar(dims, mean, yerr=std, fmt="none", ecolor="#000000", elinewidth=0.5)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[0, 0].set_title(f"Mean activation per dimension, last layer ({key[0]}, {key[1]})")
+    axes[-1, 0].set_xlabel("hidden dimension (index)")
+    fig.supylabel("mean activation over tokens (hidden-state units)")
+    return fig
+
+
+def _fig7(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    cells = _istar(group)
+    if len({c.method.get("istar_zeta") for c in cells}) < 2:
+        raise _Skip("needs I-STAR runs of at least two ζ")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for i, lam in enumerate(sorted({c.method.get("istar_lambda") for c in cells})):
+        sub = sorted((c for c in cells if c.method.get("istar_lambda") == lam),
+                     key=lambda c: c.method.get("istar_zeta"))
+        ys = [_ms(c.values(c.main_metric, which)) for c in sub]
+        ax.errorbar([c.method.get("istar_zeta") for c in sub], [y[0] for y in ys],
+                    yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    color=_colour(i), capsize=3, label=f"λ={lam:g}")
+    metric = cells[0].main_metric
+    ax.set(title=f"{metric} vs shrinkage ζ ({key[0]}, {key[1]})",
+           xlabel="shrinkage weight ζ (unitless, 0-1)",
+           ylabel=f"{metric} ({which} evaluation, fraction)")
+    ax.legend(title="I-STAR λ")
+    return fig
+
+
+def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    series = []
+    for c in group:
+        if c.method.regularizers not in (("none",), ("entropy",)):
+            continue
+        logs = [r.spectrum_logs for r in c.runs if r.spectrum_logs]
+        if not logs:
+            continue
+        steps = sorted(set.intersection(*({r["step"] for r in lg} for lg in logs)))
+        if steps:
+            series.append((c.method.label, logs, steps))
+    if not series:
+        raise _Skip("no base or entropy run logged cls_spectrum_* values in metrics.jsonl")
+    fig, axes = _new_figure(1, 2, sharey=True)
+    styles = ("-", "--", ":")
+    for j, kind in enumerate(("raw", "centred")):
+        ax = axes[0, j]
+        for i, (label, logs, steps) in enumerate(series):
+            for k in range(3):
+                name = f"cls_spectrum_{kind}_{k + 1}"
+                vals = np.array([[next(r[name] for r in lg if r["step"] == s) for s in steps]
+                                 for lg in logs])
+                std = vals.std(axis=0, ddof=1) if len(vals) > 1 else np.zeros(len(steps))
+                ax.errorbar(steps, vals.mean(axis=0), yerr=std, color=_colour(i),
+                            linestyle=styles[k], errorevery=max(1, len(steps) // 10),
+                            capsize=2, label=f"{label}, σ{k + 1}" if j == 0 else None)
+        ax.set(title=f"{kind} spectrum", xlabel="training step (optimizer steps)")
+    axes[0, 0].set_ylabel("σ_k² / Σ σ_i² (fraction of variance)")
+    fig.suptitle(f"Top-3 anisotropy spectrum of [CLS] over training ({key[0]}, {key[1]})")
+    fig.legend(loc="outside lower center", ncols=3, fontsize=7)
+    return fig
+
+
+FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
+    "fig3": ("I-STAR Fig. 3, IsoScore* vs task metric across λ", _fig3),
+    "fig4": ("I-STAR Fig. 4, mean activation per dimension", _fig4),
+    "fig5": ("I-STAR Fig. 5, TwoNN of [CLS] per layer", _fig5),
+    "fig6": ("I-STAR Fig. 6, IsoScore* per layer", _fig6),
+    "fig7": ("I-STAR Fig. 7, metric vs ζ", _fig7),
+    "pe_fig1": ("persistent-entropy Fig. 1, [CLS] spectrum over training", _pe_fig1),
+}
+
+
+def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final"
+                 ) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Draw every figure of every task x model into ``out_dir`` (``NAME_TASK_MODEL.png`` and
+    ``.svg``); returns the files and the skipped figures as ``(name, reason)``."""
+    out = Path(out_dir)
+    files: list[Path] = []
+    skipped: list[tuple[str, str]] = []
+    for (task, model), group in _groups(cells).items():
+        for name, (title, draw) in FIGURES.items():
+            stem = f"{name}_{task}_{model}"
+            try:
+                fig = draw((task, model), group, which)
+            except _Skip as why:
+                skipped.append((f"{stem} ({title})", str(why)))
+                continue
+            files += _save(fig, out / stem)
+    return files, skipped

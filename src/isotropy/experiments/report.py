@@ -1,0 +1,504 @@
+r"""Tables and figures of the papers from finished ``isotropy train`` run directories.
+
+:func:`collect_runs` reads run directories (a directory holding ``config.json`` is a run; any
+other directory is a sweep root whose sub-directories are runs) and keeps the finished, readable
+ones; every other one is listed with the reason it was skipped. Runs are grouped into *cells*
+(task x model x method, the method being the regularizers with their parameters), seeds
+aggregated: a cell's value is the mean :math:`\bar x = \frac1n\sum_i x_i` and the sample
+standard deviation :math:`s = \sqrt{\frac{1}{n-1}\sum_i (x_i-\bar x)^2}` over its seeds
+(undefined, left empty, for one seed).
+
+:func:`write_report` writes ``report.md`` and the CSV tables (Table 1: main metric per cell;
+Table 2: the best I-STAR :math:`\lambda, \zeta` per task and model; Table 3: the top-3
+anisotropy spectrum of [CLS] over the last 30% of training) and the figures
+(:mod:`isotropy.experiments.figures`).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isotropy.io import read_text_utf8, write_csv_atomic, write_text_atomic
+
+__all__ = [
+    "Cell",
+    "Run",
+    "collect_runs",
+    "expand_inputs",
+    "group_cells",
+    "load_run",
+    "mean_std",
+    "table1_rows",
+    "table2_rows",
+    "table3_rows",
+    "write_report",
+]
+
+CONFIG = "config.json"
+RESULTS = "results.json"
+METRICS = "metrics.jsonl"
+MEASUREMENTS = "measurements.jsonl"
+SPECTRUM_KEYS = tuple(f"cls_spectrum_{kind}_{k}" for kind in ("raw", "centred") for k in (1, 2, 3))
+LAST_FRACTION = 0.3
+_GLOB_CHARS = set("*?[")
+_ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
+             "entropy_weight", "select_features")
+
+
+def _num(v: float) -> str:
+    """Compact number text: ``-1.0`` -> ``-1``, ``0.2`` -> ``0.2``."""
+    return f"{v:g}"
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (``ddof=1``; ``None`` for a single value)."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        raise ValueError("mean_std of no values")
+    return float(a.mean()), (float(a.std(ddof=1)) if a.size > 1 else None)
+
+
+def _fmt(mean: float, std: float | None, digits: int = 4) -> str:
+    return f"{mean:.{digits}f}" + ("" if std is None else f" ± {std:.{digits}f}")
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class Method:
+    """The regularizers of a run with their parameters (the part of a cell besides task, model).
+
+    ``label`` reads e.g. ``istar λ=-1 ζ=0.2``, ``cosreg λ=1``, ``entropy β=1 (all bars)``,
+    ``none``; ``key`` orders methods: none, cosreg, istar by (λ, ζ), entropy, combinations.
+    """
+
+    regularizers: tuple[str, ...]
+    params: tuple[tuple[str, Any], ...]
+    label: str
+    key: tuple[Any, ...]
+
+    def get(self, name: str) -> Any:
+        return dict(self.params).get(name)
+
+
+_ORDER = {"none": 0, "cosreg": 1, "istar": 2, "entropy": 3}
+
+
+def method_of(iso: Mapping[str, Any]) -> Method:
+    """The :class:`Method` of a run from its ``settings.isotropy`` section."""
+    regs = tuple(dict.fromkeys(str(r).lower() for r in (iso.get("regularizer") or ["none"])))
+    regs = tuple(r for r in regs if r != "none") or ("none",)
+    params: dict[str, Any] = {}
+    parts: list[str] = []
+    for r in regs:
+        if r == "istar":
+            lam, zeta = float(iso["tuning"]), float(iso["zeta"])
+            layers = str(iso.get("istar_layers", "all"))
+            params.update(istar_lambda=lam, istar_zeta=zeta, istar_layers=layers)
+            parts.append(f"istar λ={_num(lam)} ζ={_num(zeta)}"
+                         + ("" if layers == "all" else f" layers {layers}"))
+        elif r == "cosreg":
+            lam = float(iso["cosreg_tuning"])
+            params.update(cosreg_lambda=lam)
+            parts.append(f"cosreg λ={_num(lam)}")
+        elif r == "entropy":
+            beta, select = float(iso["entropy_weight"]), bool(iso["select_features"])
+            gamma = float(iso.get("in_cluster_weight") or 0.0)
+            params.update(entropy_beta=beta, select_features=select, in_cluster_weight=gamma)
+            parts.append(f"entropy β={_num(beta)}" + ("" if select else " (all bars)")
+                         + (f" in-cluster {_num(gamma)}" if gamma else ""))
+        elif r == "none":
+            parts.append("none")
+        else:
+            raise KeyError(f"unknown regularizer {r!r}")
+    key = (len(regs), tuple(_ORDER.get(r, 9) for r in regs),
+           tuple(sorted((k, str(v)) if not isinstance(v, float) else (k, v)
+                        for k, v in params.items())))
+    return Method(regs, tuple(sorted(params.items())), " + ".join(parts), key)
+
+
+@dataclass
+class Run:
+    """One finished run directory: its cell, seed, main metric and evaluation records."""
+
+    path: Path
+    task: str
+    model: str
+    method: Method
+    seed: int
+    main_metric: str
+    final: dict[str, Any]
+    best: dict[str, Any]
+
+    def value(self, name: str, which: str = "final") -> float | None:
+        """``results.json``'s ``which`` (final/best) record's ``eval_<name>`` (or ``name``)."""
+        rec = self.final if which == "final" else self.best
+        v = rec.get(name if name.startswith("eval_") else f"eval_{name}")
+        return float(v) if _is_number(v) else None
+
+    @cached_property
+    def last_measurement(self) -> dict[str, Any] | None:
+        """The last record of ``measurements.jsonl`` (``None`` if absent or unreadable)."""
+        recs = _read_jsonl(self.path / MEASUREMENTS)
+        return recs[-1] if recs else None
+
+    @cached_property
+    def spectrum_logs(self) -> list[dict[str, float]]:
+        """The training logs of ``metrics.jsonl`` holding the six ``cls_spectrum_*`` values."""
+        out = []
+        for rec in _read_jsonl(self.path / METRICS):
+            if _is_number(rec.get("step")) and all(_is_number(rec.get(k)) for k in SPECTRUM_KEYS):
+                out.append({"step": float(rec["step"]),
+                            **{k: float(rec[k]) for k in SPECTRUM_KEYS}})
+        return out
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = read_text_utf8(path)
+    except (OSError, ValueError):
+        return []
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(read_text_utf8(path))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"unreadable {path.name}: {err}") from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"unreadable {path.name}: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a JSON object (another format)")
+    return data
+
+
+def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
+    """Read one run directory; ``ValueError`` with the reason if it cannot be used."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ValueError("not a directory")
+    if not (p / CONFIG).is_file():
+        raise ValueError(f"no {CONFIG} (not an isotropy train run directory)")
+    if not (p / RESULTS).is_file():
+        raise ValueError(f"incomplete: no {RESULTS} (the run is unfinished or failed)")
+    config = _read_json(p / CONFIG)
+    results = _read_json(p / RESULTS)
+    settings = config.get("settings")
+    if not isinstance(settings, dict) or not isinstance(settings.get("isotropy"), dict) \
+            or not isinstance(settings.get("training"), dict):
+        raise ValueError(f"another format: {CONFIG} lacks settings.isotropy / settings.training")
+    iso, training = settings["isotropy"], settings["training"]
+    missing = [k for k in _ISO_KEYS if k not in iso]
+    if missing:
+        raise ValueError(f"another format: {CONFIG} settings.isotropy lacks {', '.join(missing)}")
+    seed = training.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"another format: {CONFIG} settings.training lacks an integer seed")
+    metric = results.get("main_metric")
+    if not isinstance(metric, str):
+        raise ValueError(f"another format: {RESULTS} lacks main_metric")
+    for part in ("final", "best"):
+        if not isinstance(results.get(part), dict):
+            raise ValueError(f"another format: {RESULTS} lacks {part}")
+    rec = results[which]
+    if not _is_number(rec.get(f"eval_{metric}")):
+        raise ValueError(f"{RESULTS} has no finite {which}.eval_{metric}")
+    try:
+        method = method_of(iso)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"another format: bad regularizer settings ({err})") from None
+    task = str(results.get("task") or iso["task"])
+    model = Path(str(iso["model"]).rstrip("/")).name or "model"
+    return Run(p, task, model, method, seed, metric, results["final"], results["best"])
+
+
+def expand_inputs(patterns: Iterable[str]) -> list[Path]:
+    """Run directories of the arguments (directories or globs).
+
+    A directory with ``config.json`` or ``results.json`` is a run; any other directory is a
+    sweep root whose sub-directories are taken (in name order); files a glob matches are
+    ignored. ``FileNotFoundError`` for a glob that matches no directory or a path that does
+    not exist.
+    """
+    out: list[Path] = []
+    for pattern in patterns:
+        if _GLOB_CHARS & set(pattern):
+            matches = sorted(m for m in glob.glob(pattern) if os.path.isdir(m))
+            if not matches:
+                raise FileNotFoundError(f"{pattern} matches no directory")
+        elif not os.path.exists(pattern):
+            raise FileNotFoundError(f"{pattern} does not exist")
+        else:
+            matches = [pattern]
+        for m in matches:
+            p = Path(m)
+            if p.is_dir() and not (p / CONFIG).exists() and not (p / RESULTS).exists():
+                subs = sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith("."))
+                out.extend(subs if subs else [p])
+            else:
+                out.append(p)
+    seen: dict[str, Path] = {}
+    for p in out:
+        seen.setdefault(os.path.realpath(p), p)
+    return list(seen.values())
+
+
+@dataclass
+class Cell:
+    """The runs of one task x model x method, one per seed (in seed order)."""
+
+    task: str
+    model: str
+    method: Method
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.seed for r in self.runs]
+
+    @property
+    def main_metric(self) -> str:
+        return self.runs[0].main_metric
+
+    def values(self, name: str, which: str = "final") -> list[float]:
+        """Per-seed values of ``eval_<name>`` (runs without it left out)."""
+        return [v for r in self.runs if (v := r.value(name, which)) is not None]
+
+    def stat(self, name: str, which: str = "final") -> tuple[float, float | None, int] | None:
+        """(mean, sample std, n) over seeds of ``eval_<name>``, ``None`` if no run has it."""
+        vals = self.values(name, which)
+        if not vals:
+            return None
+        m, s = mean_std(vals)
+        return m, s, len(vals)
+
+
+def collect_runs(paths: Iterable[str | os.PathLike[str]], which: str = "final"
+                 ) -> tuple[list[Run], list[tuple[str, str]]]:
+    """The usable runs and the skipped ones as ``(path, reason)``; a second run of the same
+    cell and seed is skipped as a duplicate."""
+    runs: list[Run] = []
+    skipped: list[tuple[str, str]] = []
+    seen: dict[tuple[Any, ...], Run] = {}
+    for p in paths:
+        try:
+            run = load_run(p, which)
+        except ValueError as err:
+            skipped.append((str(p), str(err)))
+            continue
+        key = (run.task, run.model, run.method.key, run.seed)
+        if key in seen:
+            skipped.append((str(p), f"duplicate of {seen[key].path} (same cell and seed)"))
+            continue
+        seen[key] = run
+        runs.append(run)
+    return runs, skipped
+
+
+def group_cells(runs: Iterable[Run]) -> list[Cell]:
+    """Cells in the order task, model, method; runs in seed order."""
+    cells: dict[tuple[Any, ...], Cell] = {}
+    for r in runs:
+        cell = cells.setdefault((r.task, r.model, r.method.key), Cell(r.task, r.model, r.method))
+        cell.runs.append(r)
+    for c in cells.values():
+        c.runs.sort(key=lambda r: r.seed)
+    return [cells[k] for k in sorted(cells, key=lambda k: (k[0], k[1], k[2]))]
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def table1_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
+    """Table 1: the task's main metric, mean and sample std over seeds, per cell."""
+    rows = []
+    for c in cells:
+        st = c.stat(c.main_metric, which)
+        assert st is not None  # load_run checked it
+        rows.append({"task": c.task, "model": c.model, "method": c.method.label,
+                     "metric": c.main_metric, "mean": st[0], "std": st[1], "n_seeds": st[2],
+                     "seeds": " ".join(map(str, c.seeds))})
+    return rows
+
+
+def table2_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
+    """Table 2: per task x model, the I-STAR cell (regularizer istar alone) of highest mean
+    main metric (the first in λ, ζ order on a tie)."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        if c.method.regularizers == ("istar",):
+            groups.setdefault((c.task, c.model), []).append(c)
+    rows = []
+    for (task, model), group in groups.items():
+        stats = [c.stat(c.main_metric, which) for c in group]
+        i = max(range(len(group)), key=lambda j: (stats[j][0], -j))  # type: ignore[index]
+        c, st = group[i], stats[i]
+        assert st is not None
+        rows.append({"task": task, "model": model, "metric": c.main_metric,
+                     "lambda": c.method.get("istar_lambda"), "zeta": c.method.get("istar_zeta"),
+                     "mean": st[0], "std": st[1], "n_seeds": st[2],
+                     "n_istar_cells": len(group)})
+    return rows
+
+
+def spectrum_tail_means(logs: Sequence[Mapping[str, float]],
+                        fraction: float = LAST_FRACTION) -> dict[str, float] | None:
+    r"""Mean of each ``cls_spectrum_*`` value over the logs of the last ``fraction`` of training:
+    steps :math:`t \ge (1-f)\,t_{max}`."""
+    if not logs:
+        return None
+    t_max = max(r["step"] for r in logs)
+    tail = [r for r in logs if r["step"] >= (1.0 - fraction) * t_max]
+    return {k: float(np.mean([r[k] for r in tail])) for k in SPECTRUM_KEYS}
+
+
+def table3_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """Table 3 (persistent-entropy paper): top-3 raw and centred anisotropy spectrum of [CLS],
+    averaged over the last 30% of training steps of each seed, then mean and sample std over
+    seeds; cells whose runs logged no spectrum are left out."""
+    rows = []
+    for c in cells:
+        per_seed = [m for r in c.runs if (m := spectrum_tail_means(r.spectrum_logs)) is not None]
+        if not per_seed:
+            continue
+        row: dict[str, Any] = {"task": c.task, "model": c.model, "method": c.method.label,
+                               "n_seeds": len(per_seed)}
+        for k in SPECTRUM_KEYS:
+            m, s = mean_std([p[k] for p in per_seed])
+            short = k.removeprefix("cls_spectrum_")
+            row[f"{short}_mean"], row[f"{short}_std"] = m, s
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def esc(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(esc, header)) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One pivot per model: methods as rows, tasks (metric) as columns, cells mean ± std (n)."""
+    parts = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        sub = [r for r in rows if r["model"] == model]
+        tasks = list(dict.fromkeys(f"{r['task']} ({r['metric']})" for r in sub))
+        methods = list(dict.fromkeys(r["method"] for r in sub))
+        cell = {(r["method"], f"{r['task']} ({r['metric']})"):
+                f"{_fmt(r['mean'], r['std'])} (n={r['n_seeds']})" for r in sub}
+        parts.append(f"Model `{model}`:\n\n" + _md_table(
+            ["method", *tasks], [[m, *(cell.get((m, t), "–") for t in tasks)] for m in methods]))
+    return "\n\n".join(parts)
+
+
+def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+                 which: str = "final", figures: bool = True) -> dict[str, Any]:
+    """Read the runs (:func:`expand_inputs`), write ``report.md``, ``table1.csv``,
+    ``table2.csv``, ``table3.csv``, ``runs.csv`` and the figures (``figures/*.png`` and
+    ``.svg``) into ``output_dir``.
+
+    Returns ``{"runs", "skipped", "cells", "files", "skipped_figures"}``. ``ValueError`` when
+    no run is usable (nothing is written then).
+    """
+    if which not in ("final", "best"):
+        raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+    runs, skipped = collect_runs(expand_inputs(map(str, paths)), which)
+    if not runs:
+        first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
+    out = Path(output_dir)
+    cells = group_cells(runs)
+    t1, t2, t3 = table1_rows(cells, which), table2_rows(cells, which), table3_rows(cells)
+    files: list[Path] = []
+    files.append(write_csv_atomic(out / "table1.csv", t1, list(t1[0])))
+    t2_fields = ["task", "model", "metric", "lambda", "zeta", "mean", "std", "n_seeds",
+                 "n_istar_cells"]
+    files.append(write_csv_atomic(out / "table2.csv", t2, t2_fields))
+    t3_fields = ["task", "model", "method", "n_seeds"] + [
+        f"{k.removeprefix('cls_spectrum_')}_{s}" for k in SPECTRUM_KEYS for s in ("mean", "std")]
+    files.append(write_csv_atomic(out / "table3.csv", t3, t3_fields))
+    run_rows = [{"path": str(r.path), "task": r.task, "model": r.model,
+                 "method": r.method.label, "seed": r.seed, "metric": r.main_metric,
+                 "value": r.value(r.main_metric, which)} for r in runs]
+    files.append(write_csv_atomic(out / "runs.csv", run_rows))
+
+    fig_files: list[Path] = []
+    fig_skipped: list[tuple[str, str]] = []
+    if figures:
+        from isotropy.experiments.figures import make_figures
+
+        fig_files, fig_skipped = make_figures(cells, out / "figures", which)
+    files += fig_files
+
+    md = [f"# Report of {len(runs)} runs in {len(cells)} cells",
+          "",
+          f"Values are the `{which}` evaluation of each run (`results.json`), mean ± sample "
+          "standard deviation (ddof=1) over seeds; n = number of seeds.",
+          "", "## Table 1: main metric per task, model and method", "", _table1_md(t1), "",
+          "## Table 2: best I-STAR λ and ζ per task and model", ""]
+    if t2:
+        md.append(_md_table(
+            ["task", "model", "metric", "λ", "ζ", "mean ± std", "n", "I-STAR cells"],
+            [[r["task"], r["model"], r["metric"], _num(r["lambda"]), _num(r["zeta"]),
+              _fmt(r["mean"], r["std"]), r["n_seeds"], r["n_istar_cells"]] for r in t2]))
+    else:
+        md.append("No I-STAR runs.")
+    md += ["", "## Table 3: top-3 anisotropy spectrum of [CLS], last 30% of training", ""]
+    if t3:
+        md.append(_md_table(
+            ["task", "model", "method", "n", *(k.removeprefix("cls_spectrum_")
+                                                 for k in SPECTRUM_KEYS)],
+            [[r["task"], r["model"], r["method"], r["n_seeds"],
+              *(_fmt(r[f"{k.removeprefix('cls_spectrum_')}_mean"],
+                     r[f"{k.removeprefix('cls_spectrum_')}_std"], 3) for k in SPECTRUM_KEYS)]
+             for r in t3]))
+    else:
+        md.append("No run logged `cls_spectrum_*` training values.")
+    if figures:
+        md += ["", "## Figures", ""]
+        for f in fig_files:
+            if f.suffix == ".png":
+                md.append(f"![{f.stem}](figures/{f.name})")
+                md.append("")
+        if fig_skipped:
+            md += ["Figures not drawn:", ""]
+            md += [f"- {name}: {why}" for name, why in fig_skipped]
+    md += ["", "## Skipped run directories", ""]
+    md += [f"- `{p}`: {why}" for p, why in skipped] if skipped else ["None."]
+    files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
+    return {"runs": runs, "skipped": skipped, "cells": cells, "files": files,
+            "skipped_figures": fig_skipped}

@@ -1,0 +1,252 @@
+"""``isotropy report``: tables and figures from hand-made run directories with known numbers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from isotropy.experiments.report import (
+    collect_runs,
+    expand_inputs,
+    group_cells,
+    table1_rows,
+    table2_rows,
+    table3_rows,
+    write_report,
+)
+
+N_LAYERS, HIDDEN = 3, 8
+
+
+def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str = "none",
+             lam: float = 1.0, zeta: float = 0.2, cos_lam: float = 1.0, beta: float = 1.0,
+             select: bool = True, seed: int = 1, metric: float = 0.5, iso: float = 0.1,
+             spectrum: list[tuple[int, list[float]]] | None = None, finished: bool = True,
+             layer_shift: float = 0.0) -> Path:
+    """A run directory with the files ``isotropy train`` writes, with the given numbers."""
+    name = f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}-seed{seed}"
+    d = root / name
+    d.mkdir(parents=True)
+    config = {"settings": {
+        "isotropy": {"task": task, "model": model, "regularizer": [reg], "tuning": lam,
+                     "zeta": zeta, "istar_layers": "all", "cosreg_tuning": cos_lam,
+                     "entropy_weight": beta, "in_cluster_weight": 0.0,
+                     "select_features": select},
+        "training": {"seed": seed}}}
+    (d / "config.json").write_text(json.dumps(config))
+    acc = "matthews_correlation" if task == "cola" else "accuracy"
+    final = {f"eval_{acc}": metric, "eval_isoscore_star_union": iso, "eval_loss": 0.7}
+    logs: list[dict[str, Any]] = []
+    for step, values in spectrum or []:
+        rec = {"step": step, "loss": 0.5}
+        for i, kind in enumerate(("raw", "centred")):
+            for k in range(3):
+                rec[f"cls_spectrum_{kind}_{k + 1}"] = values[3 * i + k]
+        logs.append(rec)
+    logs.append({"step": 100, "epoch": 1.0, **final})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
+    layers = [{"layer": i,
+               "token": {"isoscore_star": 0.1 * i + layer_shift},
+               "cls": {"twonn": None if i == 0 else 5.0 + i + layer_shift}}
+              for i in range(N_LAYERS + 1)]
+    mean = (np.arange(HIDDEN) * 0.1 + layer_shift).tolist()
+    meas = {"step": 100, "layers": layers,
+            "last": {"layer": N_LAYERS, "token_mean": mean, "token_std": [1.0] * HIDDEN}}
+    (d / "measurements.jsonl").write_text(json.dumps(meas) + "\n")
+    if finished:
+        results = {"task": task, "main_metric": acc, "regularizers": [reg], "final": final,
+                   "best": {**final, f"eval_{acc}": metric + 0.01}}
+        (d / "results.json").write_text(json.dumps(results))
+    return d
+
+
+ISTAR_METRICS = {  # (lambda, zeta) -> per-seed metric
+    (-1.0, 0.2): [0.60, 0.64, 0.65],
+    (-1.0, 0.4): [0.70, 0.72],
+    (1.0, 0.2): [0.55, 0.58, 0.50],
+    (1.0, 0.4): [0.66, 0.71, 0.70],
+}
+BASE = [0.61, 0.63, 0.68]
+COSREG = [0.59, 0.62]
+
+
+@pytest.fixture
+def sweep_root(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    for i, m in enumerate(BASE):
+        make_run(root, seed=i + 1, metric=m, iso=0.3 + 0.01 * i)
+    for i, m in enumerate(COSREG):
+        make_run(root, reg="cosreg", seed=i + 1, metric=m, layer_shift=0.5)
+    for (lam, zeta), ms in ISTAR_METRICS.items():
+        for i, m in enumerate(ms):
+            make_run(root, reg="istar", lam=lam, zeta=zeta, seed=i + 1, metric=m,
+                     iso=0.2 + 0.1 * lam + zeta + 0.01 * i, layer_shift=lam * 0.2)
+    make_run(root, reg="istar", lam=-1.0, zeta=0.2, seed=9, metric=0.1, finished=False)
+    (root / "garbage").mkdir()
+    (root / "garbage" / "config.json").write_text("{not json")
+    (root / "garbage" / "results.json").write_text("{}")
+    return root
+
+
+def test_cells_mean_std_match_numpy(sweep_root: Path) -> None:
+    runs, skipped = collect_runs(expand_inputs([str(sweep_root)]))
+    reasons = dict(skipped)
+    assert len(runs) == len(BASE) + len(COSREG) + sum(map(len, ISTAR_METRICS.values()))
+    assert any("no results.json" in why for why in reasons.values())
+    assert any("unreadable config.json" in why for why in reasons.values())
+    rows = {r["method"]: r for r in table1_rows(group_cells(runs))}
+    assert set(rows) == {"none", "cosreg λ=1", "istar λ=-1 ζ=0.2", "istar λ=-1 ζ=0.4",
+                         "istar λ=1 ζ=0.2", "istar λ=1 ζ=0.4"}
+    assert rows["none"]["mean"] == pytest.approx(np.mean(BASE))
+    assert rows["none"]["std"] == pytest.approx(np.std(BASE, ddof=1))
+    assert rows["none"]["n_seeds"] == 3
+    assert rows["cosreg λ=1"]["std"] == pytest.approx(statistics.stdev(COSREG))
+    # by hand: mean(0.70, 0.72) = 0.71; sample std = |0.70 - 0.72| / sqrt(2)
+    assert rows["istar λ=-1 ζ=0.4"]["mean"] == pytest.approx(0.71)
+    assert rows["istar λ=-1 ζ=0.4"]["std"] == pytest.approx(0.02 / 2 ** 0.5)
+    assert rows["istar λ=-1 ζ=0.4"]["seeds"] == "1 2"
+
+
+def test_table2_best_istar(sweep_root: Path) -> None:
+    runs, _ = collect_runs(expand_inputs([str(sweep_root)]))
+    (row,) = table2_rows(group_cells(runs))
+    means = {k: np.mean(v) for k, v in ISTAR_METRICS.items()}
+    best = max(means, key=means.get)
+    assert (row["lambda"], row["zeta"]) == best == (-1.0, 0.4)
+    assert row["mean"] == pytest.approx(means[best])
+    assert row["n_istar_cells"] == 4
+
+
+def test_best_record_is_used_when_asked(sweep_root: Path) -> None:
+    runs, _ = collect_runs(expand_inputs([str(sweep_root)]), which="best")
+    rows = {r["method"]: r for r in table1_rows(group_cells(runs), which="best")}
+    assert rows["none"]["mean"] == pytest.approx(np.mean(BASE) + 0.01)
+
+
+def test_table3_last_30_percent(tmp_path: Path) -> None:
+    # steps 10..100: the last 30% are steps >= 70 (70, 80, 90, 100)
+    spec1 = [(s, [s / 100, 0.2, 0.1, 0.5, 0.3, 0.2]) for s in range(10, 101, 10)]
+    spec2 = [(s, [s / 200, 0.1, 0.1, 0.4, 0.3, 0.2]) for s in range(10, 101, 10)]
+    make_run(tmp_path, reg="entropy", seed=1, spectrum=spec1)
+    make_run(tmp_path, reg="entropy", seed=2, spectrum=spec2)
+    make_run(tmp_path, reg="entropy", select=False, seed=1)  # logged no spectrum
+    runs, _ = collect_runs(expand_inputs([str(tmp_path)]))
+    (row,) = table3_rows(group_cells(runs))
+    assert row["method"] == "entropy β=1" and row["n_seeds"] == 2
+    s1 = (0.7 + 0.8 + 0.9 + 1.0) / 4
+    s2 = s1 / 2
+    assert row["raw_1_mean"] == pytest.approx((s1 + s2) / 2)
+    assert row["raw_1_std"] == pytest.approx(abs(s1 - s2) / 2 ** 0.5)
+    assert row["raw_2_mean"] == pytest.approx(0.15)
+    assert row["centred_1_mean"] == pytest.approx(0.45)
+    assert row["centred_3_std"] == pytest.approx(0.0)
+
+
+def test_write_report_tables(sweep_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = write_report([str(sweep_root)], out, figures=False)
+    md = (out / "report.md").read_text()
+    assert "Table 1" in md and "garbage" in md and "no results.json" in md
+    assert f"{np.mean(BASE):.4f} ± {np.std(BASE, ddof=1):.4f} (n=3)" in md
+    with open(out / "table1.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(res["cells"]) == 6
+    none = next(r for r in rows if r["method"] == "none")
+    assert float(none["mean"]) == pytest.approx(np.mean(BASE))
+    with open(out / "table2.csv") as f:
+        (t2,) = list(csv.DictReader(f))
+    assert float(t2["lambda"]) == -1.0 and float(t2["zeta"]) == 0.4
+    single = make_run(tmp_path / "one", seed=5, metric=0.5)
+    write_report([str(single)], tmp_path / "out1", figures=False)
+    with open(tmp_path / "out1" / "table1.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["std"] == "" and row["n_seeds"] == "1"
+
+
+def test_duplicate_and_other_format(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", seed=1)
+    b = make_run(tmp_path / "b", seed=1)
+    c = make_run(tmp_path / "c", seed=2)
+    results = json.loads((c / "results.json").read_text())
+    del results["main_metric"]
+    (c / "results.json").write_text(json.dumps(results))
+    runs, skipped = collect_runs([a, b, c])
+    assert [r.path for r in runs] == [a]
+    reasons = dict(skipped)
+    assert "duplicate" in reasons[str(b)]
+    assert "another format" in reasons[str(c)] and "main_metric" in reasons[str(c)]
+
+
+def test_no_usable_run_and_empty_glob(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", finished=False)
+    with pytest.raises(ValueError, match="no usable run"):
+        write_report([str(tmp_path / "r")], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(FileNotFoundError, match="matches no directory"):
+        expand_inputs([str(tmp_path / "nothing-*")])
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="matches no directory"):
+        expand_inputs([str(tmp_path / "notes*")])
+    assert expand_inputs([str(tmp_path / "*")]) == [run]  # r/ is a root; notes.txt ignored
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+FIG_PIXELS = (800, 500)
+
+
+def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
+    for seed in (1, 2):
+        spec = [(s, [0.9 - s / 1000, 0.05, 0.02, 0.3, 0.2, 0.1 + seed / 100])
+                for s in range(10, 101, 10)]
+        make_run(sweep_root, reg="entropy", seed=seed, spectrum=spec, metric=0.6)
+        make_run(sweep_root, reg="entropy", select=False, seed=seed, spectrum=spec)
+        make_run(sweep_root, reg="none", task="cola", seed=seed, spectrum=spec)
+    out = tmp_path / "out"
+    res = write_report([str(sweep_root)], out)
+    stems = {f.stem for f in res["files"] if f.parent.name == "figures"}
+    expected = {f"{n}_rte_minilm" for n in ("fig3", "fig4", "fig5", "fig6", "fig7", "pe_fig1")}
+    assert expected <= stems
+    assert "pe_fig1_cola_minilm" in stems and "fig3_cola_minilm" not in stems
+    for stem in stems:
+        png, svg = out / "figures" / f"{stem}.png", out / "figures" / f"{stem}.svg"
+        assert png_size(png) == FIG_PIXELS
+        assert svg.stat().st_size > 0 and b"<svg" in svg.read_bytes()[:2000]
+    skipped = dict(res["skipped_figures"])
+    assert any(k.startswith("fig3_cola_minilm") for k in skipped)
+    md = (out / "report.md").read_text()
+    assert "![fig3_rte_minilm](figures/fig3_rte_minilm.png)" in md
+    assert "fig7_cola_minilm" in md and "at least two ζ" in md
+
+
+def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from isotropy.cli.main import main
+
+    out = tmp_path / "cli-out"
+    assert main(["report", str(sweep_root / "rte-*"), "--output-dir", str(out),
+                 "--no-figures"]) == 0
+    assert (out / "report.md").is_file() and (out / "table1.csv").is_file()
+    assert not (out / "figures").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(tmp_path / "nothing-*"), "--output-dir", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("isotropy report: error:") and "matches no directory" in err
+    assert "\n" not in err
+    unfinished = make_run(tmp_path / "u", finished=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(unfinished), "--output-dir", str(tmp_path / "o2")])
+    assert exc.value.code == 2
+    assert "no usable run" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
