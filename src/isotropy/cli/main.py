@@ -288,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", add_help=False,
                    help="a grid of `isotropy train` runs, resumable, local or on Ray "
                         "(`isotropy sweep --help`)")
+    sub.add_parser("analyze", add_help=False,
+                   help="post-hoc measurements of a checkpoint (run directory, model "
+                        "directory or hub id; encoders and decoders) on a task split "
+                        "(`isotropy analyze --help`)")
     return parser
 
 
@@ -554,6 +558,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isotropy.cli.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
+    if argv[:1] == ["analyze"]:
+        from isotropy.cli.analyze import main as analyze_main
+
+        return analyze_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
