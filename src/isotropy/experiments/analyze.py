@@ -77,15 +77,20 @@ Text = str | tuple[str, str]
 def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
     """Where the model is and what a run directory recorded about it.
 
-    Returns ``kind`` (``run``, ``path`` or ``hub``), ``model`` (what ``from_pretrained``
+    ``minilm`` is the offline MiniLM-L6-H384. Returns ``kind`` (``run``, ``path`` or
+    ``hub``), ``model`` (what ``from_pretrained``
     loads) and, for a run, ``task``, ``data_dir``, ``data_source`` and ``max_length`` from its
     ``config.json``. A directory is a run directory when it has a ``model/`` subfolder or a
     ``config.json`` with ``settings`` (written by ``isotropy train``). ``FileNotFoundError``
     for a missing path, a run directory without ``model/`` and a directory that is neither.
     """
-    from isotropy.models.loading import check_model_path, looks_like_path
+    from isotropy.models.loading import MINILM_ALIAS, check_model_path, looks_like_path
 
     text = os.fspath(model_or_run)
+    if text.lower() == MINILM_ALIAS:
+        from isotropy.models.loading import default_model_path
+
+        return {"kind": "path", "model": default_model_path()}
     if not looks_like_path(text):
         return {"kind": "hub", "model": text}
     path = Path(text).expanduser()
