@@ -291,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", add_help=False,
                    help="the papers' tables and figures from run directories "
                         "(`isotropy report --help`)")
+    sub.add_parser("analyze", add_help=False,
+                   help="post-hoc measurements of a checkpoint (run directory, model "
+                        "directory or hub id; encoders and decoders) on a task split "
+                        "(`isotropy analyze --help`)")
     return parser
 
 
@@ -561,6 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isotropy.cli.report import main as report_main
 
         return report_main(argv[1:])
+    if argv[:1] == ["analyze"]:
+        from isotropy.cli.analyze import main as analyze_main
+
+        return analyze_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

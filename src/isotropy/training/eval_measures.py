@@ -8,7 +8,9 @@ r"""Representation measurements of an evaluation set, streamed batch by batch.
   ones in evaluation order, the same positions in every layer), streamed into covariance
   statistics and a sum of unit rows (:class:`~isotropy.measures.cloud.TokenCloudStats`); the
   ``union`` cloud is the union of the transformer layers ``1..L`` (as in I-STAR).
-* ``cls``: the first non-padding token ([CLS]) of every example, all examples, kept in float32.
+* ``cls``: one pooled row per example, all examples, kept in float32: by default (``pooling=
+  "cls"``) its first non-padding token ([CLS]); ``"last"`` its last non-padding token and
+  ``"mean"`` the mean of its non-padding tokens (decoder-only models, :func:`pooled_rows`).
 
 Per layer and cloud: IsoScore :math:`\iota(\Sigma_X)`, IsoScore*
 :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the given :math:`\Sigma_S` (``zeta = 0``
@@ -65,10 +67,13 @@ __all__ = [
     "EvalMeasures",
     "cls_spectrum_logs",
     "first_token_rows",
+    "POOLINGS",
+    "pooled_rows",
     "scalar_metrics",
 ]
 
 DEFAULT_TOP_K = 10
+POOLINGS = ("cls", "last", "mean")
 NONFINITE = "the hidden states contain NaN or infinity"
 NO_SHRINKAGE = "no Sigma_S given (zeta > 0 needs one)"
 OVERFLOW = "the hidden states are too large for float64 statistics"
@@ -96,6 +101,26 @@ def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) 
     mask = _mask(hidden, attention_mask)
     first = mask.int().argmax(dim=1)
     return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
+
+
+def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                pooling: str = "cls") -> torch.Tensor:
+    r"""``(batch, dim)``: one row per example, detached. ``cls``: the first non-padding token
+    (:func:`first_token_rows`); ``last``: the last non-padding token (the right-most position
+    whose mask is 1, so left and right padding give the same row); ``mean``:
+    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions (a row without any is
+    0)."""
+    if pooling == "cls":
+        return first_token_rows(hidden, attention_mask)
+    mask = _mask(hidden, attention_mask)
+    h = hidden.detach()
+    if pooling == "last":
+        last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
+        return h[torch.arange(h.shape[0], device=h.device), last]
+    if pooling == "mean":
+        m = mask.to(h.dtype).unsqueeze(-1)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
 def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
@@ -140,6 +165,8 @@ class EvalMeasures:
             duplicates that even out the last batches and are dropped (``None``: keep all).
         sync: combine the ranks of ``torch.distributed`` (module doc); ``None``: whenever it
             is initialised with several ranks.
+        pooling: the row of each example in the ``cls`` cloud: ``cls`` (first non-padding
+            token), ``last`` or ``mean`` (:func:`pooled_rows`).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> m = EvalMeasures(max_tokens=100)
@@ -152,7 +179,8 @@ class EvalMeasures:
 
     def __init__(self, *, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
                  zeta: float = 0.0, shrinkage: ArrayLike | None = None,
-                 dataset_size: int | None = None, sync: bool | None = None) -> None:
+                 dataset_size: int | None = None, sync: bool | None = None,
+                 pooling: str = "cls") -> None:
         for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -160,6 +188,9 @@ class EvalMeasures:
                                          or not isinstance(dataset_size, int)
                                          or dataset_size < 0):
             raise ValueError(f"dataset_size must be a non-negative integer, got {dataset_size!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.pooling = pooling
         self.max_tokens = max_tokens
         self.top_k = top_k
         self.zeta = check_zeta(zeta)
@@ -254,7 +285,7 @@ class EvalMeasures:
         for i, h in enumerate(hs):
             if self._bad[i] or keep == 0:
                 continue
-            cls = first_token_rows(h, mask).float()
+            cls = pooled_rows(h, mask, self.pooling).float()
             rows = h.detach()[mask][:n_rows]
             if not (bool(torch.isfinite(cls).all()) and bool(torch.isfinite(rows).all())):
                 self._bad[i] = 1
@@ -423,11 +454,15 @@ class EvalMeasures:
             "max_tokens": self.max_tokens,
             "top_k": self.top_k,
             "zeta": self.zeta,
+            "pooling": self.pooling,
             "clouds": {
                 "layer_0": "embedding output",
                 "token": "non-padding tokens, the first max_tokens of each layer",
                 "union": f"token clouds of the transformer layers 1..{n_layers}",
-                "cls": "first non-padding token of every example",
+                "cls": {"cls": "first non-padding token of every example",
+                        "last": "last non-padding token of every example",
+                        "mean": "mean of the non-padding tokens of every example",
+                        }[self.pooling],
                 "token_mean_std": f"token cloud of layer {n_layers} (ddof=1)",
             },
             "layers": layers,
