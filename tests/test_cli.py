@@ -194,6 +194,9 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
         assert (row["isoscore_star_last"] is not None) == (row["method"].startswith("istar")
                                                            or "eval_isoscore_star_last"
                                                            in results["final"])
+    report = (out / "finetune" / "report" / "report.md").read_text()
+    assert all(m in report for m in ("none", "istar", "cosreg", "entropy"))
+    assert list((out / "finetune" / "report" / "figures").glob("*.png"))
     md = (out / "finetune" / "comparison.md").read_text()
     assert md.count("\n| ") == 5  # header and four methods
     # a second demo reuses the finished runs instead of training again

@@ -541,7 +541,15 @@ def _finetune(args: argparse.Namespace, out: Path) -> dict[str, Path]:
                      "metric is the majority-class baseline, not learning.")
     print()
     print(format_comparison_table(result))
-    return write_comparison(result, out, notes)
+    paths = write_comparison(result, out, notes)
+    from isotropy.experiments.report import write_report
+
+    report = write_report([r["run_dir"] for r in result.rows], out / "report")
+    paths["report"] = Path(out / "report" / "report.md")
+    print(f"\nreport of the four runs (tables and figures): {paths['report']}")
+    for name, why in report["skipped_figures"]:
+        print(f"  not drawn: {name}: {why}")
+    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
