@@ -27,7 +27,7 @@ commands:
              score, anisotropy spectrum, TwoNN and H0 persistent entropy of an encoder's token
              and [CLS] clouds: writes measure.json and measure.csv
   demo       both of the above with their defaults, then a fine-tuning comparison of the
-             regularizers on an SST-2 subset (about 10 minutes on 2 CPU cores)
+             regularizers on an SST-2 subset (four short fine-tuning runs)
 """
 
 _EPILOG = """\
