@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -433,13 +434,23 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
     (point,) = expand(spec)
     engine = make_engine("local", workers=1)
 
-    def interrupt_soon(line: str) -> None:
-        if " start " in line:  # Ctrl-C while the point runs (or is about to start)
-            threading.Timer(1.0, signal.pthread_kill,
-                            (threading.main_thread().ident, signal.SIGINT)).start()
+    def ctrl_c_once_the_worker_runs() -> None:
+        deadline = time.monotonic() + 60
+        while not engine._procs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, [point], engine, echo=interrupt_soon)
+    def interrupt_soon(line: str) -> None:
+        if " start " in line:  # Ctrl-C while the point's worker process runs
+            threading.Thread(target=ctrl_c_once_the_worker_runs, daemon=True).start()
+
+    # Ctrl-C raises KeyboardInterrupt whatever handler an earlier test or library left.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, [point], engine, echo=interrupt_soon)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert engine._procs == {}  # no worker process left running
     record = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"][0]
     assert record["state"] == "interrupted"

@@ -269,33 +269,43 @@ class LocalEngine:
         queue = deque(points)
         self._stop.clear()
 
+        n_slots = min(self.workers, len(points))
+        # Completion is signalled with events rather than Thread.join: a join interrupted by
+        # Ctrl-C can return at once afterwards while the thread still runs, and the points'
+        # final states would then be written after the interrupt was raised.
+        done = [threading.Event() for _ in range(n_slots)]
+
         def slot(i: int) -> None:
-            while not self._stop.is_set():
-                with self._lock:
-                    if not queue:
-                        return
-                    point = queue.popleft()
-                where = f"worker {i + 1}" + (f", GPU {self.gpus[i]}" if self.gpus else "")
-                started(point, where)
-                try:
-                    outcome = self._run_one(i, point, root)
-                except Exception as err:  # could not start the process, write the files...
-                    outcome = Outcome(ok=False, error=one_line(f"{type(err).__name__}: {err}"))
-                finished(point, outcome)
+            try:
+                while not self._stop.is_set():
+                    with self._lock:
+                        if not queue:
+                            return
+                        point = queue.popleft()
+                    where = f"worker {i + 1}" + (f", GPU {self.gpus[i]}" if self.gpus else "")
+                    started(point, where)
+                    try:
+                        outcome = self._run_one(i, point, root)
+                    except Exception as err:  # could not start the process, write files...
+                        outcome = Outcome(ok=False,
+                                          error=one_line(f"{type(err).__name__}: {err}"))
+                    finished(point, outcome)
+            finally:
+                done[i].set()
 
         threads = [threading.Thread(target=slot, args=(i,), daemon=True,
                                     name=f"sweep-worker-{i + 1}")
-                   for i in range(min(self.workers, len(points)))]
+                   for i in range(n_slots)]
         for t in threads:
             t.start()
         try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.2)
+            while not all(e.is_set() for e in done):
+                for e in done:
+                    e.wait(timeout=0.2)
         except BaseException:  # Ctrl-C, a test's timeout...: stop the worker processes
             self.stop()
-            for t in threads:
-                t.join(timeout=60)
+            for e in done:
+                e.wait(timeout=60)
             raise
 
     def stop(self, grace: float = 20.0) -> None:
