@@ -13,7 +13,8 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+
+from isotropy.cli._common import OneLineParser, one_line, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -33,25 +34,10 @@ exit status: 0 done, 1 failed while computing, 2 bad input (nothing was computed
 """
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """Errors are one line, ``isotropy analyze: error: ...``, exit status 2."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"isotropy analyze: error: {_one_line(message)}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+    error_prefix = "isotropy analyze"
 
 
 def _zeta(text: str) -> float:
@@ -93,24 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "$GLUE_DIR, else ../shared/glue_data next to the repository)")
     p.add_argument("--data-source", choices=["local", "hub"], default=None,
                    help="where the task's data comes from (default: the run's, else local)")
-    p.add_argument("--max-texts", type=_positive_int, default=a.DEFAULT_MAX_TEXTS, metavar="N",
+    p.add_argument("--max-texts", type=positive_int, default=a.DEFAULT_MAX_TEXTS, metavar="N",
                    help="measure the first N texts of the split (default: %(default)s)")
-    p.add_argument("--batch-size", type=_positive_int, default=a.DEFAULT_BATCH_SIZE,
+    p.add_argument("--batch-size", type=positive_int, default=a.DEFAULT_BATCH_SIZE,
                    metavar="N", help="texts per forward pass (default: %(default)s)")
-    p.add_argument("--max-length", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-length", type=positive_int, default=None, metavar="N",
                    help="truncate texts to N tokens (default: the run's max_seq_length, "
                         f"else {a.DEFAULT_MAX_LENGTH})")
     p.add_argument("--zeta", type=_zeta, default=a.DEFAULT_ZETA,
                    help="IsoScore* shrinkage weight; 0 = plain IsoScore, no Sigma_S "
                         "(default: %(default)s)")
-    p.add_argument("--shrinkage-tokens", type=_positive_int,
+    p.add_argument("--shrinkage-tokens", type=positive_int,
                    default=a.DEFAULT_SHRINKAGE_TOKENS, metavar="N",
                    help="rows of the training split's union of layers 1..L whose covariance "
                         "is Sigma_S (default: %(default)s, as in the I-STAR paper)")
-    p.add_argument("--max-tokens", type=_positive_int, default=a.DEFAULT_MAX_TOKENS,
+    p.add_argument("--max-tokens", type=positive_int, default=a.DEFAULT_MAX_TOKENS,
                    metavar="N", help="token rows measured per layer, the first ones "
                                      "(default: %(default)s)")
-    p.add_argument("--top-k", type=_positive_int, default=a.DEFAULT_TOP_K, metavar="K",
+    p.add_argument("--top-k", type=positive_int, default=a.DEFAULT_TOP_K, metavar="K",
                    help="components of the last layer's spectrum (default: %(default)s)")
     p.add_argument("--pooling", choices=["cls", "last", "mean"], default=None,
                    help="row of each text (default: cls for encoders, last for decoders)")
@@ -171,7 +157,7 @@ def _main(argv: Sequence[str] | None) -> int:
         for path in a.write_analyze(result, args.output_dir).values():
             print(f"  wrote {path}")
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"isotropy analyze: error: {_one_line(err)}", file=sys.stderr)
+        print(f"isotropy analyze: error: {one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("isotropy analyze: interrupted", file=sys.stderr)

@@ -12,7 +12,9 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
+
+from isotropy.cli._common import OneLineParser, one_line, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -47,18 +49,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keep the descriptions' paragraphs (each is wrapped by :func:`_wrap`)."""
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
+class _Parser(OneLineParser):
+    """Errors are one line, ``isotropy: error: ...``, exit status 2."""
 
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, ``isotropy: error: ...``, exit status 2.
-
-    Subcommand parsers are of the same class (``add_subparsers`` uses ``type(self)``).
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"isotropy: error: {_one_line(message)}\n")
+    error_prefix = "isotropy"
 
 
 def _wrap(*paragraphs: str) -> str:
@@ -66,16 +60,6 @@ def _wrap(*paragraphs: str) -> str:
 
 
 # --------------------------------------------------------------------------- argument types
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
 
 
 def _int_list(text: str) -> list[int]:
@@ -133,7 +117,7 @@ def _add_stability_options(p: argparse.ArgumentParser) -> None:
         DEFAULT_ZETAS,
     )
 
-    p.add_argument("--dim", type=_positive_int, default=DEFAULT_DIM, metavar="D",
+    p.add_argument("--dim", type=positive_int, default=DEFAULT_DIM, metavar="D",
                    help="dimension of the Gaussian, covariance diag(10, 6, 4, 4, 1, ..., 1); "
                         "at least 4 (default: %(default)s)")
     p.add_argument("--sizes", type=_int_list, nargs="+", metavar="N",
@@ -142,10 +126,10 @@ def _add_stability_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zetas", type=_zeta_list, nargs="+", metavar="ZETA",
                    help="shrinkage weights in [0, 1]; 0 is plain IsoScore (default: "
                         + ", ".join(f"{z:g}" for z in DEFAULT_ZETAS) + ")")
-    p.add_argument("--shrinkage-points", type=_positive_int, default=DEFAULT_SHRINKAGE_POINTS,
+    p.add_argument("--shrinkage-points", type=positive_int, default=DEFAULT_SHRINKAGE_POINTS,
                    metavar="N", help="points in the sample S whose covariance is Sigma_S, drawn "
                                      "disjointly from the sub-samples (default: %(default)s)")
-    p.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS, metavar="R",
+    p.add_argument("--repeats", type=positive_int, default=DEFAULT_REPEATS, metavar="R",
                    help="sub-samples per size; mean and std over them (default: %(default)s)")
 
 
@@ -174,17 +158,17 @@ def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> N
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
                    help="GLUE directory in the classic glue_data/ layout (default: $GLUE_DIR, "
                         "else ../shared/glue_data next to the repository)")
-    p.add_argument("--max-texts", type=_positive_int, default=DEFAULT_MAX_TEXTS, metavar="N",
+    p.add_argument("--max-texts", type=positive_int, default=DEFAULT_MAX_TEXTS, metavar="N",
                    help="use the first N texts (default: %(default)s)")
-    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
                    help="texts per forward pass (default: %(default)s)")
-    p.add_argument("--max-length", type=_positive_int, default=DEFAULT_MAX_LENGTH, metavar="N",
+    p.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH, metavar="N",
                    help="truncate texts to N tokens (default: %(default)s)")
-    p.add_argument("--max-tokens", type=_positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
+    p.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help="cap of the seeded uniform token sample used by TwoNN and the partition "
                         "score; IsoScore, participation ratio, cosine and spectra use all "
                         "tokens (default: %(default)s)")
-    p.add_argument("--top-k", type=_positive_int, default=DEFAULT_TOP_K, metavar="K",
+    p.add_argument("--top-k", type=positive_int, default=DEFAULT_TOP_K, metavar="K",
                    help="anisotropy-spectrum components to report, raw and centred "
                         "(default: %(default)s)")
     p.add_argument("--device", default="auto",
@@ -270,9 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--finetune-task", type=_task, default="sst2", metavar="NAME",
                    help="task of the fine-tuning comparison (default: %(default)s)")
-    p.add_argument("--finetune-train-samples", type=_positive_int, default=1000, metavar="N",
+    p.add_argument("--finetune-train-samples", type=positive_int, default=1000, metavar="N",
                    help="seeded subset of the training split (default: %(default)s)")
-    p.add_argument("--finetune-eval-samples", type=_positive_int, default=500, metavar="N",
+    p.add_argument("--finetune-eval-samples", type=positive_int, default=500, metavar="N",
                    help="seeded subset of the dev split (default: %(default)s)")
     p.add_argument("--finetune-epochs", type=float, default=2.0, metavar="E",
                    help="epochs of each fine-tuning run (default: %(default)s)")
@@ -516,7 +500,7 @@ def _finetune_problem(args: argparse.Namespace) -> str | None:
         for split in ("train", "dev"):
             require_split(args.finetune_task, split, args.data_dir)
     except (FileNotFoundError, ValueError) as err:
-        return _one_line(err)
+        return one_line(err)
     return None
 
 
@@ -582,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args, args.subparser))
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"isotropy: error: {_one_line(err)}", file=sys.stderr)
+        print(f"isotropy: error: {one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"isotropy {args.command}: interrupted", file=sys.stderr)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+
+from isotropy.cli._common import OneLineParser, one_line
 
 __all__ = ["build_parser", "main"]
 
@@ -33,15 +34,10 @@ exit status: 0 report written, 1 a failure while writing, 2 bad input (nothing w
 """
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """Errors are one line, ``isotropy report: error: ...``, exit status 2."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"isotropy report: error: {_one_line(message)}\n")
+    error_prefix = "isotropy report"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = write_report([str(p) for p in paths], out, which=args.metric_from,
                            figures=not args.no_figures)
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"isotropy report: error: {_one_line(err)}", file=sys.stderr)
+        print(f"isotropy report: error: {one_line(err)}", file=sys.stderr)
         return 1
     print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, {len(res['skipped'])} "
           f"skipped; {len(res['files'])} files written to {out}")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
+
+from isotropy.cli._common import OneLineParser, one_line, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -36,25 +38,10 @@ exit status: 0 every point done (or --dry-run / --show-spec), 1 a point failed,
 """
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """Errors are one line, ``isotropy sweep: error: ...``, exit status 2."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"isotropy sweep: error: {_one_line(message)}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+    error_prefix = "isotropy sweep"
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -90,15 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "cell-major: every seed of a cell before the next cell")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="local worker processes (default) or Ray tasks")
-    p.add_argument("--workers", type=_positive_int, metavar="N",
+    p.add_argument("--workers", type=positive_int, metavar="N",
                    help="points run at once (local default: the number of GPUs, else 1; each "
                         "local worker gets one GPU or cpus/N threads)")
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: "
                         "start a local instance")
-    p.add_argument("--ray-num-cpus", type=_positive_int, metavar="N",
+    p.add_argument("--ray-num-cpus", type=positive_int, metavar="N",
                    help="CPUs of the local Ray instance (default: this machine's)")
-    p.add_argument("--cpus-per-trial", type=_positive_int, metavar="N",
+    p.add_argument("--cpus-per-trial", type=positive_int, metavar="N",
                    help="CPUs (threads) per Ray trial (default: the cluster's CPUs / --workers)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the failed points again (resumed from their last checkpoint)")
@@ -199,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
     except ValueError as err:  # another sweep holds the lock, Ray could not start...
-        print(f"isotropy sweep: error: {_one_line(err)}", file=sys.stderr)
+        print(f"isotropy sweep: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("isotropy sweep: interrupted; run the same command to resume", file=sys.stderr)

@@ -1,0 +1,43 @@
+"""What every ``isotropy`` subcommand's command line shares: one-line errors, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+__all__ = ["OneLineParser", "one_line", "positive_int"]
+
+
+def one_line(message: object) -> str:
+    """``message`` with its whitespace (newlines included) collapsed to single spaces.
+
+    >>> one_line("CUDA out of memory.\\n  Tried to allocate")
+    'CUDA out of memory. Tried to allocate'
+    """
+    return " ".join(str(message).split())
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``<error_prefix>: error: ...``, exit
+    status 2. Subcommand parsers are of the same class (``add_subparsers`` uses
+    ``type(self)``), so they share the prefix."""
+
+    error_prefix = "isotropy"
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.error_prefix}: error: {one_line(message)}\n")
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 1.
+
+    >>> positive_int("3")
+    3
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
