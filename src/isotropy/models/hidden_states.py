@@ -17,6 +17,7 @@ __all__ = [
     "get_hidden_states",
     "select_layers",
     "token_cloud",
+    "token_mask",
     "layer_token_clouds",
     "pool",
 ]
@@ -68,7 +69,13 @@ def select_layers(
     return [hidden_states[j] for j in _layer_indices(len(hidden_states), layers)]
 
 
-def _check_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def token_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The ``(batch, seq)`` boolean mask of real tokens of hidden states ``h`` (all ``True``
+    without an ``attention_mask``); wrong shapes raise ``ValueError``.
+
+    >>> token_mask(torch.zeros(2, 3, 4), torch.tensor([[1, 1, 0], [1, 0, 0]])).sum().item()
+    3
+    """
     if h.ndim != 3:
         raise ValueError(f"hidden states must have shape (batch, seq, dim), got {tuple(h.shape)}")
     if attention_mask is None:
@@ -94,7 +101,7 @@ def layer_token_clouds(
     """Per chosen layer, the non-padding token states as a ``(n_tokens, dim)`` cloud."""
     clouds = []
     for h in select_layers(hidden_states, layers):
-        m = _check_mask(h, attention_mask)
+        m = token_mask(h, attention_mask)
         cloud = h[m]
         _check_finite(cloud, "hidden states")
         clouds.append(cloud)
@@ -118,7 +125,7 @@ def pool(
     hidden: torch.Tensor, attention_mask: torch.Tensor | None = None, pooling: Pooling = "cls"
 ) -> torch.Tensor:
     """Sentence embeddings ``(batch, dim)``: the first ([CLS]) token or the non-padding mean."""
-    m = _check_mask(hidden, attention_mask)
+    m = token_mask(hidden, attention_mask)
     if pooling == "cls":
         out = hidden[:, 0]
     elif pooling == "mean":

@@ -61,6 +61,7 @@ from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
 from isotropy.measures.spectrum import anisotropy_spectrum
+from isotropy.models.hidden_states import token_mask
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -82,23 +83,10 @@ OTHER_RANK = "the measurements stopped on another process"
 _BAD = (None, NONFINITE, OVERFLOW)
 
 
-def _mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    if h.ndim != 3:
-        raise ValueError(f"hidden states must have shape (batch, seq, dim), got {tuple(h.shape)}")
-    if attention_mask is None:
-        return torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
-    if tuple(attention_mask.shape) != tuple(h.shape[:2]):
-        raise ValueError(
-            f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden states "
-            f"{tuple(h.shape[:2])}"
-        )
-    return attention_mask.to(h.device).bool()
-
-
 def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
     tokenizer pads on the left), detached."""
-    mask = _mask(hidden, attention_mask)
+    mask = token_mask(hidden, attention_mask)
     first = mask.int().argmax(dim=1)
     return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
 
@@ -112,7 +100,7 @@ def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
     0)."""
     if pooling == "cls":
         return first_token_rows(hidden, attention_mask)
-    mask = _mask(hidden, attention_mask)
+    mask = token_mask(hidden, attention_mask)
     h = hidden.detach()
     if pooling == "last":
         last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
@@ -219,7 +207,7 @@ class EvalMeasures:
                attention_mask: torch.Tensor | None) -> torch.Tensor:
         if not hs:
             raise ValueError("hidden_states is empty")
-        mask = _mask(hs[0], attention_mask)
+        mask = token_mask(hs[0], attention_mask)
         shape = tuple(hs[0].shape)
         if any(tuple(h.shape) != shape for h in hs):
             raise ValueError("every hidden state must have the same shape (batch, seq, dim)")
