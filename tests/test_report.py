@@ -29,14 +29,15 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              lam: float = 1.0, zeta: float = 0.2, cos_lam: float = 1.0, beta: float = 1.0,
              select: bool = True, seed: int = 1, metric: float = 0.5, iso: float = 0.1,
              spectrum: list[tuple[int, list[float]]] | None = None, finished: bool = True,
-             layer_shift: float = 0.0) -> Path:
+             layer_shift: float = 0.0, istar_layers: str = "all") -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers."""
-    name = f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}-seed{seed}"
+    name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
+            f"-seed{seed}")
     d = root / name
     d.mkdir(parents=True)
     config = {"settings": {
         "isotropy": {"task": task, "model": model, "regularizer": [reg], "tuning": lam,
-                     "zeta": zeta, "istar_layers": "all", "cosreg_tuning": cos_lam,
+                     "zeta": zeta, "istar_layers": istar_layers, "cosreg_tuning": cos_lam,
                      "entropy_weight": beta, "in_cluster_weight": 0.0,
                      "select_features": select},
         "training": {"seed": seed}}}
@@ -213,10 +214,15 @@ def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
         make_run(sweep_root, reg="entropy", seed=seed, spectrum=spec, metric=0.6)
         make_run(sweep_root, reg="entropy", select=False, seed=seed, spectrum=spec)
         make_run(sweep_root, reg="none", task="cola", seed=seed, spectrum=spec)
+    for layer, ms in ONE_LAYER.items():
+        for i, m in enumerate(ms):
+            make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.2, seed=i + 1, metric=m,
+                     istar_layers=str(layer))
     out = tmp_path / "out"
     res = write_report([str(sweep_root)], out)
     stems = {f.stem for f in res["files"] if f.parent.name == "figures"}
-    expected = {f"{n}_rte_minilm" for n in ("fig3", "fig4", "fig5", "fig6", "fig7", "pe_fig1")}
+    expected = {f"{n}_rte_minilm"
+                for n in ("fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "pe_fig1")}
     assert expected <= stems
     assert "pe_fig1_cola_minilm" in stems and "fig3_cola_minilm" not in stems
     for stem in stems:
@@ -228,6 +234,58 @@ def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
     md = (out / "report.md").read_text()
     assert "![fig3_rte_minilm](figures/fig3_rte_minilm.png)" in md
     assert "fig7_cola_minilm" in md and "at least two ζ" in md
+
+
+ONE_LAYER = {3: [0.70, 0.74], 1: [0.52], 2: [0.66, 0.60, 0.62]}  # layer -> per-seed metric
+
+
+def test_fig8_numbers_and_table2_ignore_one_layer_runs(sweep_root: Path) -> None:
+    from isotropy.experiments.figures import fig8_data
+
+    for layer, ms in ONE_LAYER.items():
+        for i, m in enumerate(ms):
+            make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.2, seed=i + 1, metric=m,
+                     istar_layers=str(layer))
+    runs, _ = collect_runs(expand_inputs([str(sweep_root)]))
+    cells = group_cells(runs)
+    (d,) = fig8_data(cells)
+    assert (d["lambda"], d["zeta"]) == (-1.0, 0.2)
+    # by hand: layer 1 one seed (std shown as 0); layer 2 mean 1.88 / 3, sample std
+    # sqrt((0.0333² + 0.0267² + 0.0067²) / 2) = 0.0305505;
+    # layer 3 mean 0.72, sample std 0.04 / sqrt(2)
+    assert [t[0] for t in d["layers"]] == [1, 2, 3]
+    assert d["layers"][0][1:] == pytest.approx((0.52, 0.0, 1))
+    assert d["layers"][1][1:] == pytest.approx((1.88 / 3, 0.0305505, 3), abs=1e-6)
+    assert d["layers"][2][1:] == pytest.approx((0.72, 0.04 / 2 ** 0.5, 2))
+    glob = ISTAR_METRICS[(-1.0, 0.2)]
+    assert d["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 3))
+    assert d["base"] == pytest.approx((statistics.mean(BASE), statistics.stdev(BASE), 3))
+    # Table 2 is over the global penalty only: layer 3's 0.72 beats every global cell's mean
+    # but (-1, 0.4) at 0.71 stays the best; Table 1 lists the one-layer cells with their layer
+    (row,) = table2_rows(cells)
+    assert (row["lambda"], row["zeta"], row["n_istar_cells"]) == (-1.0, 0.4, 4)
+    labels = {r["method"] for r in table1_rows(cells)}
+    assert {"istar λ=-1 ζ=0.2 layers 1", "istar λ=-1 ζ=0.2 layers 3"} <= labels
+
+
+def test_method_colours_do_not_depend_on_order(tmp_path: Path) -> None:
+    from isotropy.experiments.figures import OKABE_ITO, _pe_fig1, method_colour
+
+    spec = [(s, [0.9, 0.05, 0.02, 0.3, 0.2, 0.1]) for s in range(10, 101, 10)]
+    make_run(tmp_path / "a", reg="entropy", select=False, spectrum=spec)
+    make_run(tmp_path / "b", reg="none", spectrum=spec)
+    make_run(tmp_path / "b", reg="entropy", select=False, spectrum=spec)
+    for root, n in ((tmp_path / "a", 1), (tmp_path / "b", 2)):
+        runs, _ = collect_runs(expand_inputs([str(root)]))
+        cells = group_cells(runs)
+        fig = _pe_fig1(("rte", "minilm"), cells, "final")
+        colours = {c.get_label(): c.lines[0].get_color() for c in fig.axes[0].containers}
+        assert len(colours) == 3 * n
+        assert colours["entropy β=1 (all bars), σ1"] == "#E69F00"
+        if n == 2:
+            assert colours["none, σ1"] == "#000000"
+    colours = {method_colour(c.method, i) for i, c in enumerate(cells)}
+    assert colours <= set(OKABE_ITO)
 
 
 def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,10 +12,16 @@ do not hold is skipped with the reason.
 * ``fig5`` / ``fig6``: TwoNN of [CLS] / IsoScore* of the token cloud per layer, from the last
   ``measurements.jsonl`` record (Figs. 5, 6).
 * ``fig7``: main metric vs ζ, one line per λ (Fig. 7).
+* ``fig8``: main metric of I-STAR applied to one layer, against that layer, one line per
+  (λ, ζ), with I-STAR on all layers (same λ, ζ) as a dashed line and a band of ± one std, and
+  the unregularized base as a dotted line (Fig. 8).
 * ``pe_fig1``: top-3 raw and centred anisotropy spectrum of [CLS] over training steps, base vs
   entropy with and without feature selection (persistent-entropy paper, Fig. 1).
 
-For Figs. 4-6 an I-STAR λ is shown at its best ζ (highest mean main metric).
+For Figs. 4-6 an I-STAR λ is shown at its best ζ (highest mean main metric). A method keeps its
+colour in every figure (:func:`method_colour`): base black, CosReg green, entropy with feature
+selection blue and with all bars orange; I-STAR λ values and other methods take the rest of the
+palette in order.
 """
 
 from __future__ import annotations
@@ -26,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from isotropy.experiments.report import Cell, mean_std
+from isotropy.experiments.report import Cell, Method, mean_std
 from isotropy.io import atomic_path
 
-__all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "make_figures"]
+__all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "fig8_data", "make_figures", "method_colour"]
 
 FIGSIZE = (8.0, 5.0)
 DPI = 100
@@ -45,6 +51,29 @@ class _Skip(Exception):
 
 def _colour(i: int) -> str:
     return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+_FIXED_COLOURS = {("none",): "#000000", ("cosreg",): "#009E73"}
+_ENTROPY_COLOURS = {True: "#0072B2", False: "#E69F00"}
+_OTHER_COLOURS = ("#D55E00", "#56B4E9", "#CC79A7", "#E69F00", "#0072B2", "#F0E442")
+
+
+def method_colour(method: Method, index: int = 0) -> str:
+    """The colour of ``method`` in every figure: fixed for base, CosReg and entropy with or
+    without feature selection; otherwise the ``index``-th of the remaining Okabe-Ito colours.
+
+    >>> from isotropy.experiments.report import method_of
+    >>> method_colour(method_of({"regularizer": ["none"]}))
+    '#000000'
+    >>> method_colour(method_of({"regularizer": ["entropy"], "entropy_weight": 1,
+    ...                          "select_features": False}))
+    '#E69F00'
+    """
+    if method.regularizers in _FIXED_COLOURS:
+        return _FIXED_COLOURS[method.regularizers]
+    if method.regularizers == ("entropy",) and not method.get("in_cluster_weight"):
+        return _ENTROPY_COLOURS[bool(method.get("select_features"))]
+    return _OTHER_COLOURS[index % len(_OTHER_COLOURS)]
 
 
 def _new_figure(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
@@ -77,8 +106,11 @@ def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str], list[Cell]]:
     return out
 
 
-def _istar(group: Sequence[Cell]) -> list[Cell]:
-    return [c for c in group if c.method.regularizers == ("istar",)]
+def _istar(group: Sequence[Cell], layers: str = "all") -> list[Cell]:
+    """The I-STAR-only cells of ``group`` that regularize ``layers`` (the global penalty by
+    default)."""
+    return [c for c in group if c.method.regularizers == ("istar",)
+            and c.method.get("istar_layers") == layers]
 
 
 def _best_zeta_per_lambda(group: Sequence[Cell], which: str) -> dict[float, Cell]:
@@ -91,12 +123,16 @@ def _best_zeta_per_lambda(group: Sequence[Cell], which: str) -> dict[float, Cell
     return dict(sorted(best.items()))
 
 
-def _comparison_cells(group: Sequence[Cell], which: str) -> list[tuple[str, Cell]]:
-    """Base, CosReg and each I-STAR λ at its best ζ, with their legend labels."""
-    out = [(c.method.label, c) for c in group if c.method.regularizers in (("none",),
-                                                                           ("cosreg",))]
-    out += [(f"I-STAR λ={lam:g} (ζ={c.method.get('istar_zeta'):g})", c)
-            for lam, c in _best_zeta_per_lambda(group, which).items()]
+def _comparison_cells(group: Sequence[Cell], which: str,
+                      lambdas: Sequence[float] | None = None) -> list[tuple[str, Cell, str]]:
+    """Base, CosReg and each I-STAR λ (all of them, or ``lambdas``) at its best ζ, with their
+    legend labels and colours."""
+    out = [(c.method.label, c, method_colour(c.method)) for c in group
+           if c.method.regularizers in (("none",), ("cosreg",))]
+    best = _best_zeta_per_lambda(group, which)
+    out += [(f"I-STAR λ={lam:g} (ζ={c.method.get('istar_zeta'):g})", c,
+             method_colour(c.method, i)) for i, (lam, c) in enumerate(best.items())
+            if lambdas is None or lam in lambdas]
     return out
 
 
@@ -129,7 +165,7 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
 def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
                get: Callable[[dict[str, Any]], Any], title: str, ylabel: str) -> Any:
     series = []
-    for label, c in _comparison_cells(group, which):
+    for label, c, colour in _comparison_cells(group, which):
         per_layer: dict[int, list[float]] = {}
         for r in c.runs:
             rec = r.last_measurement
@@ -141,16 +177,16 @@ def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
                 if isinstance(v, (int, float)) and np.isfinite(v):
                     per_layer.setdefault(int(layer["layer"]), []).append(float(v))
         if per_layer:
-            series.append((label, sorted(per_layer.items())))
+            series.append((label, colour, sorted(per_layer.items())))
     if not series:
         raise _Skip("no run has this measure in its last measurements.jsonl record")
     fig, axes = _new_figure()
     ax = axes[0, 0]
-    for i, (label, pts) in enumerate(series):
+    for i, (label, colour, pts) in enumerate(series):
         stats = [_ms(v) for _, v in pts]
         ax.errorbar([layer for layer, _ in pts], [s[0] for s in stats],
                     yerr=[s[1] for s in stats], fmt=_MARKERS[i % len(_MARKERS)] + "-",
-                    color=_colour(i), capsize=3, label=label)
+                    color=colour, capsize=3, label=label)
     ax.set(title=f"{title} ({key[0]}, {key[1]})", xlabel="layer (0 = embeddings)",
            ylabel=ylabel)
     ax.legend()
@@ -170,27 +206,22 @@ def _fig6(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
 
 
 def _fig4(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
-    best = _best_zeta_per_lambda(group, which)
-    chosen = [(c.method.label, c) for c in group
-              if c.method.regularizers in (("none",), ("cosreg",))]
-    chosen += [(f"I-STAR λ={lam:g} (ζ={best[lam].method.get('istar_zeta'):g})", best[lam])
-               for lam in (1.0, -1.0) if lam in best]
     panels = []
-    for label, c in chosen:
+    for label, c, colour in _comparison_cells(group, which, lambdas=(1.0, -1.0)):
         means = [np.asarray(m, dtype=float) for r in c.runs
                  if (m := ((r.last_measurement or {}).get("last") or {}).get("token_mean"))]
         if means and len({m.shape for m in means}) == 1:
-            panels.append((label, np.stack(means)))
+            panels.append((label, colour, np.stack(means)))
     if not panels:
         raise _Skip("no base, CosReg or I-STAR λ=±1 run has last.token_mean in "
                     "measurements.jsonl")
     fig, axes = _new_figure(len(panels), 1, sharex=True, sharey=True)
-    for i, (label, m) in enumerate(panels):
+    for i, (label, colour, m) in enumerate(panels):
         ax = axes[i, 0]
         mean = m.mean(axis=0)
         std = m.std(axis=0, ddof=1) if len(m) > 1 else np.zeros_like(mean)
         dims = np.arange(mean.size)
-        ax.bar(dims, mean, width=1.0, color=_colour(i), label=f"{label} (n={len(m)})")
+        ax.bar(dims, mean, width=1.0, color=colour, label=f"{label} (n={len(m)})")
         ax.errorbar(dims, mean, yerr=std, fmt="none", ecolor="#000000", elinewidth=0.5)
         ax.legend(loc="upper right", fontsize=8)
     axes[0, 0].set_title(f"Mean activation per dimension, last layer ({key[0]}, {key[1]})")
@@ -220,6 +251,73 @@ def _fig7(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     return fig
 
 
+def _single_layer(layers: Any) -> int | None:
+    try:
+        return int(str(layers))
+    except ValueError:
+        return None
+
+
+def fig8_data(group: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
+    """Fig. 8's numbers for one task x model: per (λ, ζ) of the one-layer I-STAR cells,
+    ``{"lambda", "zeta", "layers": [(layer, mean, std, n), ...], "global": (mean, std, n) or
+    None, "base": (mean, std, n) or None}`` of the main metric over seeds (std ``0.0`` for one
+    seed). ``global`` is I-STAR on all layers with the same λ and ζ."""
+    def stat(c: Cell | None) -> tuple[float, float, int] | None:
+        vals = c.values(c.main_metric, which) if c is not None else []
+        return (*_ms(vals), len(vals)) if vals else None
+
+    one_layer = [(layer, c) for c in group if c.method.regularizers == ("istar",)
+                 and (layer := _single_layer(c.method.get("istar_layers"))) is not None]
+    base = next((c for c in group if c.method.regularizers == ("none",)), None)
+    out = []
+    def lam_zeta(c: Cell) -> tuple[Any, Any]:
+        return c.method.get("istar_lambda"), c.method.get("istar_zeta")
+
+    for lam, zeta in sorted({lam_zeta(c) for _, c in one_layer}):
+        layers = sorted((layer, stat(c)) for layer, c in one_layer
+                        if lam_zeta(c) == (lam, zeta))
+        glob = next((c for c in _istar(group) if c.method.get("istar_lambda") == lam
+                     and c.method.get("istar_zeta") == zeta), None)
+        out.append({"lambda": lam, "zeta": zeta,
+                    "layers": [(layer, *st) for layer, st in layers if st is not None],
+                    "global": stat(glob), "base": stat(base)})
+    return [d for d in out if d["layers"]]
+
+
+def _fig8(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    data = fig8_data(group, which)
+    if not data:
+        raise _Skip("needs I-STAR runs on a single layer (--istar_layers N)")
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    metric = group[0].main_metric
+    for i, d in enumerate(data):
+        colour = _OTHER_COLOURS[(i + 1) % len(_OTHER_COLOURS)]  # vermillion is the global line
+        tag = f"λ={d['lambda']:g}, ζ={d['zeta']:g}"
+        xs = [t[0] for t in d["layers"]]
+        ax.errorbar(xs, [t[1] for t in d["layers"]], yerr=[t[2] for t in d["layers"]],
+                    fmt=_MARKERS[i % len(_MARKERS)] + "-", color=colour, capsize=3,
+                    label=f"I-STAR on one layer, {tag} (mean ± std over seeds)")
+        if d["global"] is not None:
+            m, s, n = d["global"]
+            glob = _OTHER_COLOURS[0] if len(data) == 1 else colour
+            ax.axhline(m, color=glob, linestyle="--",
+                       label=f"I-STAR on all layers, {tag} (n={n})")
+            ax.axhspan(m - s, m + s, color=glob, alpha=0.12, linewidth=0)
+    base = data[0]["base"]
+    if base is not None:
+        ax.axhline(base[0], color=_FIXED_COLOURS[("none",)], linestyle=":",
+                   label=f"no regularizer (n={base[2]})")
+    layers = sorted({t[0] for d in data for t in d["layers"]})
+    ax.set_xticks(layers)
+    ax.set(title=f"I-STAR on one layer vs on all layers ({key[0]}, {key[1]})",
+           xlabel="regularized layer (hidden-state index, 1 = first transformer layer)",
+           ylabel=f"{metric} ({which} evaluation, fraction)")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     series = []
     for c in group:
@@ -230,20 +328,20 @@ def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
             continue
         steps = sorted(set.intersection(*({r["step"] for r in lg} for lg in logs)))
         if steps:
-            series.append((c.method.label, logs, steps))
+            series.append((c.method.label, method_colour(c.method, len(series)), logs, steps))
     if not series:
         raise _Skip("no base or entropy run logged cls_spectrum_* values in metrics.jsonl")
     fig, axes = _new_figure(1, 2, sharey=True)
     styles = ("-", "--", ":")
     for j, kind in enumerate(("raw", "centred")):
         ax = axes[0, j]
-        for i, (label, logs, steps) in enumerate(series):
+        for label, colour, logs, steps in series:
             for k in range(3):
                 name = f"cls_spectrum_{kind}_{k + 1}"
                 vals = np.array([[next(r[name] for r in lg if r["step"] == s) for s in steps]
                                  for lg in logs])
                 std = vals.std(axis=0, ddof=1) if len(vals) > 1 else np.zeros(len(steps))
-                ax.errorbar(steps, vals.mean(axis=0), yerr=std, color=_colour(i),
+                ax.errorbar(steps, vals.mean(axis=0), yerr=std, color=colour,
                             linestyle=styles[k], errorevery=max(1, len(steps) // 10),
                             capsize=2, label=f"{label}, σ{k + 1}" if j == 0 else None)
         ax.set(title=f"{kind} spectrum", xlabel="training step (optimizer steps)")
@@ -259,6 +357,7 @@ FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
     "fig5": ("I-STAR Fig. 5, TwoNN of [CLS] per layer", _fig5),
     "fig6": ("I-STAR Fig. 6, IsoScore* per layer", _fig6),
     "fig7": ("I-STAR Fig. 7, metric vs ζ", _fig7),
+    "fig8": ("I-STAR Fig. 8, I-STAR on one layer vs all layers", _fig8),
     "pe_fig1": ("persistent-entropy Fig. 1, [CLS] spectrum over training", _pe_fig1),
 }
 

@@ -349,11 +349,11 @@ def table1_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, A
 
 
 def table2_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
-    """Table 2: per task x model, the I-STAR cell (regularizer istar alone) of highest mean
-    main metric (the first in λ, ζ order on a tie)."""
+    """Table 2: per task x model, the global I-STAR cell (regularizer istar alone, on all
+    layers) of highest mean main metric (the first in λ, ζ order on a tie)."""
     groups: dict[tuple[str, str], list[Cell]] = {}
     for c in cells:
-        if c.method.regularizers == ("istar",):
+        if c.method.regularizers == ("istar",) and c.method.get("istar_layers") == "all":
             groups.setdefault((c.task, c.model), []).append(c)
     rows = []
     for (task, model), group in groups.items():
