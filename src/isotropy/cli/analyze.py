@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=positive_int, default=None, metavar="N",
                    help="truncate texts to N tokens (default: the run's max_seq_length, "
                         f"else {a.DEFAULT_MAX_LENGTH})")
+    p.add_argument("--doc-stride", type=positive_int, default=None, metavar="N",
+                   help="SQuAD only: context tokens shared by consecutive windows (default: "
+                        f"the run's, else {a.DEFAULT_DOC_STRIDE}; max length default "
+                        f"{a.DEFAULT_SPAN_MAX_LENGTH})")
     p.add_argument("--zeta", type=_zeta, default=a.DEFAULT_ZETA,
                    help="IsoScore* shrinkage weight; 0 = plain IsoScore, no Sigma_S "
                         "(default: %(default)s)")
@@ -136,7 +140,8 @@ def _main(argv: Sequence[str] | None) -> int:
         inputs = a.prepare_analyze(
             args.checkpoint, task=args.task, split=args.split, data_dir=args.data_dir,
             data_source=args.data_source, max_texts=args.max_texts, max_length=args.max_length,
-            zeta=args.zeta, pooling=args.pooling, device=args.device)
+            zeta=args.zeta, pooling=args.pooling, device=args.device,
+            doc_stride=args.doc_stride)
     except (OSError, ValueError) as err:
         parser.error(str(err))
     try:

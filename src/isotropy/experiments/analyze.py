@@ -23,6 +23,11 @@ train``'s evaluations):
 union (layers ``1..L``) of the task's *training* split's token states, read in order by
 :func:`~isotropy.models.shrinkage.collect_covariance` (``zeta = 0`` needs none).
 
+SQuAD: every (question, context) pair is cut into the windows ``isotropy train`` feeds the
+model (:func:`~isotropy.data.squad.squad_features`: ``max_length`` tokens, consecutive windows
+sharing ``doc_stride`` context tokens, default 384 and 128 or the run's settings); each window
+is a text of the clouds, as in the evaluations of training.
+
 Decoders: a tokenizer without a padding token pads with its end-of-sequence token (padded
 positions are masked out), and every batch gets ``position_ids`` counted over the
 non-padding tokens (``cumsum(mask) - 1``), so a text's states do not depend on the padding
@@ -66,6 +71,8 @@ DEFAULT_TOP_K = 10
 DEFAULT_MAX_TEXTS = 512
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_MAX_LENGTH = 128
+DEFAULT_SPAN_MAX_LENGTH = 384
+DEFAULT_DOC_STRIDE = 128
 FILES = ("analyze.json", "analyze.csv", "analyze_dims.csv")
 
 Text = str | tuple[str, str]
@@ -78,11 +85,11 @@ def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
     """Where the model is and what a run directory recorded about it.
 
     ``minilm`` is the offline MiniLM-L6-H384. Returns ``kind`` (``run``, ``path`` or
-    ``hub``), ``model`` (what ``from_pretrained``
-    loads) and, for a run, ``task``, ``data_dir``, ``data_source`` and ``max_length`` from its
-    ``config.json``. A directory is a run directory when it has a ``model/`` subfolder or a
-    ``config.json`` with ``settings`` (written by ``isotropy train``). ``FileNotFoundError``
-    for a missing path, a run directory without ``model/`` and a directory that is neither.
+    ``hub``), ``model`` (what ``from_pretrained`` loads) and, for a run, ``task``,
+    ``data_dir``, ``data_source``, ``max_length`` and ``doc_stride`` from its ``config.json``.
+    A directory is a run directory when it has a ``model/`` subfolder or a ``config.json``
+    with ``settings`` (written by ``isotropy train``). ``FileNotFoundError`` for a missing path,
+    a run directory without ``model/`` and a directory that is neither.
     """
     from isotropy.models.loading import MINILM_ALIAS, check_model_path, looks_like_path
 
@@ -118,7 +125,8 @@ def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "run", "model": str(model_dir), "run_dir": str(path)}
     ours = (settings or {}).get("isotropy", {}) if isinstance(settings, dict) else {}
     for key, name in (("task", "task"), ("data_dir", "data_dir"),
-                      ("data_source", "data_source"), ("max_seq_length", "max_length")):
+                      ("data_source", "data_source"), ("max_seq_length", "max_length"),
+                      ("doc_stride", "doc_stride")):
         if ours.get(key) is not None:
             out[name] = ours[key]
     return out
@@ -155,6 +163,7 @@ class AnalyzeInputs:
     decoder: bool
     max_length: int
     config: dict[str, Any] = field(default_factory=dict)
+    doc_stride: int | None = None  # SQuAD: texts are cut into windows sharing this many tokens
 
 
 def _texts(examples: Sequence[Any]) -> list[Text]:
@@ -173,13 +182,16 @@ def prepare_analyze(
     zeta: float = DEFAULT_ZETA,
     pooling: str | None = None,
     device: str | torch.device | None = "auto",
+    doc_stride: int | None = None,
 ) -> AnalyzeInputs:
     """Everything before the first measured forward pass, cheap checks first: locate the
     checkpoint (:func:`locate_checkpoint`), the task (a run's own unless ``task``), the split
     and, when ``zeta > 0``, the training split (for :math:`\\Sigma_S`); read the texts; load
     the model and tokenizer; check ``pooling`` (default ``cls`` for encoders, ``last`` for
-    decoders) and ``max_length`` (default: the run's ``max_seq_length``, else 128). Raises
-    ``ValueError`` / ``FileNotFoundError`` with a one-line message."""
+    decoders) and ``max_length`` (default: the run's ``max_seq_length``, else 128, 384 for
+    SQuAD) and, for SQuAD only, ``doc_stride`` (default: the run's, else 128) against the
+    longest question. Raises ``ValueError`` / ``FileNotFoundError`` with a one-line
+    message."""
     from isotropy._validation import check_zeta
     from isotropy.data.glue import get_task
     from isotropy.data.sources import load_splits
@@ -198,14 +210,28 @@ def prepare_analyze(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if max_texts is not None:
         _check_positive("max_texts", max_texts)
-    if max_length is None:
-        max_length = int(where.get("max_length", DEFAULT_MAX_LENGTH))
-    _check_positive("max_length", max_length)
     task = task or where.get("task")
     if task is None:
         raise ValueError(f"{where['model']} is not a run directory of isotropy train: name the "
                          "task (--task SST-2, RTE, ...)")
     spec = get_task(task)
+    span = spec.kind == "span"
+    if doc_stride is not None and not span:
+        raise ValueError(f"doc_stride applies to SQuAD windows only, not {spec.display_name}")
+    run_task = where.get("task")
+    same_task = run_task is not None and get_task(run_task).name == spec.name
+    if max_length is None:
+        max_length = int(where["max_length"] if same_task and "max_length" in where
+                         else DEFAULT_SPAN_MAX_LENGTH if span else DEFAULT_MAX_LENGTH)
+    _check_positive("max_length", max_length)
+    if span:
+        if doc_stride is None:
+            doc_stride = int(where.get("doc_stride", DEFAULT_DOC_STRIDE) if same_task
+                             else DEFAULT_DOC_STRIDE)
+        _check_positive("doc_stride", doc_stride)
+        if doc_stride >= max_length:
+            raise ValueError(f"doc_stride ({doc_stride}) must be smaller than max_length "
+                             f"({max_length}); SQuAD's usual setting is 128 and 384")
     if data_dir is None and where.get("data_dir") is not None:
         data_dir = where["data_dir"]
     source = data_source or where.get("data_source") or "local"
@@ -248,26 +274,54 @@ def prepare_analyze(
             raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
         tok.pad_token = fallback  # padded positions are masked out
     _check_max_length(tok, max_length, is_pair)
+    if span:
+        _check_windows(tok, [*texts, *(train_texts or [])], max_length, doc_stride)
     config = {
         "checkpoint": {k: v for k, v in where.items() if k in ("kind", "model", "run_dir")},
         "architecture": "decoder" if decoder else "encoder",
         "task": spec.name, "split": split, "data": data_info,
         "data_files": data_where, "n_texts_available": available,
         "max_texts": max_texts, "pairs": is_pair,
+        **({"windows": {"doc_stride": doc_stride, "max_length": max_length}} if span else {}),
     }
-    return AnalyzeInputs(net, tok, texts, train_texts, pooling, decoder, max_length, config)
+    return AnalyzeInputs(net, tok, texts, train_texts, pooling, decoder, max_length, config,
+                         doc_stride if span else None)
+
+
+def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,
+                   doc_stride: int) -> None:
+    """SQuAD windows need a fast tokenizer and, next to the longest question, more than
+    ``doc_stride`` tokens of context room."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("SQuAD windows need a fast (Rust) tokenizer; "
+                         f"{type(tokenizer).__name__} is not one")
+    questions = [t[0].lstrip() for t in texts]
+    longest = max(len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"])
+    room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= doc_stride:
+        raise ValueError(
+            f"max_length {max_length} leaves {room} context tokens next to the longest question "
+            f"({longest} tokens); it must exceed doc_stride ({doc_stride}): raise max_length "
+            "or lower doc_stride")
 
 
 # --------------------------------------------------------------------------- measuring
 
 
 def _batches(tokenizer: Any, texts: Sequence[Text], *, batch_size: int, max_length: int,
-             decoder: bool, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+             decoder: bool, device: torch.device, doc_stride: int | None = None
+             ) -> Iterator[dict[str, torch.Tensor]]:
     """Model inputs of ``texts`` in order, tokenized batch by batch and padded on the
-    tokenizer's side; decoders also get ``position_ids = cumsum(mask) - 1`` (0 on padding)."""
+    tokenizer's side; decoders also get ``position_ids = cumsum(mask) - 1`` (0 on padding).
+    With ``doc_stride``, each (question, context) of a batch gives all its windows (so a batch
+    may hold more than ``batch_size`` rows)."""
     for s in range(0, len(texts), batch_size):
         chunk = texts[s:s + batch_size]
-        if isinstance(chunk[0], (tuple, list)):
+        if doc_stride is not None:
+            enc = tokenizer([t[0].lstrip() for t in chunk], [t[1] for t in chunk],
+                            truncation="only_second", max_length=max_length, stride=doc_stride,
+                            return_overflowing_tokens=True, padding=True, return_tensors="pt")
+        elif isinstance(chunk[0], (tuple, list)):
             enc = tokenizer([t[0] for t in chunk], [t[1] for t in chunk], truncation=True,
                             max_length=max_length, padding=True, return_tensors="pt")
         else:
@@ -352,7 +406,7 @@ def analyze_model(
     model.eval()
     t0 = time.perf_counter()
     kw = {"batch_size": batch_size, "max_length": inputs.max_length, "decoder": inputs.decoder,
-          "device": device}
+          "device": device, "doc_stride": inputs.doc_stride}
     shrinkage_info: dict[str, Any] = {"source": "none (zeta = 0)"}
     with flush_denormals(device.type == "cpu"):
         sigma = None
@@ -399,6 +453,7 @@ def analyze(
     data_source: str | None = None,
     max_texts: int | None = DEFAULT_MAX_TEXTS,
     max_length: int | None = None,
+    doc_stride: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     zeta: float = DEFAULT_ZETA,
     shrinkage_tokens: int = DEFAULT_SHRINKAGE_TOKENS,
@@ -410,7 +465,8 @@ def analyze(
     """:func:`prepare_analyze` then :func:`analyze_model` (see both)."""
     inputs = prepare_analyze(model_or_run, task=task, split=split, data_dir=data_dir,
                              data_source=data_source, max_texts=max_texts,
-                             max_length=max_length, zeta=zeta, pooling=pooling, device=device)
+                             max_length=max_length, zeta=zeta, pooling=pooling, device=device,
+                             doc_stride=doc_stride)
     return analyze_model(inputs, batch_size=batch_size, zeta=zeta,
                          shrinkage_tokens=shrinkage_tokens, max_tokens=max_tokens, top_k=top_k)
 
