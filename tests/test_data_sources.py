@@ -352,3 +352,31 @@ def test_missing_datasets_package_is_caught_when_parsing(monkeypatch):
     assert IsotropyArguments(task="rte").data_source == "local"  # local needs no datasets
     with pytest.raises(ValueError, match="--data_source must be one of local, hub"):
         IsotropyArguments(task="rte", data_source="s3")
+
+
+def test_squad_dev_split_keeps_each_paragraph_on_one_side(tmp_path):
+    """SQuAD has several questions per context paragraph: a split by question would train on
+    the paragraphs it evaluates on."""
+    paragraphs = []
+    for p in range(10):
+        context = f"paragraph {p} says that the answer is word{p} and nothing else"
+        qas = [{"id": f"p{p}q{q}", "question": f"question {q} on paragraph {p}?",
+                "answers": [{"text": f"word{p}", "answer_start": context.index(f"word{p}")}]}
+               for q in range(1 + p % 4)]
+        paragraphs.append({"context": context, "qas": qas})
+    (tmp_path / "SQuAD").mkdir()
+    (tmp_path / "SQuAD" / "dev-v1.1.json").write_text(json.dumps(
+        {"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    ours = IsotropyArguments(task="squad", data_dir=str(tmp_path), split_dev_for_training=0.7)
+    data = load_task_data(ours, seed=3)
+    train_ctx = {e.text_b for e in data.train}
+    eval_ctx = {e.text_b for e in data.eval}
+    assert train_ctx.isdisjoint(eval_ctx)
+    assert len(train_ctx) == 7 and len(eval_ctx) == 3  # round(0.7 * 10) paragraphs
+    n_questions = sum(1 + p % 4 for p in range(10))
+    assert sorted(e.guid for e in [*data.train, *data.eval]) == sorted(
+        f"p{p}q{q}" for p in range(10) for q in range(1 + p % 4))
+    assert len(data.train) + len(data.eval) == n_questions
+    assert data.source["split_unit"] == "context paragraph"
+    again = load_task_data(ours, seed=3)
+    assert [e.guid for e in again.train] == [e.guid for e in data.train]

@@ -7,7 +7,8 @@
 
 Both give the same :class:`~isotropy.data.glue.Example` lists; what is done with them is the
 same for both: ``--split_dev_for_training f`` splits the dev split into ``round(f*n)`` training
-and ``n - round(f*n)`` evaluation examples (seeded with the run's seed), then
+and ``n - round(f*n)`` evaluation examples (seeded with the run's seed; for SQuAD, ``n``
+counts context paragraphs, whose questions stay together on one side), then
 ``--max_train_samples`` / ``--max_eval_samples`` draw seeded subsets (seeds ``seed`` and
 ``seed + 1``). Every split a run needs is located before any is read; a missing file or an
 unreachable hub raises a one-line error first.
@@ -89,10 +90,14 @@ def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
                                           source=ours.data_source, data_dir=ours.data_dir)
     key = "file" if source["kind"] == "local" else "split"
     if split_dev:
-        train, evaluation = split_examples(examples["dev"], ours.split_dev_for_training, seed)
+        span = spec.kind == "span"
+        groups = [e.text_b for e in examples["dev"]] if span else None
+        train, evaluation = split_examples(examples["dev"], ours.split_dev_for_training, seed,
+                                           groups=groups)
         source.update({f"train_{key}": where["dev"], f"eval_{key}": where["dev"],
                        "split_dev_for_training": ours.split_dev_for_training,
-                       "split_seed": seed})
+                       "split_seed": seed,
+                       "split_unit": "context paragraph" if span else "example"})
     else:
         train, evaluation = examples["train"], examples["dev"]
         source.update({f"train_{key}": where["train"], f"eval_{key}": where["dev"]})

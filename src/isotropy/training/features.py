@@ -12,7 +12,7 @@ character offsets) for post-processing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,25 +46,38 @@ def seeded_subset(examples: Sequence[Example], k: int | None, seed: int) -> list
 
 
 def split_examples(
-    examples: Sequence[Example], train_fraction: float, seed: int
+    examples: Sequence[Example], train_fraction: float, seed: int,
+    groups: Sequence[Hashable] | None = None,
 ) -> tuple[list[Example], list[Example]]:
     """A seeded, disjoint split: ``round(train_fraction * n)`` examples for training, the rest
-    for evaluation (each part keeps the original order).
+    for evaluation (each part keeps the original order). With ``groups`` (one key per
+    example), whole groups go to one side: ``round(train_fraction * n_groups)`` groups for
+    training, so no group is in both parts (SQuAD: questions on one context paragraph).
 
     >>> ex = [Example(str(i), "t", None, 0) for i in range(10)]
     >>> a, b = split_examples(ex, 0.7, seed=1)
     >>> len(a), len(b), set(e.guid for e in a).isdisjoint(e.guid for e in b)
     (7, 3, True)
+    >>> a, b = split_examples(ex, 0.5, seed=1, groups=[i // 4 for i in range(10)])
+    >>> sorted({int(e.guid) // 4 for e in a} & {int(e.guid) // 4 for e in b})
+    []
     """
     n = len(examples)
-    k = int(round(train_fraction * n))
-    if k < 1 or k >= n:
+    if groups is not None and len(groups) != n:
+        raise ValueError(f"{len(groups)} group keys for {n} examples")
+    keys = list(dict.fromkeys(groups)) if groups is not None else list(range(n))
+    k = int(round(train_fraction * len(keys)))
+    if k < 1 or k >= len(keys):
+        unit = "groups" if groups is not None else "examples"
         raise ValueError(
-            f"--split_dev_for_training {train_fraction} of {n} examples leaves an empty part"
+            f"--split_dev_for_training {train_fraction} of {len(keys)} {unit} leaves an empty "
+            "part"
         )
-    perm = np.random.default_rng(seed).permutation(n)
-    train = [examples[i] for i in np.sort(perm[:k])]
-    evaluation = [examples[i] for i in np.sort(perm[k:])]
+    perm = np.random.default_rng(seed).permutation(len(keys))
+    train_keys = {keys[i] for i in perm[:k]}
+    member = groups if groups is not None else range(n)
+    train = [e for e, g in zip(examples, member, strict=True) if g in train_keys]
+    evaluation = [e for e, g in zip(examples, member, strict=True) if g not in train_keys]
     return train, evaluation
 
 
