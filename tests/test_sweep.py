@@ -369,6 +369,32 @@ def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, gl
     assert [line.split()[1] for line in text.splitlines()[1:]] == ["done", "done"]
 
 
+def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_path, capsys):
+    from isotropy.experiments.engines import _sweep_lock, sweep_in_progress
+
+    root = tmp_path / "out"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "output_root": str(root), "base": tiny_base(tiny_model, glue), "seeds": [1, 2]}),
+        encoding="utf-8")
+    first, _ = expand(load_spec(spec_file))
+    status = SweepStatus(root)
+    status.set_points(load_spec(spec_file), expand(load_spec(spec_file)))
+    status.update(first.name, state="running")
+    assert not sweep_in_progress(root)  # no lock file yet
+    with _sweep_lock(root):  # what a running driver holds
+        assert sweep_in_progress(root)
+        code, text, _ = _run_cli([spec_file, "--dry-run"], capsys)
+        assert code == 0
+        lines = text.splitlines()
+        assert lines[0] == f"a sweep is running in {root} now (this dry run changes nothing)"
+        assert lines[1].endswith("0 done, 0 failed, 0 interrupted, 1 pending, 1 running")
+        assert lines[2].split()[:3] == ["1", "running", first.name]
+    assert not sweep_in_progress(root)  # released, and the dry run did not keep it
+    code, text, _ = _run_cli([spec_file, "--dry-run"], capsys)  # the driver died
+    assert text.splitlines()[1].split()[:3] == ["1", "interrupted", first.name]
+
+
 def test_failed_point_is_reported_and_retried_on_request(tiny_model, glue, tmp_path, capsys):
     broken = write_sst2(tmp_path / "broken_glue", bad_label_in_train=True)
     root = tmp_path / "out"

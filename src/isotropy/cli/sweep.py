@@ -138,7 +138,8 @@ def _print_plan(steps: Sequence[Any], root: Any) -> None:
     seeds = len({p.seed for p, *_ in steps})
     print(f"{len(steps)} point(s) ({cells} cell(s), {seeds} seed(s)) in {root}: "
           + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "interrupted",
-                                                           "pending")))
+                                                           "pending"))
+          + (f", {counts['running']} running" if counts.get("running") else ""))
     width = len(str(len(steps)))
     for p, state, detail, action in steps:
         note = f" [{detail}]" if detail else ""
@@ -152,7 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from isotropy.experiments.engines import make_engine, plan, run_sweep
+    from isotropy.experiments.engines import (
+        make_engine,
+        plan,
+        run_sweep,
+        sweep_in_progress,
+    )
     from isotropy.experiments.sweep import (
         SweepStatus,
         check_finished_runs,
@@ -179,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_finished_runs(points)
         if args.dry_run:
             status = SweepStatus(root)
+            status.live = sweep_in_progress(root)
+            if status.live:
+                print(f"a sweep is running in {root} now (this dry run changes nothing)")
             _print_plan(plan(points, status, retry_failed=args.retry_failed), root)
             return 0
     except (ValueError, FileNotFoundError) as err:

@@ -473,6 +473,26 @@ def _sweep_lock(root: Path):
         os.close(fd)
 
 
+def sweep_in_progress(root: str | os.PathLike[str]) -> bool:
+    """Whether a sweep (or one of its workers) holds ``root/.sweep.lock`` now; the lock is
+    only tested, never kept."""
+    path = Path(root) / _LOCK
+    if not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # pragma: no cover - not POSIX
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor releases a lock just taken
+    return False
+
+
 @dataclass
 class SweepOutcome:
     """The end state of every point (``states``: name -> state) and the failed points'

@@ -683,6 +683,7 @@ class SweepStatus:
         self.records: dict[str, dict[str, Any]] = {}
         self.spec: dict[str, Any] = {}
         self.points: list[SweepPoint] = []
+        self.live = False  # a sweep holds the lock now: its "running" points are running
         self._lock = threading.Lock()
         if self.path.is_file():
             try:
@@ -697,7 +698,8 @@ class SweepStatus:
 
     def state(self, point: SweepPoint) -> tuple[str, str]:
         """``(state, detail)`` of a point: the run directory first (``results.json`` means
-        done, ``config.json`` without it interrupted), then the recorded state."""
+        done, ``config.json`` without it interrupted), then the recorded state; ``running``
+        only while :attr:`live` (another process's sweep holds the lock)."""
         from isotropy.training.run_dir import RunDirectory
 
         run = RunDirectory(point.run_dir)
@@ -706,6 +708,8 @@ class SweepStatus:
             return "done", ""
         if rec.get("state") == "failed":
             return "failed", str(rec.get("error") or "")
+        if self.live and rec.get("state") == "running":
+            return "running", "in the sweep running now"
         if run.file("config.json").is_file() or rec.get("state") in ("running", "interrupted"):
             cp = run.last_checkpoint()
             return "interrupted", f"resumes from {cp.name}" if cp else "restarts (no checkpoint)"
