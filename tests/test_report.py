@@ -29,7 +29,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              lam: float = 1.0, zeta: float = 0.2, cos_lam: float = 1.0, beta: float = 1.0,
              select: bool = True, seed: int = 1, metric: float = 0.5, iso: float = 0.1,
              spectrum: list[tuple[int, list[float]]] | None = None, finished: bool = True,
-             layer_shift: float = 0.0, istar_layers: str = "all") -> Path:
+             layer_shift: float = 0.0, istar_layers: str = "all",
+             measured_zeta: float = 0.2) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             f"-seed{seed}")
@@ -58,7 +59,7 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
                "cls": {"twonn": None if i == 0 else 5.0 + i + layer_shift}}
               for i in range(N_LAYERS + 1)]
     mean = (np.arange(HIDDEN) * 0.1 + layer_shift).tolist()
-    meas = {"step": 100, "layers": layers,
+    meas = {"step": 100, "zeta": measured_zeta, "layers": layers,
             "last": {"layer": N_LAYERS, "token_mean": mean, "token_std": [1.0] * HIDDEN}}
     (d / "measurements.jsonl").write_text(json.dumps(meas) + "\n")
     if finished:
@@ -286,6 +287,24 @@ def test_method_colours_do_not_depend_on_order(tmp_path: Path) -> None:
             assert colours["none, σ1"] == "#000000"
     colours = {method_colour(c.method, i) for i, c in enumerate(cells)}
     assert colours <= set(OKABE_ITO)
+
+
+def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:
+    from isotropy.experiments.figures import _fig3, _fig6, _Skip
+
+    root = tmp_path / "runs"
+    make_run(root, seed=1)
+    for lam in (-1.0, 1.0):
+        make_run(root, reg="istar", lam=lam, zeta=0.8, seed=1, measured_zeta=0.2)
+    cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+    fig = _fig3(("rte", "minilm"), cells, "final")
+    assert "ζ=0.2" in fig.axes[0].get_xlabel()
+    assert "ζ=0.2" in _fig6(("rte", "minilm"), cells, "final").axes[0].get_ylabel()
+    make_run(root, reg="istar", lam=3.0, zeta=0.8, seed=1, measured_zeta=0.8)  # an older run
+    cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+    for draw in (_fig3, _fig6):
+        with pytest.raises(_Skip, match=r"different ζ \(0.2, 0.8\)"):
+            draw(("rte", "minilm"), cells, "final")
 
 
 def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

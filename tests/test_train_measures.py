@@ -361,8 +361,9 @@ def _logs(out):
 @pytest.mark.parametrize("reg", ["none", "istar"])
 def test_training_run_records_the_measurements(word_model_dir, sst2_dir, tmp_path, reg):
     out = tmp_path / "run"
+    own = ["--zeta", "0.8", "--istar_layers", "1"] if reg == "istar" else []  # not measured with
     res = _run(_argv(word_model_dir, sst2_dir, out, "--task", "sst2", "--regularizer", reg,
-                     "--max_train_samples", "32"))
+                     "--max_train_samples", "32", *own))
     logs = _logs(out)
     evals = [r for r in logs if "eval_loss" in r]
     train_logs = [r for r in logs if "loss" in r]
@@ -382,12 +383,11 @@ def test_training_run_records_the_measurements(word_model_dir, sst2_dir, tmp_pat
         assert m["layers"][2]["cls"]["twonn"] == pytest.approx(r["eval_twonn_cls_last"])
         assert "layer 0 cls twonn: zero variance: all points identical" in m["errors"]
     assert res.results["measurements"] == records[-1]
-    if reg == "istar":
-        assert records[-1]["shrinkage"] == {"source": "istar", "layers": "all"}
-    else:
-        src = records[-1]["shrinkage"]
-        assert (src["source"], src["epoch"], src["n_rows"]) == ("training data", 1, 300)
-        _check_against_the_saved_model(out, sst2_dir, records[-1])
+    # every run measures with the same zeta and a Sigma_S of the same kind, I-STAR included
+    src = records[-1]["shrinkage"]
+    assert (src["source"], src["epoch"], src["n_rows"]) == ("training data", 1, 300)
+    assert records[-1]["zeta"] == 0.2
+    _check_against_the_saved_model(out, sst2_dir, records[-1])
 
 
 def _check_against_the_saved_model(out, glue, rec):
@@ -419,12 +419,12 @@ def _check_against_the_saved_model(out, glue, rec):
 
 
 def test_sigma_s_pass_leaves_training_unchanged(word_model_dir, sst2_dir, tmp_path):
-    """zeta = 0 needs no Sigma_S (IsoScore* = IsoScore); the Sigma_S pass of zeta > 0 changes
-    nothing in training (same losses, same evaluation loss)."""
+    """measure_zeta = 0 needs no Sigma_S (IsoScore* = IsoScore); the Sigma_S pass of
+    measure_zeta > 0 changes nothing in training (same losses, same evaluation loss)."""
     runs = {}
     for zeta in ("0", "0.2"):
         out = tmp_path / f"z{zeta}"
-        _run(_argv(word_model_dir, sst2_dir, out, "--task", "sst2", "--zeta", zeta,
+        _run(_argv(word_model_dir, sst2_dir, out, "--task", "sst2", "--measure_zeta", zeta,
                    "--max_train_samples", "32"))
         runs[zeta] = (_logs(out), RunDirectory(out).read_measurements())
     logs0, meas0 = runs["0"]

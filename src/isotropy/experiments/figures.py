@@ -6,7 +6,9 @@ seeds with the sample standard deviation over seeds as error bars. A figure whos
 do not hold is skipped with the reason.
 
 * ``fig3``: IsoScore* of the evaluation set (union of the layers' token clouds) vs the main
-  metric, one point per I-STAR λ, one series per ζ (I-STAR Fig. 3).
+  metric, one point per I-STAR λ, one series per training ζ (I-STAR Fig. 3). IsoScore* must
+  have been measured with one ζ in every run (``--measure_zeta``; Figs. 3 and 6 are skipped
+  otherwise).
 * ``fig4``: mean activation per dimension of the last layer's token cloud, base vs CosReg vs
   I-STAR λ=+1 and λ=-1 (Fig. 4).
 * ``fig5`` / ``fig6``: TwoNN of [CLS] / IsoScore* of the token cloud per layer, from the last
@@ -136,10 +138,27 @@ def _comparison_cells(group: Sequence[Cell], which: str,
     return out
 
 
+def _measured_zeta(cells: Sequence[Cell]) -> str:
+    """``"ζ=0.2"``: the one ζ the runs' evaluation IsoScore* was measured with (from
+    ``measurements.jsonl``); ``_Skip`` when they differ (IsoScore* of different ζ do not
+    compare)."""
+    zetas = sorted({float(z) for c in cells for r in c.runs
+                    if isinstance(z := (r.last_measurement or {}).get("zeta"), (int, float))})
+    if len(zetas) > 1:
+        raise _Skip(f"the runs measured IsoScore* with different ζ ({', '.join(map(_g, zetas))}), "
+                    "which do not compare: train them with one --measure_zeta")
+    return f"ζ={zetas[0]:g}" if zetas else "ζ not recorded"
+
+
+def _g(v: float) -> str:
+    return f"{v:g}"
+
+
 def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     cells = [c for c in _istar(group) if c.values("isoscore_star_union", which)]
     if len({c.method.get("istar_lambda") for c in cells}) < 2:
         raise _Skip("needs I-STAR runs of at least two λ with eval_isoscore_star_union")
+    measured = _measured_zeta(cells)
     fig, axes = _new_figure()
     ax = axes[0, 0]
     zetas = sorted({c.method.get("istar_zeta") for c in cells})
@@ -156,16 +175,20 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
     metric = cells[0].main_metric
     ax.set(title=f"IsoScore* vs {metric} across I-STAR λ ({key[0]}, {key[1]})",
-           xlabel="IsoScore* of the evaluation set (union of layers, unitless, 0-1)",
+           xlabel=f"IsoScore* of the evaluation set (union of layers, {measured}; unitless, 0-1)",
            ylabel=f"{metric} ({which} evaluation, fraction)")
-    ax.legend(title="I-STAR ζ")
+    ax.legend(title="I-STAR ζ (training)")
     return fig
 
 
 def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
-               get: Callable[[dict[str, Any]], Any], title: str, ylabel: str) -> Any:
+               get: Callable[[dict[str, Any]], Any], title: str, ylabel: str,
+               uses_zeta: bool = False) -> Any:
+    compared = _comparison_cells(group, which)
+    if uses_zeta:
+        ylabel = ylabel.format(zeta=_measured_zeta([c for _, c, _ in compared]))
     series = []
-    for label, c, colour in _comparison_cells(group, which):
+    for label, c, colour in compared:
         per_layer: dict[int, list[float]] = {}
         for r in c.runs:
             rec = r.last_measurement
@@ -202,7 +225,7 @@ def _fig5(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
 def _fig6(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     return _per_layer(key, group, which, lambda layer: layer["token"]["isoscore_star"],
                       "IsoScore* of the token cloud per layer",
-                      "IsoScore* (unitless, 0-1)")
+                      "IsoScore* ({zeta}; unitless, 0-1)", uses_zeta=True)
 
 
 def _fig4(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:

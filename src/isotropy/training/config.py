@@ -88,6 +88,10 @@ class IsotropyArguments:
         "help": "micro-batches per entropy cloud (default: gradient_accumulation_steps)"})
     measure_max_tokens: int = field(default=20_000, metadata={
         "help": "token rows of the evaluation set measured per layer (IsoScore*)"})
+    measure_zeta: float = field(default=0.2, metadata={
+        "help": "zeta of the evaluation IsoScore*, the same for every run whatever its "
+                "regularizer, so runs compare (the I-STAR paper measures with 0.2); 0 = plain "
+                "IsoScore, no Sigma_S pass"})
     preset: str | None = field(default=None, metadata={"help": "istar or entropy: the papers' "
                                                                "settings"})
     config: str | None = field(default=None, metadata={"help": "JSON or YAML file of settings"})
@@ -128,8 +132,9 @@ class IsotropyArguments:
         f = self.split_dev_for_training
         if f is not None and not 0.0 < f < 1.0:
             raise ValueError(f"--split_dev_for_training must be a fraction in (0, 1), got {f}")
-        if not 0.0 <= self.zeta <= 1.0:
-            raise ValueError(f"--zeta must be in [0, 1], got {self.zeta}")
+        for name in ("zeta", "measure_zeta"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"--pooling must be cls or mean, got {self.pooling!r}")
         parse_layers(self.istar_layers)

@@ -223,16 +223,17 @@ class IsotropyTrainer(Trainer):
     the whole record is kept in ``last_measurements`` and appended to ``measurements.jsonl``
     of ``run_dir``. Under several processes the measurements are those of the whole
     evaluation set, as one process would measure it (every rank computes the same record; the
-    duplicates that even out the last batches are dropped). IsoScore* uses :math:`\Sigma_S`
-    and :math:`\zeta` of the active I-STAR loss; without one, :math:`\zeta` =
-    ``measure_zeta`` and :math:`\Sigma_S` is the covariance of the first ``shrinkage_tokens``
-    rows of the training union (layers 1..L) read from ``shrinkage_loader(epoch)`` by the
-    current model, estimated at the first evaluation of each epoch and cached (the global
-    random state is left as it was).
+    duplicates that even out the last batches are dropped). IsoScore* uses
+    :math:`\zeta` = ``measure_zeta`` and a :math:`\Sigma_S` estimated the same way for every
+    run, whatever its regularizer (so that runs compare; I-STAR's own :math:`\zeta` and
+    :math:`\Sigma_S`, which may be of one layer, are not used): the covariance of the first
+    ``shrinkage_tokens`` rows of the training union (layers 1..L) read from
+    ``shrinkage_loader(epoch)`` by the current model, estimated at the first evaluation of
+    each epoch and cached (the global random state is left as it was).
     """
 
     def __init__(self, *args: Any, measure_max_tokens: int = 20_000,
-                 measure_top_k: int = DEFAULT_TOP_K, measure_zeta: float = 0.0,
+                 measure_top_k: int = DEFAULT_TOP_K, measure_zeta: float = 0.2,
                  shrinkage_loader: Callable[[int], Any] | None = None,
                  shrinkage_tokens: int = DEFAULT_N_TOKENS, run_dir: RunDirectory | None = None,
                  **kwargs: Any) -> None:
@@ -328,17 +329,8 @@ class IsotropyTrainer(Trainer):
                 # (under several processes every rank raises at the same batch)
                 self._acc, self._acc_error = None, f"measurements stopped: {err}"
 
-    def _istar_loss(self) -> IStarLoss | None:
-        for m in self.model.modules():
-            if isinstance(m, IStarLoss) and m.shrinkage is not None:
-                return m
-        return None
-
     def _measure_shrinkage(self) -> tuple[torch.Tensor | None, float, dict[str, Any]]:
         r"""(:math:`\Sigma_S`, :math:`\zeta`, where it came from) for IsoScore* (class doc)."""
-        istar = self._istar_loss()
-        if istar is not None:
-            return istar.shrinkage, istar.zeta, {"source": "istar", "layers": istar.layers}
         zeta = float(self.measure_zeta)
         if zeta == 0.0:
             return None, zeta, {"source": "none (zeta = 0)"}
@@ -699,7 +691,7 @@ def _run_training(
         data_collator=collator, processing_class=tokenizer,
         compute_metrics=make_compute_metrics(spec, predictor),
         callbacks=[state_cb, MetricsFileCallback(run_dir), *callbacks],
-        measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.zeta,
+        measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
         shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
     )
     if predictor is not None:
