@@ -59,7 +59,7 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
                "cls": {"twonn": None if i == 0 else 5.0 + i + layer_shift}}
               for i in range(N_LAYERS + 1)]
     mean = (np.arange(HIDDEN) * 0.1 + layer_shift).tolist()
-    meas = {"step": 100, "zeta": measured_zeta, "layers": layers,
+    meas = {"step": 100, "zeta": measured_zeta, "num_layers": N_LAYERS, "layers": layers,
             "last": {"layer": N_LAYERS, "token_mean": mean, "token_std": [1.0] * HIDDEN}}
     (d / "measurements.jsonl").write_text(json.dumps(meas) + "\n")
     if finished:
@@ -218,7 +218,7 @@ def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
     for layer, ms in ONE_LAYER.items():
         for i, m in enumerate(ms):
             make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.2, seed=i + 1, metric=m,
-                     istar_layers=str(layer))
+                     istar_layers=layer)
     out = tmp_path / "out"
     res = write_report([str(sweep_root)], out)
     stems = {f.stem for f in res["files"] if f.parent.name == "figures"}
@@ -237,56 +237,101 @@ def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
     assert "fig7_cola_minilm" in md and "at least two ζ" in md
 
 
-ONE_LAYER = {3: [0.70, 0.74], 1: [0.52], 2: [0.66, 0.60, 0.62]}  # layer -> per-seed metric
+ONE_LAYER = {"3": [0.70, 0.74], "1": [0.52], "2": [0.66, 0.60, 0.62]}  # layer -> per seed
 
 
 def test_fig8_numbers_and_table2_ignore_one_layer_runs(sweep_root: Path) -> None:
     from isotropy.experiments.figures import fig8_data
 
+    # at (-1, 0.4): not the first global cell in (λ, ζ) order, so matching the global line on
+    # λ alone or on ζ alone would pick another cell
     for layer, ms in ONE_LAYER.items():
         for i, m in enumerate(ms):
-            make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.2, seed=i + 1, metric=m,
-                     istar_layers=str(layer))
+            make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.4, seed=i + 1, metric=m,
+                     istar_layers=layer)
+    # at (1, 0.2): written "-1" and "last" (= layer 3 of N_LAYERS = 3) and " 1"
+    for layer, m in (("-1", 0.50), (" 1", 0.40)):
+        make_run(sweep_root, reg="istar", lam=1.0, zeta=0.2, seed=1, metric=m,
+                 istar_layers=layer)
+    make_run(sweep_root, reg="istar", lam=3.0, zeta=0.2, seed=1, metric=0.3,
+             istar_layers="last")  # no global run at (3, 0.2)
     runs, _ = collect_runs(expand_inputs([str(sweep_root)]))
     cells = group_cells(runs)
-    (d,) = fig8_data(cells)
-    assert (d["lambda"], d["zeta"]) == (-1.0, 0.2)
-    # by hand: layer 1 one seed (std shown as 0); layer 2 mean 1.88 / 3, sample std
-    # sqrt((0.0333² + 0.0267² + 0.0067²) / 2) = 0.0305505;
-    # layer 3 mean 0.72, sample std 0.04 / sqrt(2)
-    assert [t[0] for t in d["layers"]] == [1, 2, 3]
-    assert d["layers"][0][1:] == pytest.approx((0.52, 0.0, 1))
-    assert d["layers"][1][1:] == pytest.approx((1.88 / 3, 0.0305505, 3), abs=1e-6)
-    assert d["layers"][2][1:] == pytest.approx((0.72, 0.04 / 2 ** 0.5, 2))
-    glob = ISTAR_METRICS[(-1.0, 0.2)]
-    assert d["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 3))
-    assert d["base"] == pytest.approx((statistics.mean(BASE), statistics.stdev(BASE), 3))
+    d_m1, d_p1, d_p3 = fig8_data(cells)
+    assert [(d["lambda"], d["zeta"]) for d in (d_m1, d_p1, d_p3)] == [(-1, 0.4), (1, 0.2),
+                                                                         (3, 0.2)]
+    # by hand: layer 1 one seed (no std); layer 2 mean 1.88 / 3, sample std
+    # sqrt((0.0333² + 0.0267² + 0.0067²) / 2) = 0.0305505; layer 3 mean 0.72, std 0.04 / √2
+    assert [t[0] for t in d_m1["layers"]] == [1, 2, 3]
+    assert d_m1["layers"][0][1:] == (0.52, None, 1)
+    assert d_m1["layers"][1][1:] == pytest.approx((1.88 / 3, 0.0305505, 3), abs=1e-6)
+    assert d_m1["layers"][2][1:] == pytest.approx((0.72, 0.04 / 2 ** 0.5, 2))
+    glob = ISTAR_METRICS[(-1.0, 0.4)]
+    assert d_m1["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 2))
+    assert d_m1["base"] == pytest.approx((statistics.mean(BASE), statistics.stdev(BASE), 3))
+    assert [t[:2] for t in d_p1["layers"]] == [(1, 0.40), (3, 0.50)]
+    glob = ISTAR_METRICS[(1.0, 0.2)]
+    assert d_p1["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 3))
+    assert d_p3["layers"] == [(3, 0.3, None, 1)] and d_p3["global"] is None
     # Table 2 is over the global penalty only: layer 3's 0.72 beats every global cell's mean
     # but (-1, 0.4) at 0.71 stays the best; Table 1 lists the one-layer cells with their layer
     (row,) = table2_rows(cells)
     assert (row["lambda"], row["zeta"], row["n_istar_cells"]) == (-1.0, 0.4, 4)
     labels = {r["method"] for r in table1_rows(cells)}
-    assert {"istar λ=-1 ζ=0.2 layers 1", "istar λ=-1 ζ=0.2 layers 3"} <= labels
+    assert {"istar λ=-1 ζ=0.4 layers 1", "istar λ=1 ζ=0.2 layers -1",
+            "istar λ=1 ζ=0.2 layers 1", "istar λ=3 ζ=0.2 layers last"} <= labels
 
 
-def test_method_colours_do_not_depend_on_order(tmp_path: Path) -> None:
-    from isotropy.experiments.figures import OKABE_ITO, _pe_fig1, method_colour
+def _series_colours(fig: Any) -> dict[str, str]:
+    from matplotlib.colors import to_hex
+
+    out = {}
+    for ax in fig.axes:
+        for c in ax.containers:
+            if hasattr(c, "lines") and not c.get_label().startswith("_"):
+                out[c.get_label()] = to_hex(c.lines[0].get_color())
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                out[line.get_label()] = to_hex(line.get_color())
+    return out
+
+
+def test_colours_are_fixed_per_method_and_distinct_within_a_figure(sweep_root: Path,
+                                                                   tmp_path: Path) -> None:
+    from isotropy.experiments.figures import (
+        ENTROPY_COLOURS,
+        _fig5,
+        _fig7,
+        _fig8,
+        _pe_fig1,
+        lambda_colour,
+    )
 
     spec = [(s, [0.9, 0.05, 0.02, 0.3, 0.2, 0.1]) for s in range(10, 101, 10)]
     make_run(tmp_path / "a", reg="entropy", select=False, spectrum=spec)
     make_run(tmp_path / "b", reg="none", spectrum=spec)
     make_run(tmp_path / "b", reg="entropy", select=False, spectrum=spec)
-    for root, n in ((tmp_path / "a", 1), (tmp_path / "b", 2)):
-        runs, _ = collect_runs(expand_inputs([str(root)]))
-        cells = group_cells(runs)
-        fig = _pe_fig1(("rte", "minilm"), cells, "final")
-        colours = {c.get_label(): c.lines[0].get_color() for c in fig.axes[0].containers}
-        assert len(colours) == 3 * n
-        assert colours["entropy β=1 (all bars), σ1"] == "#E69F00"
-        if n == 2:
-            assert colours["none, σ1"] == "#000000"
-    colours = {method_colour(c.method, i) for i, c in enumerate(cells)}
-    assert colours <= set(OKABE_ITO)
+    make_run(tmp_path / "b", reg="entropy", beta=0.5, select=False, spectrum=spec)
+    for root in (tmp_path / "a", tmp_path / "b"):  # the same colour whatever else is drawn
+        cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+        colours = _series_colours(_pe_fig1(("rte", "minilm"), cells, "final"))
+        assert colours["entropy β=1 (all bars), σ1"] == ENTROPY_COLOURS[False].lower()
+        firsts = [c for label, c in colours.items() if label.endswith("σ1")]
+        assert len(set(firsts)) == len(firsts)  # β = 0.5 gets a colour of its own
+    assert colours["none, σ1"] == "#000000"
+
+    make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.4, seed=1, metric=0.6,
+             istar_layers="2")
+    cells = group_cells(collect_runs(expand_inputs([str(sweep_root)]))[0])
+    key = ("rte", "minilm")
+    fig5, fig7, fig8 = (_series_colours(f(key, cells, "final")) for f in (_fig5, _fig7, _fig8))
+    lams = [-1.0, 1.0]
+    assert lambda_colour(-1, lams) != lambda_colour(1, lams)
+    assert fig5["I-STAR λ=-1 (ζ=0.4)"] == fig7["λ=-1"] == lambda_colour(-1, lams)
+    assert fig5["I-STAR λ=1 (ζ=0.4)"] == fig7["λ=1"] == lambda_colour(1, lams)
+    assert fig8["one layer, λ=-1, ζ=0.4 (mean ± std, n=1)"] == lambda_colour(-1, lams)
+    assert fig8["all layers, λ=-1, ζ=0.4 (mean ± 1 std band, n=2)"] == lambda_colour(-1, lams)
+    assert len(set(fig5.values())) == len(fig5)
 
 
 def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:

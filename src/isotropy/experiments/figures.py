@@ -1,9 +1,10 @@
 r"""The papers' figures from grouped runs (:class:`~isotropy.experiments.report.Cell`).
 
 Every figure is :data:`FIGSIZE` inches at :data:`DPI` (PNG and SVG, one file per task x model),
-titled, with labelled axes, a legend, the Okabe-Ito colour-blind-safe palette, and the mean over
-seeds with the sample standard deviation over seeds as error bars. A figure whose data the runs
-do not hold is skipped with the reason.
+titled, with labelled axes (units included: SQuAD's EM/F1 in percent, correlations in [-1, 1],
+other metrics as fractions), a legend, colour-blind-safe colours, and the mean over seeds with
+the sample standard deviation over seeds as error bars (none for one seed). A figure whose data
+the runs do not hold is skipped with the reason.
 
 * ``fig3``: IsoScore* of the evaluation set (union of the layers' token clouds) vs the main
   metric, one point per I-STAR λ, one series per training ζ (I-STAR Fig. 3). IsoScore* must
@@ -13,17 +14,20 @@ do not hold is skipped with the reason.
   I-STAR λ=+1 and λ=-1 (Fig. 4).
 * ``fig5`` / ``fig6``: TwoNN of [CLS] / IsoScore* of the token cloud per layer, from the last
   ``measurements.jsonl`` record (Figs. 5, 6).
-* ``fig7``: main metric vs ζ, one line per λ (Fig. 7).
-* ``fig8``: main metric of I-STAR applied to one layer, against that layer, one line per
-  (λ, ζ), with I-STAR on all layers (same λ, ζ) as a dashed line and a band of ± one std, and
-  the unregularized base as a dotted line (Fig. 8).
+* ``fig7``: main metric vs ζ, one line per λ, the best ζ marked by a dashed line (Fig. 7).
+* ``fig8``: main metric of I-STAR applied to one layer (``--istar_layers N``, ``-1`` or
+  ``last``), against that layer, one line per (λ, ζ), with I-STAR on all layers at the same λ
+  and ζ as a dashed line with a band of ± one std, and the unregularized base as a dotted line
+  (Fig. 8). Runs on a list of layers appear in Table 1 only.
 * ``pe_fig1``: top-3 raw and centred anisotropy spectrum of [CLS] over training steps, base vs
   entropy with and without feature selection (persistent-entropy paper, Fig. 1).
 
 For Figs. 4-6 an I-STAR λ is shown at its best ζ (highest mean main metric). A method keeps its
-colour in every figure (:func:`method_colour`): base black, CosReg green, entropy with feature
-selection blue and with all bars orange; I-STAR λ values and other methods take the rest of the
-palette in order.
+colour in every figure of a task x model (:func:`method_colour`): base black, CosReg green,
+entropy with feature selection blue and with all bars orange (Okabe-Ito), I-STAR by its λ on
+the diverging map PuOr (:func:`lambda_colour`: λ < 0 orange, λ > 0 purple, darker for larger
+|λ|) in Figs. 4-8; Fig. 3's ζ series use the sequential map cividis. Two series of one figure
+never share a colour.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ import numpy as np
 from isotropy.experiments.report import Cell, Method, mean_std
 from isotropy.io import atomic_path
 
-__all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "fig8_data", "make_figures", "method_colour"]
+__all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "fig8_data", "lambda_colour", "make_figures",
+           "method_colour", "metric_label"]
 
 FIGSIZE = (8.0, 5.0)
 DPI = 100
@@ -51,18 +56,37 @@ class _Skip(Exception):
     """The data of a figure is absent."""
 
 
-def _colour(i: int) -> str:
-    return OKABE_ITO[i % len(OKABE_ITO)]
+BASE_COLOUR, COSREG_COLOUR = "#000000", "#009E73"
+ENTROPY_COLOURS = {True: "#0072B2", False: "#E69F00"}  # with / without feature selection
+# for further variants (another CosReg λ, entropy β, combinations): unused by the above
+_SPARE = ("#CC79A7", "#56B4E9", "#F0E442", "#D55E00", "#999999", "#882255", "#44AA99",
+          "#117733", "#332288", "#AA4499")
 
 
-_FIXED_COLOURS = {("none",): "#000000", ("cosreg",): "#009E73"}
-_ENTROPY_COLOURS = {True: "#0072B2", False: "#E69F00"}
-_OTHER_COLOURS = ("#D55E00", "#56B4E9", "#CC79A7", "#E69F00", "#0072B2", "#F0E442")
+def lambda_colour(lam: float, lambdas: Sequence[float]) -> str:
+    """The colour of I-STAR λ among ``lambdas`` on the colour-blind-safe diverging map PuOr:
+    λ < 0 (less isotropy) in oranges, λ > 0 (more isotropy) in purples, darker for larger |λ|
+    (by rank among the λ of the same sign); λ = 0 grey.
+
+    >>> lambda_colour(-1, [-3, -1, 1]) != lambda_colour(-3, [-3, -1, 1])
+    True
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    if lam == 0:
+        return "#999999"
+    same = sorted({abs(v) for v in lambdas if (v < 0) == (lam < 0) and v != 0} | {abs(lam)})
+    t = same.index(abs(lam)) / (len(same) - 1) if len(same) > 1 else 0.5
+    pos = 0.3 - 0.3 * t if lam < 0 else 0.7 + 0.3 * t
+    return str(to_hex(colormaps["PuOr"](pos)))
 
 
-def method_colour(method: Method, index: int = 0) -> str:
-    """The colour of ``method`` in every figure: fixed for base, CosReg and entropy with or
-    without feature selection; otherwise the ``index``-th of the remaining Okabe-Ito colours.
+def method_colour(method: Method, lambdas: Sequence[float] = ()) -> str:
+    """The colour of ``method`` in every figure: base black, CosReg green, entropy with
+    feature selection blue and with all bars orange, I-STAR alone by its λ
+    (:func:`lambda_colour` among ``lambdas``); anything else the first spare colour
+    (:func:`_distinct` keeps colours within one figure apart).
 
     >>> from isotropy.experiments.report import method_of
     >>> method_colour(method_of({"regularizer": ["none"]}))
@@ -71,11 +95,51 @@ def method_colour(method: Method, index: int = 0) -> str:
     ...                          "select_features": False}))
     '#E69F00'
     """
-    if method.regularizers in _FIXED_COLOURS:
-        return _FIXED_COLOURS[method.regularizers]
-    if method.regularizers == ("entropy",) and not method.get("in_cluster_weight"):
-        return _ENTROPY_COLOURS[bool(method.get("select_features"))]
-    return _OTHER_COLOURS[index % len(_OTHER_COLOURS)]
+    regs = method.regularizers
+    if regs == ("none",):
+        return BASE_COLOUR
+    if regs == ("cosreg",):
+        return COSREG_COLOUR
+    if regs == ("entropy",) and not method.get("in_cluster_weight"):
+        return ENTROPY_COLOURS[bool(method.get("select_features"))]
+    if regs == ("istar",):
+        lam = float(method.get("istar_lambda"))
+        return lambda_colour(lam, [*lambdas, lam])
+    return _SPARE[0]
+
+
+def _distinct(methods: Sequence[Method], colours: Sequence[str]) -> list[str]:
+    """``colours`` of ``methods`` (one figure's series) with every repeat replaced by an unused
+    spare colour. The papers' settings keep their colour first (CosReg λ = 1, entropy β = 1),
+    so that e.g. entropy β = 1 looks the same whether or not β = 0.5 is drawn beside it."""
+    def canonical(m: Method) -> bool:
+        return (m.regularizers == ("cosreg",) and m.get("cosreg_lambda") == 1.0) or (
+            m.regularizers == ("entropy",) and m.get("entropy_beta") == 1.0)
+
+    order = sorted(range(len(colours)), key=lambda i: not canonical(methods[i]))
+    spare = [c for c in _SPARE if c not in colours]
+    taken: set[str] = set()
+    out = list(colours)
+    for i in order:
+        if out[i] in taken and spare:
+            out[i] = spare.pop(0)
+        taken.add(out[i])
+    return out
+
+
+_UNITS = {"matthews_correlation": "correlation, -1 to 1", "pearson": "correlation, -1 to 1",
+          "spearman": "correlation, -1 to 1"}
+
+
+def metric_label(metric: str, task: str, which: str) -> str:
+    """Axis label of a task metric with its unit: SQuAD's EM and F1 are percentages,
+    correlations lie in [-1, 1], accuracy and GLUE F1 are fractions.
+
+    >>> metric_label("exact_match", "squad", "final")
+    'exact_match (final evaluation, percent)'
+    """
+    unit = "percent" if task == "squad" else _UNITS.get(metric, "fraction")
+    return f"{metric} ({which} evaluation, {unit})"
 
 
 def _new_figure(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
@@ -125,17 +189,24 @@ def _best_zeta_per_lambda(group: Sequence[Cell], which: str) -> dict[float, Cell
     return dict(sorted(best.items()))
 
 
+def _lambdas(group: Sequence[Cell]) -> list[float]:
+    return sorted({float(c.method.get("istar_lambda")) for c in group
+                   if c.method.regularizers == ("istar",)})
+
+
 def _comparison_cells(group: Sequence[Cell], which: str,
                       lambdas: Sequence[float] | None = None) -> list[tuple[str, Cell, str]]:
     """Base, CosReg and each I-STAR λ (all of them, or ``lambdas``) at its best ζ, with their
     legend labels and colours."""
-    out = [(c.method.label, c, method_colour(c.method)) for c in group
-           if c.method.regularizers in (("none",), ("cosreg",))]
-    best = _best_zeta_per_lambda(group, which)
-    out += [(f"I-STAR λ={lam:g} (ζ={c.method.get('istar_zeta'):g})", c,
-             method_colour(c.method, i)) for i, (lam, c) in enumerate(best.items())
-            if lambdas is None or lam in lambdas]
-    return out
+    chosen = [(c.method.label, c) for c in group
+              if c.method.regularizers in (("none",), ("cosreg",))]
+    chosen += [(f"I-STAR λ={lam:g} (ζ={c.method.get('istar_zeta'):g})", c)
+               for lam, c in _best_zeta_per_lambda(group, which).items()
+               if lambdas is None or lam in lambdas]
+    all_lams = _lambdas(group)
+    colours = _distinct([c.method for _, c in chosen],
+                        [method_colour(c.method, all_lams) for _, c in chosen])
+    return [(label, c, colour) for (label, c), colour in zip(chosen, colours, strict=True)]
 
 
 def _measured_zeta(cells: Sequence[Cell]) -> str:
@@ -145,13 +216,18 @@ def _measured_zeta(cells: Sequence[Cell]) -> str:
     zetas = sorted({float(z) for c in cells for r in c.runs
                     if isinstance(z := (r.last_measurement or {}).get("zeta"), (int, float))})
     if len(zetas) > 1:
-        raise _Skip(f"the runs measured IsoScore* with different ζ ({', '.join(map(_g, zetas))}), "
-                    "which do not compare: train them with one --measure_zeta")
+        listed = ", ".join(f"{z:g}" for z in zetas)
+        raise _Skip(f"the runs measured IsoScore* with different ζ ({listed}), which do not "
+                    "compare: train them with one --measure_zeta")
     return f"ζ={zetas[0]:g}" if zetas else "ζ not recorded"
 
 
-def _g(v: float) -> str:
-    return f"{v:g}"
+def _sequential(n: int) -> list[str]:
+    """``n`` colours in order on the colour-blind-safe sequential map cividis."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    return [str(to_hex(colormaps["cividis"](0.1 + 0.8 * i / max(n - 1, 1)))) for i in range(n)]
 
 
 def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
@@ -162,22 +238,22 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     fig, axes = _new_figure()
     ax = axes[0, 0]
     zetas = sorted({c.method.get("istar_zeta") for c in cells})
-    for i, zeta in enumerate(zetas):
+    for i, (zeta, colour) in enumerate(zip(zetas, _sequential(len(zetas)), strict=True)):
         sub = sorted((c for c in cells if c.method.get("istar_zeta") == zeta),
                      key=lambda c: c.method.get("istar_lambda"))
         xs = [_ms(c.values("isoscore_star_union", which)) for c in sub]
         ys = [_ms(c.values(c.main_metric, which)) for c in sub]
         ax.errorbar([x[0] for x in xs], [y[0] for y in ys], xerr=[x[1] for x in xs],
                     yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
-                    color=_colour(i), capsize=3, label=f"ζ={zeta:g}")
+                    color=colour, capsize=3, label=f"ζ={zeta:g}")
         for c, x, y in zip(sub, xs, ys, strict=True):
             ax.annotate(f"λ={c.method.get('istar_lambda'):g}", (x[0], y[0]),
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
     metric = cells[0].main_metric
     ax.set(title=f"IsoScore* vs {metric} across I-STAR λ ({key[0]}, {key[1]})",
            xlabel=f"IsoScore* of the evaluation set (union of layers, {measured}; unitless, 0-1)",
-           ylabel=f"{metric} ({which} evaluation, fraction)")
-    ax.legend(title="I-STAR ζ (training)")
+           ylabel=metric_label(metric, key[0], which))
+    ax.legend(title="I-STAR ζ (training); mean ± std over seeds", fontsize=8)
     return fig
 
 
@@ -259,53 +335,78 @@ def _fig7(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
         raise _Skip("needs I-STAR runs of at least two ζ")
     fig, axes = _new_figure()
     ax = axes[0, 0]
+    lams = _lambdas(group)
     for i, lam in enumerate(sorted({c.method.get("istar_lambda") for c in cells})):
         sub = sorted((c for c in cells if c.method.get("istar_lambda") == lam),
                      key=lambda c: c.method.get("istar_zeta"))
         ys = [_ms(c.values(c.main_metric, which)) for c in sub]
         ax.errorbar([c.method.get("istar_zeta") for c in sub], [y[0] for y in ys],
                     yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
-                    color=_colour(i), capsize=3, label=f"λ={lam:g}")
+                    color=lambda_colour(lam, lams), capsize=3, label=f"λ={lam:g}")
+    best = max(cells, key=lambda c: c.stat(c.main_metric, which)[0])  # type: ignore[index]
+    ax.axvline(best.method.get("istar_zeta"), color="#555555", linestyle="--",
+               label=f"best: ζ={best.method.get('istar_zeta'):g} "
+                     f"(λ={best.method.get('istar_lambda'):g})")
     metric = cells[0].main_metric
     ax.set(title=f"{metric} vs shrinkage ζ ({key[0]}, {key[1]})",
            xlabel="shrinkage weight ζ (unitless, 0-1)",
-           ylabel=f"{metric} ({which} evaluation, fraction)")
-    ax.legend(title="I-STAR λ")
+           ylabel=metric_label(metric, key[0], which))
+    ax.legend(title="I-STAR λ; mean ± std over seeds", fontsize=8)
     return fig
 
 
-def _single_layer(layers: Any) -> int | None:
+def _single_layer(layers: Any, num_layers: int | None) -> int | None:
+    """The hidden-state index of a one-layer ``istar_layers`` value (``"3"``, ``"-1"`` or
+    ``"last"``; negative ones and ``last`` need ``num_layers``), else ``None``."""
+    text = str(layers)
+    if text == "last":
+        return num_layers
     try:
-        return int(str(layers))
+        index = int(text)
     except ValueError:
-        return None
+        return None  # "all" or a list of layers
+    if index < 0:
+        return None if num_layers is None else num_layers + 1 + index
+    return index
+
+
+def _num_layers(c: Cell) -> int | None:
+    for r in c.runs:
+        n = (r.last_measurement or {}).get("num_layers")
+        if isinstance(n, int):
+            return n
+    return None
 
 
 def fig8_data(group: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
     """Fig. 8's numbers for one task x model: per (λ, ζ) of the one-layer I-STAR cells,
     ``{"lambda", "zeta", "layers": [(layer, mean, std, n), ...], "global": (mean, std, n) or
-    None, "base": (mean, std, n) or None}`` of the main metric over seeds (std ``0.0`` for one
-    seed). ``global`` is I-STAR on all layers with the same λ and ζ."""
-    def stat(c: Cell | None) -> tuple[float, float, int] | None:
-        vals = c.values(c.main_metric, which) if c is not None else []
-        return (*_ms(vals), len(vals)) if vals else None
+    None, "base": (mean, std, n) or None}`` of the main metric over seeds; std is the sample
+    std, ``None`` for one seed. ``layer`` is the hidden-state index (``-1`` and ``last`` are
+    resolved with the run's ``num_layers``); ``global`` is I-STAR on all layers with the same
+    λ and ζ; ``base`` is the unregularized cell."""
+    def stat(c: Cell | None) -> tuple[float, float | None, int] | None:
+        return None if c is None else c.stat(c.main_metric, which)
 
-    one_layer = [(layer, c) for c in group if c.method.regularizers == ("istar",)
-                 and (layer := _single_layer(c.method.get("istar_layers"))) is not None]
-    base = next((c for c in group if c.method.regularizers == ("none",)), None)
-    out = []
     def lam_zeta(c: Cell) -> tuple[Any, Any]:
         return c.method.get("istar_lambda"), c.method.get("istar_zeta")
 
-    for lam, zeta in sorted({lam_zeta(c) for _, c in one_layer}):
-        layers = sorted((layer, stat(c)) for layer, c in one_layer
-                        if lam_zeta(c) == (lam, zeta))
-        glob = next((c for c in _istar(group) if c.method.get("istar_lambda") == lam
-                     and c.method.get("istar_zeta") == zeta), None)
-        out.append({"lambda": lam, "zeta": zeta,
-                    "layers": [(layer, *st) for layer, st in layers if st is not None],
-                    "global": stat(glob), "base": stat(base)})
-    return [d for d in out if d["layers"]]
+    one_layer = [(layer, c) for c in group if c.method.regularizers == ("istar",)
+                 and (layer := _single_layer(c.method.get("istar_layers"), _num_layers(c)))
+                 is not None]
+    base = next((c for c in group if c.method.regularizers == ("none",)), None)
+    out = []
+    for lz in sorted({lam_zeta(c) for _, c in one_layer}):
+        per_layer: dict[int, Cell] = {}
+        for layer, c in sorted(one_layer, key=lambda t: t[0]):
+            if lam_zeta(c) == lz:
+                per_layer.setdefault(layer, c)  # "-1" and "6" of a 6-layer model: the first
+        glob = next((c for c in _istar(group) if lam_zeta(c) == lz), None)
+        layers = [(layer, *st) for layer, c in per_layer.items() if (st := stat(c)) is not None]
+        if layers:
+            out.append({"lambda": lz[0], "zeta": lz[1], "layers": layers,
+                        "global": stat(glob), "base": stat(base)})
+    return out
 
 
 def _fig8(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
@@ -315,28 +416,34 @@ def _fig8(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     fig, axes = _new_figure()
     ax = axes[0, 0]
     metric = group[0].main_metric
+    lams = _lambdas(group)
     for i, d in enumerate(data):
-        colour = _OTHER_COLOURS[(i + 1) % len(_OTHER_COLOURS)]  # vermillion is the global line
+        colour = lambda_colour(d["lambda"], lams)
         tag = f"λ={d['lambda']:g}, ζ={d['zeta']:g}"
-        xs = [t[0] for t in d["layers"]]
-        ax.errorbar(xs, [t[1] for t in d["layers"]], yerr=[t[2] for t in d["layers"]],
-                    fmt=_MARKERS[i % len(_MARKERS)] + "-", color=colour, capsize=3,
-                    label=f"I-STAR on one layer, {tag} (mean ± std over seeds)")
-        if d["global"] is not None:
-            m, s, n = d["global"]
-            glob = _OTHER_COLOURS[0] if len(data) == 1 else colour
-            ax.axhline(m, color=glob, linestyle="--",
-                       label=f"I-STAR on all layers, {tag} (n={n})")
-            ax.axhspan(m - s, m + s, color=glob, alpha=0.12, linewidth=0)
+        ns = sorted({t[3] for t in d["layers"]})
+        n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}-{ns[-1]}"
+        ax.errorbar([t[0] for t in d["layers"]], [t[1] for t in d["layers"]],
+                    yerr=[t[2] or 0.0 for t in d["layers"]], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    color=colour, capsize=3, label=f"one layer, {tag} (mean ± std, {n})")
+        if d["global"] is None:
+            ax.plot([], [], " ", label=f"(no all-layers run at {tag})")
+            continue
+        m, sd, n_glob = d["global"]
+        band = "" if sd is None else " ± 1 std band"
+        ax.axhline(m, color=colour, linestyle="--",
+                   label=f"all layers, {tag} (mean{band}, n={n_glob})")
+        if sd is not None:
+            ax.axhspan(m - sd, m + sd, color=colour, alpha=0.12, linewidth=0)
     base = data[0]["base"]
     if base is not None:
-        ax.axhline(base[0], color=_FIXED_COLOURS[("none",)], linestyle=":",
-                   label=f"no regularizer (n={base[2]})")
+        ax.axhline(base[0], color=BASE_COLOUR, linestyle=":",
+                   label=f"no regularizer (mean, n={base[2]})")
     layers = sorted({t[0] for d in data for t in d["layers"]})
     ax.set_xticks(layers)
     ax.set(title=f"I-STAR on one layer vs on all layers ({key[0]}, {key[1]})",
-           xlabel="regularized layer (hidden-state index, 1 = first transformer layer)",
-           ylabel=f"{metric} ({which} evaluation, fraction)")
+           xlabel="regularized layer (hidden-state index: 0 = embeddings, 1 = first "
+                  "transformer layer)",
+           ylabel=metric_label(metric, key[0], which))
     ax.legend(fontsize=8)
     return fig
 
@@ -351,9 +458,12 @@ def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
             continue
         steps = sorted(set.intersection(*({r["step"] for r in lg} for lg in logs)))
         if steps:
-            series.append((c.method.label, method_colour(c.method, len(series)), logs, steps))
+            series.append((c.method, method_colour(c.method), logs, steps))
     if not series:
         raise _Skip("no base or entropy run logged cls_spectrum_* values in metrics.jsonl")
+    colours = _distinct([m for m, _, _, _ in series], [colour for _, colour, _, _ in series])
+    series = [(m.label, colour, logs, steps)
+              for (m, _, logs, steps), colour in zip(series, colours, strict=True)]
     fig, axes = _new_figure(1, 2, sharey=True)
     styles = ("-", "--", ":")
     for j, kind in enumerate(("raw", "centred")):

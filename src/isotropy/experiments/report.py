@@ -99,6 +99,25 @@ class Method:
 _ORDER = {"none": 0, "cosreg": 1, "istar": 2, "entropy": 3}
 
 
+def _layers_key(value: Any) -> str:
+    """``--istar_layers`` as one spelling: ``all``, ``last``, ``3`` or ``1,2`` (from e.g.
+    ``" ALL"``, ``[3]``, ``"[1, 2]"``); an unreadable value is kept as written.
+
+    >>> [_layers_key(v) for v in ("all", " ALL", 3, [3], "[1, 2]", "last")]
+    ['all', 'all', '3', '3', '1,2', 'last']
+    """
+    from isotropy.training.config import parse_layers
+
+    text = value if isinstance(value, (int, list, tuple)) else str(value).strip().strip("[]()")
+    try:
+        parsed = parse_layers(text)
+    except (ValueError, TypeError):
+        return str(value)
+    if isinstance(parsed, str):
+        return parsed
+    return ",".join(map(str, parsed)) if isinstance(parsed, list) else str(parsed)
+
+
 def method_of(iso: Mapping[str, Any]) -> Method:
     """The :class:`Method` of a run from its ``settings.isotropy`` section."""
     regs = tuple(dict.fromkeys(str(r).lower() for r in (iso.get("regularizer") or ["none"])))
@@ -108,7 +127,7 @@ def method_of(iso: Mapping[str, Any]) -> Method:
     for r in regs:
         if r == "istar":
             lam, zeta = float(iso["tuning"]), float(iso["zeta"])
-            layers = str(iso.get("istar_layers", "all"))
+            layers = _layers_key(iso.get("istar_layers", "all"))
             params.update(istar_lambda=lam, istar_zeta=zeta, istar_layers=layers)
             parts.append(f"istar λ={_num(lam)} ζ={_num(zeta)}"
                          + ("" if layers == "all" else f" layers {layers}"))
