@@ -413,6 +413,7 @@ def test_squad_is_measured_window_by_window(bert_dir, squad_dir):
     assert len(dev) > len(examples["dev"])  # some contexts need several windows
     assert res.config["windows"] == {"doc_stride": stride, "max_length": length}
     assert res.config["n_texts"] == len(dev)
+    assert res.config["n_questions"] == len(examples["dev"])
     union = np.concatenate([s[i] for s in train for i in (1, 2)])
     assert res.config["shrinkage"]["n_rows"] == len(union)
     sigma_s = np.cov(union, rowvar=False)

@@ -395,6 +395,43 @@ def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_pa
     assert text.splitlines()[1].split()[:3] == ["1", "interrupted", first.name]
 
 
+def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeypatch):
+    import fcntl
+
+    from isotropy.experiments import engines
+
+    root = tmp_path / "out"
+    root.mkdir()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    assert not engines.sweep_in_progress(root) and not (root / ".sweep.lock").exists()
+    (root / ".sweep.lock").touch()
+    probe = os.open(root / ".sweep.lock", os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe caught mid-way
+    waits = []
+
+    def probe_ends(seconds):
+        waits.append(seconds)
+        os.close(probe)
+
+    monkeypatch.setattr(engines.time, "sleep", probe_ends)
+    with engines._sweep_lock(root):
+        assert waits == [0.1]
+        assert engines.sweep_in_progress(root)
+    assert not engines.sweep_in_progress(root)
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+    holder = os.open(root / ".sweep.lock", os.O_RDONLY)  # a probe that does not end
+    fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    monkeypatch.setattr(engines.time, "sleep", lambda seconds: waits.append(seconds))
+    try:
+        with pytest.raises(ValueError, match="another sweep is running"), \
+                engines._sweep_lock(root):
+            pass
+    finally:
+        os.close(holder)
+    assert waits == [0.1] * 5
+
+
 def test_failed_point_is_reported_and_retried_on_request(tiny_model, glue, tmp_path, capsys):
     broken = write_sst2(tmp_path / "broken_glue", bad_label_in_train=True)
     root = tmp_path / "out"

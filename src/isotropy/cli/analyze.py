@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=a.DEFAULT_BATCH_SIZE,
                    metavar="N", help="texts per forward pass (default: %(default)s)")
     p.add_argument("--max-length", type=positive_int, default=None, metavar="N",
-                   help="truncate texts to N tokens (default: the run's max_seq_length, "
-                        f"else {a.DEFAULT_MAX_LENGTH})")
+                   help="truncate texts to N tokens, or SQuAD windows of N tokens (default: "
+                        "the run's max_seq_length when measuring the run's own task, else "
+                        f"{a.DEFAULT_MAX_LENGTH}, {a.DEFAULT_SPAN_MAX_LENGTH} for SQuAD)")
     p.add_argument("--doc-stride", type=positive_int, default=None, metavar="N",
                    help="SQuAD only: context tokens shared by consecutive windows (default: "
                         f"the run's, else {a.DEFAULT_DOC_STRIDE}; max length default "

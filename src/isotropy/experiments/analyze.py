@@ -282,7 +282,8 @@ def prepare_analyze(
         "task": spec.name, "split": split, "data": data_info,
         "data_files": data_where, "n_texts_available": available,
         "max_texts": max_texts, "pairs": is_pair,
-        **({"windows": {"doc_stride": doc_stride, "max_length": max_length}} if span else {}),
+        **({"windows": {"doc_stride": doc_stride, "max_length": max_length},
+            "n_questions": len(texts)} if span else {}),
     }
     return AnalyzeInputs(net, tok, texts, train_texts, pooling, decoder, max_length, config,
                          doc_stride if span else None)
@@ -433,7 +434,8 @@ def analyze_model(
         **inputs.config,
         "model_type": getattr(model.config, "model_type", None),
         "num_layers": record["num_layers"], "hidden_size": record["hidden_size"],
-        "n_texts": record["n_examples"], "n_tokens": record["n_tokens"],
+        "n_texts": record["n_examples"],  # SQuAD: windows (n_questions: questions)
+        "n_tokens": record["n_tokens"],
         "n_tokens_measured": record["n_tokens_measured"],
         "pooling": inputs.pooling, "padding_side": getattr(tok, "padding_side", None),
         "zeta": zeta, "shrinkage": shrinkage_info, "max_tokens": max_tokens,

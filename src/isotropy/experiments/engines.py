@@ -462,7 +462,14 @@ def _sweep_lock(root: Path):
         try:
             import fcntl
 
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for attempt in range(5):  # a dry run's probe holds the lock for an instant
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.1)
         except ImportError:  # pragma: no cover - not POSIX
             pass
         except OSError:
@@ -477,17 +484,22 @@ def sweep_in_progress(root: str | os.PathLike[str]) -> bool:
     """Whether a sweep (or one of its workers) holds ``root/.sweep.lock`` now; the lock is
     only tested, never kept."""
     path = Path(root) / _LOCK
-    if not path.is_file():
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    fd = os.open(path, os.O_RDONLY)
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
     try:
         import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # conflicts with the driver's LOCK_EX
     except ImportError:  # pragma: no cover - not POSIX
         return False
-    except OSError:
+    except BlockingIOError:
         return True
+    except OSError:  # e.g. a file system without flock: cannot tell
+        return False
     finally:
         os.close(fd)  # closing the descriptor releases a lock just taken
     return False

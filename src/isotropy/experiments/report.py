@@ -9,7 +9,7 @@ standard deviation :math:`s = \sqrt{\frac{1}{n-1}\sum_i (x_i-\bar x)^2}` over it
 (undefined, left empty, for one seed).
 
 :func:`write_report` writes ``report.md`` and the CSV tables (Table 1: main metric per cell;
-Table 2: the best I-STAR :math:`\lambda, \zeta` per task and model; Table 3: the top-3
+Table 2: the best global I-STAR :math:`\lambda, \zeta` per task and model; Table 3: the top-3
 anisotropy spectrum of [CLS] over the last 30% of training) and the figures
 (:mod:`isotropy.experiments.figures`).
 """
@@ -488,14 +488,14 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
           f"Values are the `{which}` evaluation of each run (`results.json`), mean ± sample "
           "standard deviation (ddof=1) over seeds; n = number of seeds.",
           "", "## Table 1: main metric per task, model and method", "", _table1_md(t1), "",
-          "## Table 2: best I-STAR λ and ζ per task and model", ""]
+          "## Table 2: best I-STAR λ and ζ per task and model (I-STAR on all layers)", ""]
     if t2:
         md.append(_md_table(
             ["task", "model", "metric", "λ", "ζ", "mean ± std", "n", "I-STAR cells"],
             [[r["task"], r["model"], r["metric"], _num(r["lambda"]), _num(r["zeta"]),
               _fmt(r["mean"], r["std"]), r["n_seeds"], r["n_istar_cells"]] for r in t2]))
     else:
-        md.append("No I-STAR runs.")
+        md.append("No runs of I-STAR on all layers.")
     md += ["", "## Table 3: top-3 anisotropy spectrum of [CLS], last 30% of training", ""]
     if t3:
         md.append(_md_table(

@@ -64,7 +64,8 @@ class IsotropyArguments:
         "help": "evaluate on a seeded random subset of this many examples"})
     split_dev_for_training: float | None = field(default=None, metadata={
         "help": "FRACTION of the dev split used for training, the rest for evaluation "
-                "(seeded, disjoint; for tasks whose train file is absent)"})
+                "(seeded, disjoint; for tasks whose train file is absent; SQuAD: a fraction of "
+                "the context paragraphs, each paragraph's questions on one side)"})
     group_by_length: bool = field(default=False, metadata={
         "help": "length-bucketed batches (train_sampling_strategy=group_by_length)"})
     regularizer: list[str] = field(default_factory=lambda: ["none"], metadata={
