@@ -378,3 +378,24 @@ def test_squad_window_defaults():
     assert (ours.max_seq_length, ours.doc_stride, ours.n_best_size, ours.max_answer_length) \
         == (384, 128, 20, 30)
     assert parse_train_args(["--task", "rte", "--output_dir", "x"])[0].max_seq_length == 128
+
+
+def test_a_squad_run_split_by_question_does_not_resume_split_by_paragraph(model_dir, data_dir,
+                                                                         tmp_path):
+    out = tmp_path / "squad"
+    argv = _argv(model_dir, data_dir, out, "squad", "--split_dev_for_training", "0.5",
+                 "--doc_stride", str(STRIDE))
+    _run(argv)
+    config = json.loads((out / "config.json").read_text())
+    assert config["data"]["split_unit"] == "context paragraph"
+    del config["data"]["split_unit"]  # as written before SQuAD was split by paragraph
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="finished run with other settings .the dev split was "
+                                         "made by example, now by context paragraph"):
+        _run(argv)
+    (out / "results.json").unlink()
+    with pytest.raises(ValueError, match="cannot resume .*made by example, now by context"):
+        _run([*argv, "--resume"])
+    config["data"]["split_unit"] = "context paragraph"
+    (out / "config.json").write_text(json.dumps(config))
+    assert _run([*argv, "--resume"]).status == "trained"  # the same split resumes

@@ -467,7 +467,11 @@ _IGNORED_FOR_RESUME = {
 }
 
 
-def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any],
+                         data: Mapping[str, Any] | None = None) -> str | None:
+    """Why a run with ``old`` config cannot be resumed with settings ``new`` (and data source
+    ``data``), else ``None``; a dev split made by example (runs written before SQuAD was split
+    by paragraph) does not resume as a split by paragraph."""
     for section in ("isotropy", "training"):
         a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
@@ -475,6 +479,11 @@ def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str 
                 continue
             if a.get(key) != b.get(key):
                 return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"
+    old_data = old.get("data") or {}
+    if data and "split_dev_for_training" in data and "split_dev_for_training" in old_data:
+        was, now = old_data.get("split_unit", "example"), data.get("split_unit", "example")
+        if was != now:
+            return f"the dev split was made by {was}, now by {now}"
     return None
 
 
@@ -625,7 +634,8 @@ def _run_training(
 
     def prepare() -> str:
         status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
-                                 same_settings=lambda old: _settings_difference(old, settings))
+                                 same_settings=lambda old: _settings_difference(
+                                     old, settings, data.source))
         if status == "finished":
             return status
         if status == "new" or not run_dir.file("config.json").is_file():
