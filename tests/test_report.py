@@ -30,10 +30,10 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              select: bool = True, seed: int = 1, metric: float = 0.5, iso: float = 0.1,
              spectrum: list[tuple[int, list[float]]] | None = None, finished: bool = True,
              layer_shift: float = 0.0, istar_layers: str = "all",
-             measured_zeta: float = 0.2) -> Path:
+             measured_zeta: float = 0.2, training: dict[str, Any] | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
-            f"-seed{seed}")
+            + "".join(f"_{k}{v}" for k, v in (training or {}).items()) + f"-seed{seed}")
     d = root / name
     d.mkdir(parents=True)
     config = {"settings": {
@@ -41,7 +41,7 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
                      "zeta": zeta, "istar_layers": istar_layers, "cosreg_tuning": cos_lam,
                      "entropy_weight": beta, "in_cluster_weight": 0.0,
                      "select_features": select},
-        "training": {"seed": seed}}}
+        "training": {"seed": seed, "output_dir": str(root / name), **(training or {})}}}
     (d / "config.json").write_text(json.dumps(config))
     acc = "matthews_correlation" if task == "cola" else "accuracy"
     final = {f"eval_{acc}": metric, "eval_isoscore_star_union": iso, "eval_loss": 0.7}
@@ -350,6 +350,41 @@ def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: P
     for draw in (_fig3, _fig6):
         with pytest.raises(_Skip, match=r"different ζ \(0.2, 0.8\)"):
             draw(("rte", "minilm"), cells, "final")
+
+
+def test_runs_of_other_settings_are_kept_apart_not_pooled(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    for seed, (a, b) in enumerate([(0.60, 0.70), (0.62, 0.74)], start=1):
+        make_run(root, seed=seed, metric=a, training={"learning_rate": 1e-5})
+        make_run(root, seed=seed, metric=b, training={"learning_rate": 3e-5})
+        make_run(root, reg="istar", lam=-1.0, seed=seed, metric=b - 0.1,
+                 training={"learning_rate": 3e-5})
+        make_run(root, reg="istar", lam=1.0, seed=seed, metric=b - 0.2,
+                 training={"learning_rate": 3e-5})
+    make_run(tmp_path / "again", seed=1, metric=0.0, training={"learning_rate": 3e-5})
+    runs, skipped = collect_runs(expand_inputs([str(root), str(tmp_path / "again")]))
+    assert len(runs) == 8
+    ((dup, why),) = skipped  # same cell, same setting, same seed
+    assert "again" in dup and why.startswith("duplicate of")
+    cells = group_cells(runs)
+    rows = {(r["method"], r["setting"]): r for r in table1_rows(cells)}
+    assert set(rows) == {("none", "learning_rate=1e-05"), ("none", "learning_rate=3e-05"),
+                         ("istar λ=-1 ζ=0.2", "learning_rate=3e-05"),
+                         ("istar λ=1 ζ=0.2", "learning_rate=3e-05")}
+    assert rows[("none", "learning_rate=1e-05")]["mean"] == pytest.approx(0.61)
+    assert rows[("none", "learning_rate=3e-05")]["mean"] == pytest.approx(0.72)
+    (t2,) = table2_rows(cells)
+    assert t2["setting"] == "learning_rate=3e-05" and t2["lambda"] == -1.0
+    res = write_report([str(root)], tmp_path / "out")
+    stems = {f.stem for f in res["files"] if f.suffix == ".png"}
+    assert "fig3_rte_minilm_learning_rate=3e-05" in stems
+    assert "fig5_rte_minilm_learning_rate=1e-05" in stems  # base alone
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| none [learning_rate=1e-05] | 0.6100" in md
+    # with one learning rate only, nothing is labelled
+    only = group_cells(collect_runs(expand_inputs([str(p) for p in root.iterdir()
+                                                   if "3e-05" in p.name]))[0])
+    assert {c.setting for c in only} == {""}
 
 
 def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ never share a colour.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,10 +166,10 @@ def _ms(values: Sequence[float]) -> tuple[float, float]:
     return m, (0.0 if s is None else s)
 
 
-def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str], list[Cell]]:
-    out: dict[tuple[str, str], list[Cell]] = {}
+def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
+    out: dict[tuple[str, str, str], list[Cell]] = {}
     for c in cells:
-        out.setdefault((c.task, c.model), []).append(c)
+        out.setdefault((c.task, c.model, c.setting), []).append(c)
     return out
 
 
@@ -497,16 +498,19 @@ FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
 
 def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final"
                  ) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Draw every figure of every task x model into ``out_dir`` (``NAME_TASK_MODEL.png`` and
-    ``.svg``); returns the files and the skipped figures as ``(name, reason)``."""
+    """Draw every figure of every task x model (x setting, when runs differ in other
+    settings) into ``out_dir`` (``NAME_TASK_MODEL[_SETTING].png`` and ``.svg``); returns the
+    files and the skipped figures as ``(name, reason)``."""
     out = Path(out_dir)
     files: list[Path] = []
     skipped: list[tuple[str, str]] = []
-    for (task, model), group in _groups(cells).items():
+    for (task, model, setting), group in _groups(cells).items():
+        shown = f"{model}, {setting}" if setting else model
+        slug = "_" + re.sub(r"[^A-Za-z0-9.=-]+", "_", setting).strip("_") if setting else ""
         for name, (title, draw) in FIGURES.items():
-            stem = f"{name}_{task}_{model}"
+            stem = f"{name}_{task}_{model}{slug}"
             try:
-                fig = draw((task, model), group, which)
+                fig = draw((task, shown), group, which)
             except _Skip as why:
                 skipped.append((f"{stem} ({title})", str(why)))
                 continue

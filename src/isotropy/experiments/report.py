@@ -53,6 +53,14 @@ LAST_FRACTION = 0.3
 _GLOB_CHARS = set("*?[")
 _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
              "entropy_weight", "select_features")
+# settings that do not define an experiment (where it ran, how it was logged) or that the
+# method already holds; every other setting must agree within a cell (see collect_runs)
+_NOT_COMPARED = frozenset({
+    "seed", "output_dir", "logging_dir", "run_name", "resume", "overwrite",
+    "overwrite_output_dir", "resume_from_checkpoint", "data_dir", "config", "preset",
+    "disable_tqdm", "report_to", "hub_token", "local_rank", "regularizer", "tuning", "zeta",
+    "istar_layers", "cosreg_tuning", "entropy_weight", "select_features", "in_cluster_weight",
+})
 
 
 def _num(v: float) -> str:
@@ -163,6 +171,8 @@ class Run:
     main_metric: str
     final: dict[str, Any]
     best: dict[str, Any]
+    settings: dict[str, str] = field(default_factory=dict)  # compared settings, as JSON
+    setting: str = ""  # how its settings differ from other runs of its task and model
 
     def value(self, name: str, which: str = "final") -> float | None:
         """``results.json``'s ``which`` (final/best) record's ``eval_<name>`` (or ``name``)."""
@@ -255,7 +265,10 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
         raise ValueError(f"another format: bad regularizer settings ({err})") from None
     task = str(results.get("task") or iso["task"])
     model = Path(str(iso["model"]).rstrip("/")).name or "model"
-    return Run(p, task, model, method, seed, metric, results["final"], results["best"])
+    compared = {k: json.dumps(v, sort_keys=True) for sec in (iso, training)
+                for k, v in sec.items() if k not in _NOT_COMPARED}
+    return Run(p, task, model, method, seed, metric, results["final"], results["best"],
+               compared)
 
 
 def expand_inputs(patterns: Iterable[str]) -> list[Path]:
@@ -291,12 +304,19 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
 
 @dataclass
 class Cell:
-    """The runs of one task x model x method, one per seed (in seed order)."""
+    """The runs of one task x model x setting x method, one per seed (in seed order);
+    ``setting`` is ``""`` unless runs of the task and model differ in other settings."""
 
     task: str
     model: str
     method: Method
     runs: list[Run] = field(default_factory=list)
+    setting: str = ""
+
+    @property
+    def label(self) -> str:
+        """The method's label, with the setting in brackets when there is one."""
+        return self.method.label + (f" [{self.setting}]" if self.setting else "")
 
     @property
     def seeds(self) -> list[int]:
@@ -321,35 +341,65 @@ class Cell:
 
 def collect_runs(paths: Iterable[str | os.PathLike[str]], which: str = "final"
                  ) -> tuple[list[Run], list[tuple[str, str]]]:
-    """The usable runs and the skipped ones as ``(path, reason)``; a second run of the same
-    cell and seed is skipped as a duplicate."""
-    runs: list[Run] = []
+    """The usable runs and the skipped ones as ``(path, reason)``.
+
+    Runs of one task and model whose other settings differ (learning rate, epochs, data
+    subset, ...; not the seed, the method's own parameters or where the run was written) are
+    never pooled: each run's :attr:`Run.setting` names its values of the settings that vary
+    (``learning_rate=3e-05``), and cells, tables and figures keep them apart. A second run of
+    the same cell, setting and seed is skipped as a duplicate."""
+    loaded: list[Run] = []
     skipped: list[tuple[str, str]] = []
-    seen: dict[tuple[Any, ...], Run] = {}
     for p in paths:
         try:
-            run = load_run(p, which)
+            loaded.append(load_run(p, which))
         except ValueError as err:
             skipped.append((str(p), str(err)))
-            continue
-        key = (run.task, run.model, run.method.key, run.seed)
+    _name_settings(loaded)
+    runs: list[Run] = []
+    seen: dict[tuple[Any, ...], Run] = {}
+    for run in loaded:
+        key = (run.task, run.model, run.setting, run.method.key, run.seed)
         if key in seen:
-            skipped.append((str(p), f"duplicate of {seen[key].path} (same cell and seed)"))
+            skipped.append((str(run.path), f"duplicate of {seen[key].path} (same cell and "
+                                           "seed)"))
             continue
         seen[key] = run
         runs.append(run)
     return runs, skipped
 
 
+def _name_settings(runs: Sequence[Run]) -> None:
+    """Set each run's :attr:`Run.setting` from the compared settings that vary among the runs
+    of its task and model (an absent setting reads ``absent``)."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.task, r.model), []).append(r)
+    for group in groups.values():
+        keys = sorted({k for r in group for k in r.settings})
+        varying = [k for k in keys if len({r.settings.get(k) for r in group}) > 1]
+        for r in group:
+            r.setting = ", ".join(
+                f"{k}={_setting_text(r.settings.get(k))}" for k in varying)
+
+
+def _setting_text(value: str | None) -> str:
+    if value is None:
+        return "absent"
+    v = json.loads(value)
+    return _num(v) if isinstance(v, float) else str(v)
+
+
 def group_cells(runs: Iterable[Run]) -> list[Cell]:
-    """Cells in the order task, model, method; runs in seed order."""
+    """Cells in the order task, model, setting, method; runs in seed order."""
     cells: dict[tuple[Any, ...], Cell] = {}
     for r in runs:
-        cell = cells.setdefault((r.task, r.model, r.method.key), Cell(r.task, r.model, r.method))
+        key = (r.task, r.model, r.setting, r.method.key)
+        cell = cells.setdefault(key, Cell(r.task, r.model, r.method, setting=r.setting))
         cell.runs.append(r)
     for c in cells.values():
         c.runs.sort(key=lambda r: r.seed)
-    return [cells[k] for k in sorted(cells, key=lambda k: (k[0], k[1], k[2]))]
+    return [cells[k] for k in sorted(cells, key=lambda k: (k[0], k[1], k[2], k[3]))]
 
 
 # --------------------------------------------------------------------------- tables
@@ -361,26 +411,27 @@ def table1_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, A
     for c in cells:
         st = c.stat(c.main_metric, which)
         assert st is not None  # load_run checked it
-        rows.append({"task": c.task, "model": c.model, "method": c.method.label,
-                     "metric": c.main_metric, "mean": st[0], "std": st[1], "n_seeds": st[2],
-                     "seeds": " ".join(map(str, c.seeds))})
+        rows.append({"task": c.task, "model": c.model, "setting": c.setting,
+                     "method": c.method.label, "metric": c.main_metric, "mean": st[0],
+                     "std": st[1], "n_seeds": st[2], "seeds": " ".join(map(str, c.seeds))})
     return rows
 
 
 def table2_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, Any]]:
     """Table 2: per task x model, the global I-STAR cell (regularizer istar alone, on all
     layers) of highest mean main metric (the first in λ, ζ order on a tie)."""
-    groups: dict[tuple[str, str], list[Cell]] = {}
+    groups: dict[tuple[str, str, str], list[Cell]] = {}
     for c in cells:
         if c.method.regularizers == ("istar",) and c.method.get("istar_layers") == "all":
-            groups.setdefault((c.task, c.model), []).append(c)
+            groups.setdefault((c.task, c.model, c.setting), []).append(c)
     rows = []
-    for (task, model), group in groups.items():
+    for (task, model, setting), group in groups.items():
         stats = [c.stat(c.main_metric, which) for c in group]
         i = max(range(len(group)), key=lambda j: (stats[j][0], -j))  # type: ignore[index]
         c, st = group[i], stats[i]
         assert st is not None
-        rows.append({"task": task, "model": model, "metric": c.main_metric,
+        rows.append({"task": task, "model": model, "setting": setting,
+                     "metric": c.main_metric,
                      "lambda": c.method.get("istar_lambda"), "zeta": c.method.get("istar_zeta"),
                      "mean": st[0], "std": st[1], "n_seeds": st[2],
                      "n_istar_cells": len(group)})
@@ -407,8 +458,8 @@ def table3_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
         per_seed = [m for r in c.runs if (m := spectrum_tail_means(r.spectrum_logs)) is not None]
         if not per_seed:
             continue
-        row: dict[str, Any] = {"task": c.task, "model": c.model, "method": c.method.label,
-                               "n_seeds": len(per_seed)}
+        row: dict[str, Any] = {"task": c.task, "model": c.model, "setting": c.setting,
+                               "method": c.method.label, "n_seeds": len(per_seed)}
         for k in SPECTRUM_KEYS:
             m, s = mean_std([p[k] for p in per_seed])
             short = k.removeprefix("cls_spectrum_")
@@ -436,8 +487,11 @@ def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
     for model in dict.fromkeys(r["model"] for r in rows):
         sub = [r for r in rows if r["model"] == model]
         tasks = list(dict.fromkeys(f"{r['task']} ({r['metric']})" for r in sub))
-        methods = list(dict.fromkeys(r["method"] for r in sub))
-        cell = {(r["method"], f"{r['task']} ({r['metric']})"):
+        def row_name(r: Mapping[str, Any]) -> str:
+            return r["method"] + (f" [{r['setting']}]" if r["setting"] else "")
+
+        methods = list(dict.fromkeys(row_name(r) for r in sub))
+        cell = {(row_name(r), f"{r['task']} ({r['metric']})"):
                 f"{_fmt(r['mean'], r['std'])} (n={r['n_seeds']})" for r in sub}
         parts.append(f"Model `{model}`:\n\n" + _md_table(
             ["method", *tasks], [[m, *(cell.get((m, t), "–") for t in tasks)] for m in methods]))
@@ -464,14 +518,15 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     t1, t2, t3 = table1_rows(cells, which), table2_rows(cells, which), table3_rows(cells)
     files: list[Path] = []
     files.append(write_csv_atomic(out / "table1.csv", t1, list(t1[0])))
-    t2_fields = ["task", "model", "metric", "lambda", "zeta", "mean", "std", "n_seeds",
-                 "n_istar_cells"]
+    t2_fields = ["task", "model", "setting", "metric", "lambda", "zeta", "mean", "std",
+                 "n_seeds", "n_istar_cells"]
     files.append(write_csv_atomic(out / "table2.csv", t2, t2_fields))
-    t3_fields = ["task", "model", "method", "n_seeds"] + [
+    t3_fields = ["task", "model", "setting", "method", "n_seeds"] + [
         f"{k.removeprefix('cls_spectrum_')}_{s}" for k in SPECTRUM_KEYS for s in ("mean", "std")]
     files.append(write_csv_atomic(out / "table3.csv", t3, t3_fields))
     run_rows = [{"path": str(r.path), "task": r.task, "model": r.model,
-                 "method": r.method.label, "seed": r.seed, "metric": r.main_metric,
+                 "setting": r.setting, "method": r.method.label, "seed": r.seed,
+                 "metric": r.main_metric,
                  "value": r.value(r.main_metric, which)} for r in runs]
     files.append(write_csv_atomic(out / "runs.csv", run_rows))
 
@@ -487,12 +542,17 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
           "",
           f"Values are the `{which}` evaluation of each run (`results.json`), mean ± sample "
           "standard deviation (ddof=1) over seeds; n = number of seeds.",
+          *(["\nSome runs of one task and model differ in other settings; they are kept apart, "
+             "with the setting in brackets: "
+             + "; ".join(sorted({f"`{c.setting}`" for c in cells if c.setting})) + "."]
+            if any(c.setting for c in cells) else []),
           "", "## Table 1: main metric per task, model and method", "", _table1_md(t1), "",
           "## Table 2: best I-STAR λ and ζ per task and model (I-STAR on all layers)", ""]
     if t2:
         md.append(_md_table(
             ["task", "model", "metric", "λ", "ζ", "mean ± std", "n", "I-STAR cells"],
-            [[r["task"], r["model"], r["metric"], _num(r["lambda"]), _num(r["zeta"]),
+            [[r["task"], r["model"] + (f" [{r['setting']}]" if r["setting"] else ""),
+              r["metric"], _num(r["lambda"]), _num(r["zeta"]),
               _fmt(r["mean"], r["std"]), r["n_seeds"], r["n_istar_cells"]] for r in t2]))
     else:
         md.append("No runs of I-STAR on all layers.")
@@ -501,7 +561,8 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
         md.append(_md_table(
             ["task", "model", "method", "n", *(k.removeprefix("cls_spectrum_")
                                                  for k in SPECTRUM_KEYS)],
-            [[r["task"], r["model"], r["method"], r["n_seeds"],
+            [[r["task"], r["model"], r["method"] + (f" [{r['setting']}]" if r["setting"]
+                                                     else ""), r["n_seeds"],
               *(_fmt(r[f"{k.removeprefix('cls_spectrum_')}_mean"],
                      r[f"{k.removeprefix('cls_spectrum_')}_std"], 3) for k in SPECTRUM_KEYS)]
              for r in t3]))
