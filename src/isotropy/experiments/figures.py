@@ -79,7 +79,7 @@ def lambda_colour(lam: float, lambdas: Sequence[float]) -> str:
         return "#999999"
     same = sorted({abs(v) for v in lambdas if (v < 0) == (lam < 0) and v != 0} | {abs(lam)})
     t = same.index(abs(lam)) / (len(same) - 1) if len(same) > 1 else 0.5
-    pos = 0.3 - 0.3 * t if lam < 0 else 0.7 + 0.3 * t
+    pos = 0.22 - 0.22 * t if lam < 0 else 0.78 + 0.22 * t  # the map's pale middle left out
     return str(to_hex(colormaps["PuOr"](pos)))
 
 
@@ -228,14 +228,15 @@ def _sequential(n: int) -> list[str]:
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
-    return [str(to_hex(colormaps["cividis"](0.1 + 0.8 * i / max(n - 1, 1)))) for i in range(n)]
+    # 0 to 0.7: the map's last, pale yellow third reads badly on white
+    return [str(to_hex(colormaps["cividis"](0.7 * i / max(n - 1, 1)))) for i in range(n)]
 
 
 def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     cells = [c for c in _istar(group) if c.values("isoscore_star_union", which)]
     if len({c.method.get("istar_lambda") for c in cells}) < 2:
         raise _Skip("needs I-STAR runs of at least two λ with eval_isoscore_star_union")
-    measured = _measured_zeta(cells)
+    measured = _measured_zeta(cells + [c for c in group if c.method.regularizers == ("none",)])
     fig, axes = _new_figure()
     ax = axes[0, 0]
     zetas = sorted({c.method.get("istar_zeta") for c in cells})
@@ -250,6 +251,13 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
         for c, x, y in zip(sub, xs, ys, strict=True):
             ax.annotate(f"λ={c.method.get('istar_lambda'):g}", (x[0], y[0]),
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
+    base = next((c for c in group if c.method.regularizers == ("none",)
+                 and c.values("isoscore_star_union", which)), None)
+    if base is not None:
+        (bx, bsx), (by, bsy) = (_ms(base.values("isoscore_star_union", which)),
+                                _ms(base.values(base.main_metric, which)))
+        ax.errorbar([bx], [by], xerr=[bsx], yerr=[bsy], fmt="*", markersize=12,
+                    color=BASE_COLOUR, capsize=3, label="no regularizer")
     metric = cells[0].main_metric
     ax.set(title=f"IsoScore* vs {metric} across I-STAR λ ({key[0]}, {key[1]})",
            xlabel=f"IsoScore* of the evaluation set (union of layers, {measured}; unitless, 0-1)",
