@@ -344,6 +344,8 @@ def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: P
     cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
     fig = _fig3(("rte", "minilm"), cells, "final")
     assert "ζ=0.2" in fig.axes[0].get_xlabel()
+    base = next(c for c in fig.axes[0].containers if c.get_label() == "no regularizer")
+    assert base.lines[0].get_xydata().tolist() == [[0.1, 0.5]]  # make_run's defaults
     assert "ζ=0.2" in _fig6(("rte", "minilm"), cells, "final").axes[0].get_ylabel()
     make_run(root, reg="istar", lam=3.0, zeta=0.8, seed=1, measured_zeta=0.8)  # an older run
     cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
