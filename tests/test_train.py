@@ -247,6 +247,7 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         # org/name is a hub id, not a missing folder: the loader says the hub is unreachable
         (["--task", "sst2", "--model", "no-such-org/no-such-model"], "could not load model"),
         (["--task", "sst2", "--zeta", "1.5"], "zeta"),
+        (["--task", "sst2", "--measure_zeta", "-0.1"], "--measure_zeta must be in [0, 1]"),
         (["--task", "sst2", "--split_dev_for_training", "1.0"], "fraction"),
         (["--task", "sst2", "--istar_layers", "x,y"], "istar_layers"),
     ],
