@@ -297,7 +297,7 @@ def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
                     color=colour, capsize=3, label=label)
     ax.set(title=f"{title} ({key[0]}, {key[1]})", xlabel="layer (0 = embeddings)",
            ylabel=ylabel)
-    ax.legend()
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines
     return fig
 
 
