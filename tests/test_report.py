@@ -197,6 +197,12 @@ def test_no_usable_run_and_empty_glob(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="matches no directory"):
         expand_inputs([str(tmp_path / "notes*")])
     assert expand_inputs([str(tmp_path / "*")]) == [run]  # r/ is a root; notes.txt ignored
+    # an isotropy sweep output root: its logs/ folder is not a run, as a root or by a glob
+    (tmp_path / "r" / "logs").mkdir()
+    assert expand_inputs([str(tmp_path / "r")]) == [run, tmp_path / "r" / "logs"]  # no sweep
+    (tmp_path / "r" / "sweep.json").write_text("{}")
+    assert expand_inputs([str(tmp_path / "r")]) == [run]
+    assert expand_inputs([str(tmp_path / "r" / "*")]) == [run]
 
 
 def png_size(path: Path) -> tuple[int, int]:

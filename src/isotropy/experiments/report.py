@@ -271,13 +271,19 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
                compared)
 
 
+def _sweep_logs(path: Path) -> bool:
+    """Whether ``path`` is the ``logs/`` folder of an ``isotropy sweep`` output root."""
+    return path.name == "logs" and (path.parent / "sweep.json").is_file()
+
+
 def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     """Run directories of the arguments (directories or globs).
 
     A directory with ``config.json`` or ``results.json`` is a run; any other directory is a
-    sweep root whose sub-directories are taken (in name order); files a glob matches are
-    ignored. ``FileNotFoundError`` for a glob that matches no directory or a path that does
-    not exist.
+    sweep root whose sub-directories are taken (in name order); files a glob matches, hidden
+    directories and the ``logs/`` folder of an ``isotropy sweep`` output root (beside its
+    ``sweep.json``) are ignored. ``FileNotFoundError`` for a glob that matches no directory or
+    a path that does not exist.
     """
     out: list[Path] = []
     for pattern in patterns:
@@ -292,9 +298,10 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
         for m in matches:
             p = Path(m)
             if p.is_dir() and not (p / CONFIG).exists() and not (p / RESULTS).exists():
-                subs = sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith("."))
+                subs = sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
+                              and not _sweep_logs(c))
                 out.extend(subs if subs else [p])
-            else:
+            elif not _sweep_logs(p):
                 out.append(p)
     seen: dict[str, Path] = {}
     for p in out:
