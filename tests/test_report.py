@@ -199,7 +199,7 @@ def test_no_usable_run_and_empty_glob(tmp_path: Path) -> None:
     assert expand_inputs([str(tmp_path / "*")]) == [run]  # r/ is a root; notes.txt ignored
     # an isotropy sweep output root: its logs/ folder is not a run, as a root or by a glob
     (tmp_path / "r" / "logs").mkdir()
-    assert expand_inputs([str(tmp_path / "r")]) == [run, tmp_path / "r" / "logs"]  # no sweep
+    assert expand_inputs([str(tmp_path / "r")]) == [tmp_path / "r" / "logs", run]  # no sweep
     (tmp_path / "r" / "sweep.json").write_text("{}")
     assert expand_inputs([str(tmp_path / "r")]) == [run]
     assert expand_inputs([str(tmp_path / "r" / "*")]) == [run]
