@@ -297,11 +297,13 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
             matches = [pattern]
         for m in matches:
             p = Path(m)
+            if _sweep_logs(p):
+                continue
             if p.is_dir() and not (p / CONFIG).exists() and not (p / RESULTS).exists():
                 subs = sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
                               and not _sweep_logs(c))
                 out.extend(subs if subs else [p])
-            elif not _sweep_logs(p):
+            else:
                 out.append(p)
     seen: dict[str, Path] = {}
     for p in out:
