@@ -259,6 +259,8 @@ def test_fig8_numbers_and_table2_ignore_one_layer_runs(sweep_root: Path) -> None
     for layer, m in (("-1", 0.50), (" 1", 0.40)):
         make_run(sweep_root, reg="istar", lam=1.0, zeta=0.2, seed=1, metric=m,
                  istar_layers=layer)
+    make_run(sweep_root, reg="istar", lam=1.0, zeta=0.2, seed=2, metric=0.60,
+             istar_layers="3")  # layer 3 again, spelled otherwise: pooled with "-1"
     make_run(sweep_root, reg="istar", lam=3.0, zeta=0.2, seed=1, metric=0.3,
              istar_layers="last")  # no global run at (3, 0.2)
     runs, _ = collect_runs(expand_inputs([str(sweep_root)]))
@@ -275,7 +277,8 @@ def test_fig8_numbers_and_table2_ignore_one_layer_runs(sweep_root: Path) -> None
     glob = ISTAR_METRICS[(-1.0, 0.4)]
     assert d_m1["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 2))
     assert d_m1["base"] == pytest.approx((statistics.mean(BASE), statistics.stdev(BASE), 3))
-    assert [t[:2] for t in d_p1["layers"]] == [(1, 0.40), (3, 0.50)]
+    assert d_p1["layers"][0] == (1, 0.40, None, 1)
+    assert d_p1["layers"][1] == pytest.approx((3, 0.55, 0.1 / 2 ** 0.5, 2))
     glob = ISTAR_METRICS[(1.0, 0.2)]
     assert d_p1["global"] == pytest.approx((statistics.mean(glob), statistics.stdev(glob), 3))
     assert d_p3["layers"] == [(3, 0.3, None, 1)] and d_p3["global"] is None
@@ -326,8 +329,9 @@ def test_colours_are_fixed_per_method_and_distinct_within_a_figure(sweep_root: P
         assert len(set(firsts)) == len(firsts)  # β = 0.5 gets a colour of its own
     assert colours["none, σ1"] == "#000000"
 
-    make_run(sweep_root, reg="istar", lam=-1.0, zeta=0.4, seed=1, metric=0.6,
-             istar_layers="2")
+    for zeta in (0.4, 0.2):  # one λ, two ζ: two series that must not share a colour
+        make_run(sweep_root, reg="istar", lam=-1.0, zeta=zeta, seed=1, metric=0.6,
+                 istar_layers="2")
     cells = group_cells(collect_runs(expand_inputs([str(sweep_root)]))[0])
     key = ("rte", "minilm")
     fig5, fig7, fig8 = (_series_colours(f(key, cells, "final")) for f in (_fig5, _fig7, _fig8))
@@ -335,8 +339,11 @@ def test_colours_are_fixed_per_method_and_distinct_within_a_figure(sweep_root: P
     assert lambda_colour(-1, lams) != lambda_colour(1, lams)
     assert fig5["I-STAR λ=-1 (ζ=0.4)"] == fig7["λ=-1"] == lambda_colour(-1, lams)
     assert fig5["I-STAR λ=1 (ζ=0.4)"] == fig7["λ=1"] == lambda_colour(1, lams)
-    assert fig8["one layer, λ=-1, ζ=0.4 (mean ± std, n=1)"] == lambda_colour(-1, lams)
-    assert fig8["all layers, λ=-1, ζ=0.4 (mean ± 1 std band, n=2)"] == lambda_colour(-1, lams)
+    # (-1, 0.2) comes first and keeps λ's colour; (-1, 0.4) and its global line get another
+    assert fig8["one layer, λ=-1, ζ=0.2 (mean ± std, n=1)"] == lambda_colour(-1, lams)
+    other = fig8["one layer, λ=-1, ζ=0.4 (mean ± std, n=1)"]
+    assert other != lambda_colour(-1, lams)
+    assert fig8["all layers, λ=-1, ζ=0.4 (mean ± 1 std band, n=2)"] == other
     assert len(set(fig5.values())) == len(fig5)
 
 
@@ -385,14 +392,38 @@ def test_runs_of_other_settings_are_kept_apart_not_pooled(tmp_path: Path) -> Non
     assert t2["setting"] == "learning_rate=3e-05" and t2["lambda"] == -1.0
     res = write_report([str(root)], tmp_path / "out")
     stems = {f.stem for f in res["files"] if f.suffix == ".png"}
-    assert "fig3_rte_minilm_learning_rate=3e-05" in stems
-    assert "fig5_rte_minilm_learning_rate=1e-05" in stems  # base alone
+    assert "fig3_rte_minilm_s2" in stems  # s2: learning_rate=3e-05, named in report.md
+    assert "fig5_rte_minilm_s1" in stems  # base alone
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| none [learning_rate=1e-05] | 0.6100" in md
+    assert "`s1`: `learning_rate=1e-05`; `s2`: `learning_rate=3e-05`" in md
     # with one learning rate only, nothing is labelled
     only = group_cells(collect_runs(expand_inputs([str(p) for p in root.iterdir()
                                                    if "3e-05" in p.name]))[0])
     assert {c.setting for c in only} == {""}
+
+
+def test_equal_settings_spelled_otherwise_and_bookkeeping_settings_pool(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    # the same experiment: epochs as 3, 3.0 or "3" (a YAML config), lr as "1e-4" or 0.0001;
+    # logging, data loading, evaluation batch, device and measurement settings differ
+    variants = [
+        {"num_train_epochs": 3, "learning_rate": "1e-4", "logging_steps": 10},
+        {"num_train_epochs": 3.0, "learning_rate": 0.0001, "dataloader_num_workers": 2,
+         "per_device_eval_batch_size": 64, "use_cpu": True, "report_to": ["tensorboard"]},
+        {"num_train_epochs": "3", "learning_rate": 1e-4, "logging_dir": None, "save_steps": 7},
+    ]
+    for seed, training in enumerate(variants, start=1):
+        make_run(root, seed=seed, metric=0.5 + seed / 100, training=training,
+                 measured_zeta=0.2 if seed > 1 else 0.4)
+    runs, skipped = collect_runs(expand_inputs([str(root)]))
+    assert not skipped and {r.setting for r in runs} == {""}
+    (row,) = table1_rows(group_cells(runs))
+    assert (row["setting"], row["n_seeds"]) == ("", 3)
+    # a real difference (epochs 3 vs 4) still splits
+    make_run(root, seed=1, metric=0.7, training={"num_train_epochs": 4, "learning_rate": 1e-4})
+    runs, _ = collect_runs(expand_inputs([str(root)]))
+    assert sorted({r.setting for r in runs}) == ["num_train_epochs=3", "num_train_epochs=4"]
 
 
 def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

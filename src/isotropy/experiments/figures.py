@@ -27,19 +27,18 @@ colour in every figure of a task x model (:func:`method_colour`): base black, Co
 entropy with feature selection blue and with all bars orange (Okabe-Ito), I-STAR by its λ on
 the diverging map PuOr (:func:`lambda_colour`: λ < 0 orange, λ > 0 purple, darker for larger
 |λ|) in Figs. 4-8; Fig. 3's ζ series use the sequential map cividis. Two series of one figure
-never share a colour.
+do not share a colour while the spare colours last.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from isotropy.experiments.report import Cell, Method, mean_std
+from isotropy.experiments.report import Cell, Method, mean_std, setting_tags
 from isotropy.io import atomic_path
 
 __all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "fig8_data", "lambda_colour", "make_figures",
@@ -109,15 +108,17 @@ def method_colour(method: Method, lambdas: Sequence[float] = ()) -> str:
     return _SPARE[0]
 
 
-def _distinct(methods: Sequence[Method], colours: Sequence[str]) -> list[str]:
-    """``colours`` of ``methods`` (one figure's series) with every repeat replaced by an unused
-    spare colour. The papers' settings keep their colour first (CosReg λ = 1, entropy β = 1),
-    so that e.g. entropy β = 1 looks the same whether or not β = 0.5 is drawn beside it."""
+def _distinct(colours: Sequence[str], methods: Sequence[Method] | None = None) -> list[str]:
+    """``colours`` (one figure's series, of ``methods`` if given) with every repeat replaced by
+    an unused spare colour. The papers' settings keep their colour first (CosReg λ = 1,
+    entropy β = 1), so that e.g. entropy β = 1 looks the same whether or not β = 0.5 is drawn
+    beside it. Past the spare colours, a repeat keeps its colour (markers still differ)."""
     def canonical(m: Method) -> bool:
         return (m.regularizers == ("cosreg",) and m.get("cosreg_lambda") == 1.0) or (
             m.regularizers == ("entropy",) and m.get("entropy_beta") == 1.0)
 
-    order = sorted(range(len(colours)), key=lambda i: not canonical(methods[i]))
+    order = sorted(range(len(colours)),
+                   key=lambda i: methods is None or not canonical(methods[i]))
     spare = [c for c in _SPARE if c not in colours]
     taken: set[str] = set()
     out = list(colours)
@@ -205,8 +206,8 @@ def _comparison_cells(group: Sequence[Cell], which: str,
                for lam, c in _best_zeta_per_lambda(group, which).items()
                if lambdas is None or lam in lambdas]
     all_lams = _lambdas(group)
-    colours = _distinct([c.method for _, c in chosen],
-                        [method_colour(c.method, all_lams) for _, c in chosen])
+    colours = _distinct([method_colour(c.method, all_lams) for _, c in chosen],
+                        [c.method for _, c in chosen])
     return [(label, c, colour) for (label, c), colour in zip(chosen, colours, strict=True)]
 
 
@@ -406,12 +407,12 @@ def fig8_data(group: Sequence[Cell], which: str = "final") -> list[dict[str, Any
     base = next((c for c in group if c.method.regularizers == ("none",)), None)
     out = []
     for lz in sorted({lam_zeta(c) for _, c in one_layer}):
-        per_layer: dict[int, Cell] = {}
+        per_layer: dict[int, list[float]] = {}
         for layer, c in sorted(one_layer, key=lambda t: t[0]):
-            if lam_zeta(c) == lz:
-                per_layer.setdefault(layer, c)  # "-1" and "6" of a 6-layer model: the first
+            if lam_zeta(c) == lz:  # "-1", "last" and "6" of a 6-layer model pool their seeds
+                per_layer.setdefault(layer, []).extend(c.values(c.main_metric, which))
         glob = next((c for c in _istar(group) if lam_zeta(c) == lz), None)
-        layers = [(layer, *st) for layer, c in per_layer.items() if (st := stat(c)) is not None]
+        layers = [(layer, *mean_std(v), len(v)) for layer, v in per_layer.items() if v]
         if layers:
             out.append({"lambda": lz[0], "zeta": lz[1], "layers": layers,
                         "global": stat(glob), "base": stat(base)})
@@ -426,8 +427,8 @@ def _fig8(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     ax = axes[0, 0]
     metric = group[0].main_metric
     lams = _lambdas(group)
-    for i, d in enumerate(data):
-        colour = lambda_colour(d["lambda"], lams)
+    colours = _distinct([lambda_colour(d["lambda"], lams) for d in data])  # one λ, two ζ
+    for i, (d, colour) in enumerate(zip(data, colours, strict=True)):
         tag = f"λ={d['lambda']:g}, ζ={d['zeta']:g}"
         ns = sorted({t[3] for t in d["layers"]})
         n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}-{ns[-1]}"
@@ -470,7 +471,7 @@ def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
             series.append((c.method, method_colour(c.method), logs, steps))
     if not series:
         raise _Skip("no base or entropy run logged cls_spectrum_* values in metrics.jsonl")
-    colours = _distinct([m for m, _, _, _ in series], [colour for _, colour, _, _ in series])
+    colours = _distinct([colour for _, colour, _, _ in series], [m for m, _, _, _ in series])
     series = [(m.label, colour, logs, steps)
               for (m, _, logs, steps), colour in zip(series, colours, strict=True)]
     fig, axes = _new_figure(1, 2, sharey=True)
@@ -507,14 +508,16 @@ FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
 def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final"
                  ) -> tuple[list[Path], list[tuple[str, str]]]:
     """Draw every figure of every task x model (x setting, when runs differ in other
-    settings) into ``out_dir`` (``NAME_TASK_MODEL[_SETTING].png`` and ``.svg``); returns the
-    files and the skipped figures as ``(name, reason)``."""
+    settings: tagged ``s1``, ``s2``, ... by :func:`setting_tags`) into ``out_dir``
+    (``NAME_TASK_MODEL[_sN].png`` and ``.svg``); returns the files and the skipped figures as
+    ``(name, reason)``."""
     out = Path(out_dir)
     files: list[Path] = []
     skipped: list[tuple[str, str]] = []
+    settings = setting_tags(cells)
     for (task, model, setting), group in _groups(cells).items():
-        shown = f"{model}, {setting}" if setting else model
-        slug = "_" + re.sub(r"[^A-Za-z0-9.=-]+", "_", setting).strip("_") if setting else ""
+        shown = f"{model}, {settings[setting]}" if setting else model
+        slug = f"_{settings[setting]}" if setting else ""
         for name, (title, draw) in FIGURES.items():
             stem = f"{name}_{task}_{model}{slug}"
             try:

@@ -31,6 +31,7 @@ import numpy as np
 from isotropy.io import read_text_utf8, write_csv_atomic, write_text_atomic
 
 __all__ = [
+    "COMPARED_SETTINGS",
     "Cell",
     "Run",
     "collect_runs",
@@ -38,6 +39,7 @@ __all__ = [
     "group_cells",
     "load_run",
     "mean_std",
+    "setting_tags",
     "table1_rows",
     "table2_rows",
     "table3_rows",
@@ -53,14 +55,23 @@ LAST_FRACTION = 0.3
 _GLOB_CHARS = set("*?[")
 _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
              "entropy_weight", "select_features")
-# settings that do not define an experiment (where it ran, how it was logged) or that the
-# method already holds; every other setting must agree within a cell (see collect_runs)
-_NOT_COMPARED = frozenset({
-    "seed", "output_dir", "logging_dir", "run_name", "resume", "overwrite",
-    "overwrite_output_dir", "resume_from_checkpoint", "data_dir", "config", "preset",
-    "disable_tqdm", "report_to", "hub_token", "local_rank", "regularizer", "tuning", "zeta",
-    "istar_layers", "cosreg_tuning", "entropy_weight", "select_features", "in_cluster_weight",
-})
+# the settings that define an experiment besides task, model, method and seed: runs that differ
+# in one of them are never pooled (see collect_runs). Where and how a run was written, logged,
+# loaded or distributed does not count, nor do the evaluation-only measure_* settings (Figs. 3
+# and 6 check the measurement ζ themselves).
+COMPARED_SETTINGS = (
+    # isotropy train's own
+    "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples",
+    "split_dev_for_training", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
+    "group_by_length", "n_best_size", "max_answer_length",
+    # TrainingArguments that change what is trained
+    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "warmup_steps", "warmup_ratio", "lr_scheduler_type",
+    "lr_scheduler_kwargs", "optim", "optim_args", "weight_decay", "adam_beta1", "adam_beta2",
+    "adam_epsilon", "max_grad_norm", "label_smoothing_factor", "bf16", "fp16", "data_seed",
+    "train_sampling_strategy", "neftune_noise_alpha", "load_best_model_at_end",
+    "metric_for_best_model",
+)
 
 
 def _num(v: float) -> str:
@@ -265,8 +276,12 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
         raise ValueError(f"another format: bad regularizer settings ({err})") from None
     task = str(results.get("task") or iso["task"])
     model = Path(str(iso["model"]).rstrip("/")).name or "model"
-    compared = {k: json.dumps(v, sort_keys=True) for sec in (iso, training)
-                for k, v in sec.items() if k not in _NOT_COMPARED}
+    merged = {**iso, **training}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    if iso.get("split_dev_for_training") is not None:  # runs before SQuAD split by paragraph
+        merged["split_unit"] = data.get("split_unit", "example")
+    compared = {k: json.dumps(_normal(merged[k]), sort_keys=True)
+                for k in COMPARED_SETTINGS if k in merged}
     return Run(p, task, model, method, seed, metric, results["final"], results["best"],
                compared)
 
@@ -392,6 +407,24 @@ def _name_settings(runs: Sequence[Run]) -> None:
                 f"{k}={_setting_text(r.settings.get(k))}" for k in varying)
 
 
+def _normal(value: Any) -> Any:
+    """One spelling per value: numbers (and strings that read as numbers, as YAML's ``1e-4``)
+    as floats, so that ``3``, ``3.0`` and ``"3"`` compare equal; booleans and others as they
+    are; lists item by item."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    return value
+
+
 def _setting_text(value: str | None) -> str:
     if value is None:
         return "absent"
@@ -507,6 +540,12 @@ def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+def setting_tags(cells: Sequence[Cell]) -> dict[str, str]:
+    """A short tag per setting of ``cells`` (``s1``, ``s2``, ... in sorted order) for figure
+    file names and titles; ``report.md`` lists what each stands for."""
+    return {s: f"s{i}" for i, s in enumerate(sorted({c.setting for c in cells if c.setting}), 1)}
+
+
 def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
                  which: str = "final", figures: bool = True) -> dict[str, Any]:
     """Read the runs (:func:`expand_inputs`), write ``report.md``, ``table1.csv``,
@@ -551,9 +590,9 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
           "",
           f"Values are the `{which}` evaluation of each run (`results.json`), mean ± sample "
           "standard deviation (ddof=1) over seeds; n = number of seeds.",
-          *(["\nSome runs of one task and model differ in other settings; they are kept apart, "
-             "with the setting in brackets: "
-             + "; ".join(sorted({f"`{c.setting}`" for c in cells if c.setting})) + "."]
+          *(["\nSome runs of one task and model differ in settings that define the experiment; "
+             "they are kept apart, with the setting in brackets (figure files tagged "
+             + "; ".join(f"`{tag}`: `{s}`" for s, tag in setting_tags(cells).items()) + ")."]
             if any(c.setting for c in cells) else []),
           "", "## Table 1: main metric per task, model and method", "", _table1_md(t1), "",
           "## Table 2: best I-STAR λ and ζ per task and model (I-STAR on all layers)", ""]
