@@ -489,14 +489,9 @@ _TABLE = [  # (key, header, width, format)
 def format_analyze_table(result: AnalyzeResult) -> str:
     """A plain-text table, one line per layer and cloud plus the union (``-``: undefined or
     not computed), then the last layer's pooled spectrum."""
-    head = " ".join(h.rjust(w) for _, h, w, _ in _TABLE)
-    lines = [head, "-" * len(head)]
-    for r in result.rows:
-        cells = []
-        for key, _, w, fmt in _TABLE:
-            v = r.get(key)
-            cells.append(("-" if v is None else format(v, fmt)).rjust(w))
-        lines.append(" ".join(cells))
+    from isotropy.experiments.layerwise import text_table
+
+    lines = text_table(result.rows, _TABLE)
     last = result.record["last"]
     for name in ("raw", "centred"):
         spec = last[f"cls_spectrum_{name}"]

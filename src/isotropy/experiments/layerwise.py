@@ -31,7 +31,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ __all__ = [
     "measure_model",
     "min_max_length",
     "prepare_measure",
+    "text_table",
     "write_measure",
 ]
 
@@ -596,18 +597,26 @@ _TABLE = [  # (key, header, width, format)
 ]
 
 
+def text_table(rows: Sequence[Mapping[str, Any]],
+               columns: Sequence[tuple[str, str, int, str]]) -> list[str]:
+    """Lines of a plain-text table: a header, a rule, then one line per row; ``columns`` are
+    ``(key, header, width, format)``, a missing or ``None`` value shows as ``-``.
+
+    >>> text_table([{"a": 0.5}, {"a": None}], [("a", "A", 5, ".2f")])
+    ['    A', '-----', ' 0.50', '    -']
+    """
+    head = " ".join(h.rjust(w) for _, h, w, _ in columns)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(" ".join(("-" if (v := r.get(key)) is None else format(v, fmt)).rjust(w)
+                              for key, _, w, fmt in columns))
+    return lines
+
+
 def format_measure_table(result: MeasureResult) -> str:
     """A plain-text table of the main measures, one line per layer and cloud (``-``: undefined
     or not computed; ``spec1``: top anisotropy-spectrum share, raw and centred)."""
-    head = " ".join(h.rjust(w) for _, h, w, _ in _TABLE)
-    lines = [head, "-" * len(head)]
-    for r in result.rows:
-        cells = []
-        for key, _, w, fmt in _TABLE:
-            v = r.get(key)
-            cells.append(("-" if v is None else format(v, fmt)).rjust(w))
-        lines.append(" ".join(cells))
-    return "\n".join(lines)
+    return "\n".join(text_table(result.rows, _TABLE))
 
 
 def write_measure(result: MeasureResult, output_dir: str | os.PathLike[str]) -> dict[str, Path]:
