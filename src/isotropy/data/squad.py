@@ -29,6 +29,7 @@ from isotropy.data.glue import Example
 
 __all__ = [
     "SquadFeatures",
+    "check_question_room",
     "squad_features",
     "squad_metrics",
     "postprocess_predictions",
@@ -72,6 +73,22 @@ def _check_window(tokenizer: Any, max_seq_length: int, doc_stride: int) -> None:
         )
 
 
+def check_question_room(tokenizer: Any, questions: Sequence[str], max_length: int,
+                        doc_stride: int, length_name: str = "max_seq_length") -> None:
+    """``ValueError`` unless a window of ``max_length`` tokens leaves more than ``doc_stride``
+    context tokens next to the longest of ``questions`` (leading white space stripped) and the
+    pair's special tokens; ``length_name`` is the flag named in the message."""
+    ids = tokenizer([q.lstrip() for q in questions], add_special_tokens=False)["input_ids"]
+    longest = max(len(x) for x in ids)
+    room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= doc_stride:
+        raise ValueError(
+            f"{length_name} {max_length} leaves {room} context tokens next to the longest "
+            f"question ({longest} tokens); it must exceed doc_stride ({doc_stride}): raise "
+            f"{length_name} or lower doc_stride"
+        )
+
+
 def squad_features(
     tokenizer: Any,
     examples: Sequence[Example],
@@ -90,14 +107,7 @@ def squad_features(
         raise ValueError("no SQuAD examples to tokenise")
     questions = [ex.text_a.lstrip() for ex in examples]
     contexts = [ex.text_b or "" for ex in examples]
-    longest = max(len(tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions)
-    room = max_seq_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
-    if room <= doc_stride:
-        raise ValueError(
-            f"max_seq_length {max_seq_length} leaves {room} context tokens next to the longest "
-            f"question ({longest} tokens); it must exceed doc_stride ({doc_stride}): raise "
-            "max_seq_length or lower doc_stride"
-        )
+    check_question_room(tokenizer, questions, max_seq_length, doc_stride)
     enc = tokenizer(
         questions,
         contexts,

@@ -293,17 +293,12 @@ def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,
                    doc_stride: int) -> None:
     """SQuAD windows need a fast tokenizer and, next to the longest question, more than
     ``doc_stride`` tokens of context room."""
+    from isotropy.data.squad import check_question_room
+
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("SQuAD windows need a fast (Rust) tokenizer; "
                          f"{type(tokenizer).__name__} is not one")
-    questions = [t[0].lstrip() for t in texts]
-    longest = max(len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"])
-    room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
-    if room <= doc_stride:
-        raise ValueError(
-            f"max_length {max_length} leaves {room} context tokens next to the longest question "
-            f"({longest} tokens); it must exceed doc_stride ({doc_stride}): raise max_length "
-            "or lower doc_stride")
+    check_question_room(tokenizer, [t[0] for t in texts], max_length, doc_stride, "max_length")
 
 
 # --------------------------------------------------------------------------- measuring
