@@ -353,17 +353,23 @@ class EvalMeasures:
         shrinkage = self.shrinkage if self.zeta > 0 else None
         return float(isoscore_star_compute(stats, self.zeta, shrinkage))
 
-    def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
-                      errors: list[str]) -> dict[str, Any]:
-        why = bad or acc.reason()
-        st = acc.stats
+    def _isoscores(self, where: str, st: CovarianceStats | None, why: str | None,
+                   errors: list[str]) -> dict[str, float | None]:
+        """IsoScore and IsoScore* of a cloud's statistics (``None`` with the reason recorded
+        in ``errors`` when ``why`` says it is undefined)."""
         return {
-            "n_points": n_points,
             "isoscore": safe_measure(errors, f"{where} isoscore",
                                      lambda: float(isoscore_from_covariance(st.covariance())),
                                      why),
             "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
                                           lambda: self._star(st), why or self._star_reason()),
+        }
+
+    def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
+                      errors: list[str]) -> dict[str, Any]:
+        return {
+            "n_points": n_points,
+            **self._isoscores(where, acc.stats, bad or acc.reason(), errors),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
         }
 
@@ -378,11 +384,7 @@ class EvalMeasures:
         st = CovarianceStats.from_batch(x) if why is None else None
         return {
             "n_points": n,
-            "isoscore": safe_measure(errors, f"{where} isoscore",
-                                     lambda: float(isoscore_from_covariance(st.covariance())),
-                                     why),
-            "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
-                                          lambda: self._star(st), why or self._star_reason()),
+            **self._isoscores(where, st, why, errors),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
