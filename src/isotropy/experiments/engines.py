@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from isotropy.experiments.report import mean_std
 from isotropy.experiments.sweep import SweepPoint, SweepSpec, SweepStatus
 from isotropy.io import write_csv_atomic, write_json_atomic
 
@@ -549,10 +550,8 @@ def cell_summary(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
     rows = []
     for c in cells.values():
         v = c.pop("values")
-        n = len(v)
-        mean = sum(v) / n if n else None
-        std = math.sqrt(sum((x - mean) ** 2 for x in v) / (n - 1)) if n > 1 else None
-        rows.append({**c, "n": n, "mean": mean, "std": std})
+        mean, std = mean_std(v) if v else (None, None)
+        rows.append({**c, "n": len(v), "mean": mean, "std": std})
     return rows
 
 
