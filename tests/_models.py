@@ -37,3 +37,23 @@ def tiny_bert(model_class: type, *, vocab_size: int, seed: int = 0, **config: ob
         **config,
     )
     return model_class(cfg)
+
+
+def save_tiny_bert(root, words, *, name: str = "model", **config: object):
+    """Save a :func:`tiny_bert` encoder (``BertModel``) and a WordPiece tokenizer whose
+    vocabulary is the special tokens plus ``words`` into ``root/name``; returns that folder.
+    The vocabulary is passed as ``vocab=`` (transformers 5 ignores ``vocab_file=`` and would
+    map every word to [UNK])."""
+    from pathlib import Path
+
+    from transformers import BertModel, BertTokenizerFast
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
+    out = root / name
+    tiny_bert(BertModel, vocab_size=len(vocab), seed=0, **config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from _models import tiny_bert
+from _models import save_tiny_bert
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "movie", "film",
          "plot", "the", "a", "is", "was", "very", "not"]
@@ -14,16 +14,7 @@ WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "movie
 
 def make_tiny_model(root: Path) -> Path:
     """A saved tiny random BERT encoder with a WordPiece tokenizer over ``WORDS``."""
-    from transformers import BertModel, BertTokenizerFast
-
-    root.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
-    out = root / "tiny"
-    tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_bert(root, WORDS, name="tiny")
 
 
 def write_sst2(root: Path, *, bad_label_in_train: bool = False) -> Path:

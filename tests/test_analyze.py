@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _models import tiny_bert
+from _models import save_tiny_bert
 
 from isotropy.cli.main import main as cli_main
 from isotropy.experiments.analyze import analyze, analyze_model, locate_checkpoint, prepare_analyze
@@ -53,16 +53,7 @@ def _texts(glue_dir, split):
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory):
-    from transformers import BertModel, BertTokenizerFast
-
-    root = tmp_path_factory.mktemp("bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
-    out = root / "model"
-    tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_bert(tmp_path_factory.mktemp("bert"), WORDS)
 
 
 def _word_tokenizer(pad: bool):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _models import tiny_bert
+from _models import save_tiny_bert
 from scipy.stats import pearsonr
 from transformers import TrainerCallback
 
@@ -33,17 +33,7 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny random BERT encoder with a WordPiece tokenizer over ``WORDS``."""
-    from transformers import BertModel, BertTokenizerFast
-
-    root = tmp_path_factory.mktemp("tiny_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
-    model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0)
-    out = root / "model"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), WORDS)
 
 
 def _sentence(rng: random.Random, label: int) -> str:

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _models import tiny_bert
+from _models import save_tiny_bert
 from test_train import WORDS, _argv, _Crash, _run, _sentence
 
 from isotropy.training.eval_measures import (
@@ -34,16 +34,11 @@ def word_model_dir(tmp_path_factory):
     """A saved tiny random BERT whose WordPiece tokenizer knows ``WORDS`` (given as ``vocab=``:
     transformers 5 ignores ``vocab_file=`` and maps every word to [UNK]), so that different
     sentences give different [CLS] states."""
-    from transformers import BertModel, BertTokenizerFast
+    from transformers import AutoTokenizer
 
-    root = tmp_path_factory.mktemp("word_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
+    out = save_tiny_bert(tmp_path_factory.mktemp("word_bert"), WORDS)
+    tok = AutoTokenizer.from_pretrained(out)
     assert tok.unk_token_id not in tok("good movie")["input_ids"]
-    out = root / "model"
-    tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(out)
-    tok.save_pretrained(out)
     return out
 
 

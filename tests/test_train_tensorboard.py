@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from _models import tiny_bert
+from _models import save_tiny_bert
 
 from isotropy.training.config import parse_train_args
 from isotropy.training.trainer import run_training
@@ -26,15 +26,8 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
     """A saved tiny random BERT and SST-2 train/dev files of a few dozen rows."""
-    from transformers import BertModel, BertTokenizerFast
-
     root = tmp_path_factory.mktemp("tb")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
-    model = root / "model"
-    tiny_bert(BertModel, vocab_size=len(vocab), seed=0).save_pretrained(model)
-    tok.save_pretrained(model)
+    model = save_tiny_bert(root, WORDS)
     rng = random.Random(0)
     (root / "glue" / "SST-2").mkdir(parents=True)
     for split, n in (("train", 32), ("dev", 16)):
