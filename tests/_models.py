@@ -39,11 +39,12 @@ def tiny_bert(model_class: type, *, vocab_size: int, seed: int = 0, **config: ob
     return model_class(cfg)
 
 
-def save_tiny_bert(root, words, *, name: str = "model", **config: object):
+def save_tiny_bert(root, words, *, name: str = "model", dtype: torch.dtype | None = None,
+                   **config: object):
     """Save a :func:`tiny_bert` encoder (``BertModel``) and a WordPiece tokenizer whose
     vocabulary is the special tokens plus ``words`` into ``root/name``; returns that folder.
     The vocabulary is passed as ``vocab=`` (transformers 5 ignores ``vocab_file=`` and would
-    map every word to [UNK])."""
+    map every word to [UNK]). ``dtype`` (e.g. ``torch.float64``) converts the weights."""
     from pathlib import Path
 
     from transformers import BertModel, BertTokenizerFast
@@ -54,6 +55,7 @@ def save_tiny_bert(root, words, *, name: str = "model", **config: object):
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
     out = root / name
-    tiny_bert(BertModel, vocab_size=len(vocab), seed=0, **config).save_pretrained(out)
+    model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0, **config)
+    (model if dtype is None else model.to(dtype)).save_pretrained(out)
     tok.save_pretrained(out)
     return out

@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 import torch
 from _distributed import RunResults, StepError, guarded, require_gloo
-from _models import tiny_bert
+from _models import save_tiny_bert
 from test_train_measures import iota, mean_cosine, skdim_twonn, spd, spectrum
 from transformers import TrainerCallback
 
@@ -83,18 +83,9 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny random float64 BERT with every dropout off, and a WordPiece tokenizer."""
-    from transformers import BertModel, BertTokenizerFast
-
-    root = tmp_path_factory.mktemp("tiny_bert_nodrop")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
-    model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0, hidden_dropout_prob=0.0,
-                      attention_probs_dropout_prob=0.0, classifier_dropout=0.0).double()
-    out = root / "model"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert_nodrop"), WORDS,
+                          dtype=torch.float64, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
 
 
 def _write_glue(root: Path, n_dev: int) -> Path:

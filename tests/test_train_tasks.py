@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _models import tiny_bert
+from _models import save_tiny_bert
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
@@ -47,17 +47,8 @@ def _one_thread(one_thread):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A saved tiny random BERT encoder with a WordPiece vocabulary of the words above."""
-    from transformers import BertModel, BertTokenizerFast
-
-    root = tmp_path_factory.mktemp("tiny_bert_tasks")
     words = dict.fromkeys([*POSITIVE, *NEGATIVE, *FILLER, *ITEMS, *QUESTION_WORDS])
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
-    model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0)
-    model.save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
-    return root / "model"
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert_tasks"), words)
 
 
 # ------------------------------------------------------------------- task files (real layout)
