@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "one_line", "positive_int"]
+__all__ = ["OneLineParser", "one_line", "positive_int", "task_name"]
 
 
 def one_line(message: object) -> str:
@@ -41,3 +41,14 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
+
+
+def task_name(text: str) -> str:
+    """An ``argparse`` type: a task name in any spelling (``SST-2``, ``sst2``), as its
+    canonical name; an unknown one is an error naming the known tasks."""
+    from isotropy.data.glue import get_task
+
+    try:
+        return get_task(text).name
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from isotropy.cli._common import OneLineParser, one_line, positive_int
+from isotropy.cli._common import OneLineParser, one_line, positive_int, task_name
 
 __all__ = ["build_parser", "main"]
 
@@ -50,15 +50,6 @@ def _zeta(text: str) -> float:
     return v
 
 
-def _task(text: str) -> str:
-    from isotropy.data.glue import get_task
-
-    try:
-        return get_task(text).name
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy analyze`` argument parser."""
     from isotropy.experiments import analyze as a
@@ -69,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an isotropy train run directory (its model/ is loaded; task, data "
                         "directory and max length come from its config.json), a model "
                         "directory, or a hub id")
-    p.add_argument("--task", type=_task, metavar="NAME",
+    p.add_argument("--task", type=task_name, metavar="NAME",
                    help="SST-2, QNLI, RTE, MRPC, QQP, CoLA, STS-B, SST-5 or SQuAD (default: "
                         "the run's task; required for a model directory or hub id)")
     p.add_argument("--split", choices=["train", "dev", "test"], default="dev",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from isotropy.cli._common import OneLineParser, one_line, positive_int
+from isotropy.cli._common import OneLineParser, one_line, positive_int, task_name
 
 __all__ = ["build_parser", "main"]
 
@@ -92,15 +92,6 @@ def _zeta_list(text: str) -> list[float]:
     return out
 
 
-def _task(text: str) -> str:
-    from isotropy.data.glue import get_task
-
-    try:
-        return get_task(text).name
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def _flatten(values: list[list[Any]] | None) -> list[Any] | None:
     return None if values is None else [v for group in values for v in group]
 
@@ -149,7 +140,7 @@ def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> N
         src = p.add_mutually_exclusive_group(required=True)
         src.add_argument("--texts", type=Path, metavar="FILE",
                          help="UTF-8 text file, one text per line (blank lines skipped)")
-        src.add_argument("--task", type=_task, metavar="NAME",
+        src.add_argument("--task", type=task_name, metavar="NAME",
                          help="a task of the local GLUE directory: SST-2, QNLI, RTE, MRPC, QQP, "
                               "CoLA, STS-B, SST-5 or SQuAD; pair tasks are encoded as pairs, "
                               "SQuAD as (question, context)")
@@ -252,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_demo"), metavar="DIR",
                    help="where the results go: DIR/stability, DIR/measure and DIR/finetune "
                         "(default: %(default)s)")
-    p.add_argument("--finetune-task", type=_task, default="sst2", metavar="NAME",
+    p.add_argument("--finetune-task", type=task_name, default="sst2", metavar="NAME",
                    help="task of the fine-tuning comparison (default: %(default)s)")
     p.add_argument("--finetune-train-samples", type=positive_int, default=1000, metavar="N",
                    help="seeded subset of the training split (default: %(default)s)")
