@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import yaml
 from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
-from transformers import TrainerCallback
+from test_train import _Crash
 
 from isotropy.cli.sweep import main as sweep_main
 from isotropy.experiments.engines import (
@@ -300,18 +300,6 @@ def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path
 
 
 # --------------------------------------------------------------------------- real runs
-
-
-class _Crash(TrainerCallback):
-    """Simulate a crash at the end of optimizer step ``at`` (before that step's save)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.at:
-            raise RuntimeError("simulated crash")
-        return control
 
 
 def _attempts(log: Path) -> int:
