@@ -338,11 +338,6 @@ class Cell:
     setting: str = ""
 
     @property
-    def label(self) -> str:
-        """The method's label, with the setting in brackets when there is one."""
-        return self.method.label + (f" [{self.setting}]" if self.setting else "")
-
-    @property
     def seeds(self) -> list[int]:
         return [r.seed for r in self.runs]
 
@@ -523,17 +518,19 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _with_setting(text: str, row: Mapping[str, Any]) -> str:
+    """``text`` with the row's setting in brackets, when it has one."""
+    return text + (f" [{row['setting']}]" if row["setting"] else "")
+
+
 def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
     """One pivot per model: methods as rows, tasks (metric) as columns, cells mean ± std (n)."""
     parts = []
     for model in dict.fromkeys(r["model"] for r in rows):
         sub = [r for r in rows if r["model"] == model]
         tasks = list(dict.fromkeys(f"{r['task']} ({r['metric']})" for r in sub))
-        def row_name(r: Mapping[str, Any]) -> str:
-            return r["method"] + (f" [{r['setting']}]" if r["setting"] else "")
-
-        methods = list(dict.fromkeys(row_name(r) for r in sub))
-        cell = {(row_name(r), f"{r['task']} ({r['metric']})"):
+        methods = list(dict.fromkeys(_with_setting(r["method"], r) for r in sub))
+        cell = {(_with_setting(r["method"], r), f"{r['task']} ({r['metric']})"):
                 f"{_fmt(r['mean'], r['std'])} (n={r['n_seeds']})" for r in sub}
         parts.append(f"Model `{model}`:\n\n" + _md_table(
             ["method", *tasks], [[m, *(cell.get((m, t), "–") for t in tasks)] for m in methods]))
@@ -599,7 +596,7 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     if t2:
         md.append(_md_table(
             ["task", "model", "metric", "λ", "ζ", "mean ± std", "n", "I-STAR cells"],
-            [[r["task"], r["model"] + (f" [{r['setting']}]" if r["setting"] else ""),
+            [[r["task"], _with_setting(r["model"], r),
               r["metric"], _num(r["lambda"]), _num(r["zeta"]),
               _fmt(r["mean"], r["std"]), r["n_seeds"], r["n_istar_cells"]] for r in t2]))
     else:
@@ -609,8 +606,7 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
         md.append(_md_table(
             ["task", "model", "method", "n", *(k.removeprefix("cls_spectrum_")
                                                  for k in SPECTRUM_KEYS)],
-            [[r["task"], r["model"], r["method"] + (f" [{r['setting']}]" if r["setting"]
-                                                     else ""), r["n_seeds"],
+            [[r["task"], r["model"], _with_setting(r["method"], r), r["n_seeds"],
               *(_fmt(r[f"{k.removeprefix('cls_spectrum_')}_mean"],
                      r[f"{k.removeprefix('cls_spectrum_')}_std"], 3) for k in SPECTRUM_KEYS)]
              for r in t3]))
