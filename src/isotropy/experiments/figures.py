@@ -174,11 +174,10 @@ def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
     return out
 
 
-def _istar(group: Sequence[Cell], layers: str = "all") -> list[Cell]:
-    """The I-STAR-only cells of ``group`` that regularize ``layers`` (the global penalty by
-    default)."""
+def _istar(group: Sequence[Cell]) -> list[Cell]:
+    """The I-STAR-only cells of ``group`` with the global penalty (all layers)."""
     return [c for c in group if c.method.regularizers == ("istar",)
-            and c.method.get("istar_layers") == layers]
+            and c.method.get("istar_layers") == "all"]
 
 
 def _best_zeta_per_lambda(group: Sequence[Cell], which: str) -> dict[float, Cell]:
