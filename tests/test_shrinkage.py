@@ -15,6 +15,7 @@ from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
     collect_covariance,
+    collect_layer_shrinkage,
     estimate_shrinkage,
     refresh_shrinkage,
 )
@@ -81,6 +82,70 @@ def test_the_last_batch_is_cut_inside_a_token(model):
     n = 2 * first + 3  # all of batch 0 (2 layers) and 3 rows of batch 1: 2 tokens, 1 layer
     cov = estimate_shrinkage(model, batches, layers="all", n_tokens=n)
     assert_cov_close(cov, np.cov(rows_by_loop(model, batches, [1, 2], n).T))
+
+
+def per_layer_rows_by_loop(model, batches, n_layers, n):
+    """Layer by layer, the rows of the first n union rows (layers 1..L, token-major, as
+    rows_by_loop); the embedding output takes the token positions of layer 1; and every
+    pooled [CLS] row (position 0) of every batch read, per layer."""
+    tokens = [[] for _ in range(n_layers + 1)]
+    cls = [[] for _ in range(n_layers + 1)]
+    used = 0
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            hs = model(**batch, output_hidden_states=True).hidden_states
+            mask = batch["attention_mask"]
+            for layer in range(n_layers + 1):
+                cls[layer].extend(hs[layer][:, 0].double().numpy())
+            for b in range(mask.shape[0]):
+                for t in range(mask.shape[1]):
+                    if not mask[b, t]:
+                        continue
+                    for layer in range(1, n_layers + 1):
+                        if used < n:
+                            tokens[layer].append(hs[layer][b, t].double().numpy())
+                            if layer == 1:
+                                tokens[0].append(hs[0][b, t].double().numpy())
+                            used += 1
+            if used >= n:
+                break
+    return [np.array(r) for r in tokens], [np.array(r) for r in cls]
+
+
+@pytest.mark.parametrize("n", [157, 10_000])
+def test_per_layer_sigma_s_holds_each_layers_own_rows(model, n):
+    """Each layer's token Sigma_S is np.cov of that layer's rows among the first n union
+    rows (the last batch cut inside a token); pooled ones of every [CLS] row read; the union
+    is the union's (collect_covariance's rows)."""
+    batches = make_batches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # n = 10,000: the data runs out (warned)
+        shrink = collect_layer_shrinkage(model, batches, n_tokens=n)
+    tokens, cls = per_layer_rows_by_loop(model, batches, 2, n)
+    assert [st.count for st in shrink.token] == [len(r) for r in tokens]
+    assert [st.count for st in shrink.pooled] == [len(r) for r in cls]
+    if n == 157:
+        assert [len(r) for r in tokens] == [79, 79, 78]
+    covs = shrink.covariances()
+    for layer in (1, 2):
+        assert_cov_close(covs["token"][layer], np.cov(tokens[layer].T))
+        assert_cov_close(covs["pooled"][layer], np.cov(cls[layer].T))
+    assert_cov_close(covs["token"][0], np.cov(tokens[0].T))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        union = collect_covariance(model, batches, layers="all", n_tokens=n)
+    assert shrink.union.count == union.count
+    assert_cov_close(covs["union"], union.covariance().numpy())
+    described = shrink.describe()
+    assert described["union_rows"] == union.count and described["sigma_s"] == "per layer"
+
+
+def test_per_layer_sigma_s_bad_input(model):
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        collect_layer_shrinkage(model, make_batches(), n_tokens=10, pooling="max")
+    with pytest.raises(ValueError, match="n_tokens must be >= 2"):
+        collect_layer_shrinkage(model, make_batches(), n_tokens=1)
 
 
 def test_refresh_sets_the_loss_and_restores_the_mode(model):

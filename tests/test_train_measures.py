@@ -443,3 +443,56 @@ def test_resume_truncates_the_measurements(word_model_dir, sst2_dir, tmp_path):
     assert [m["step"] for m in RunDirectory(out).read_measurements()] == [4]
     _run(_argv(word_model_dir, sst2_dir, out, *extra, "--resume"))
     assert [m["step"] for m in RunDirectory(out).read_measurements()] == [4, 8]
+
+
+# ----------------------------------------------------------------------------- per-layer Sigma_S
+
+
+@pytest.mark.parametrize("zeta", [0.2, 0.7, 1.0])
+def test_per_layer_sigma_s_of_the_measured_split_gives_isoscore(zeta):
+    """Sigma_S estimated on the very clouds measured (every token, every example): every
+    layer's IsoScore* (token and pooled clouds) and the union's equal their IsoScore, since
+    (1 - zeta) Sigma_X + zeta Sigma_X = Sigma_X (to float32 accumulation: the statistics
+    are summed batch by batch in one route, at once in the other). A union Sigma_S would
+    not (checked too)."""
+    from _models import random_inputs, tiny_bert
+    from transformers import BertModel
+
+    from isotropy.models.shrinkage import collect_layer_shrinkage
+
+    model = tiny_bert(BertModel, vocab_size=50).eval()
+    g = torch.Generator().manual_seed(3)
+    batches = [random_inputs(g, batch=8, seq=9, vocab_size=50, min_length=3) for _ in range(5)]
+    n_rows = 2 * sum(int(b["attention_mask"].sum()) for b in batches)
+    shrink = collect_layer_shrinkage(model, batches, n_tokens=n_rows)
+    rec = {}
+    for name, sigma in (("layer", shrink), ("union", shrink.covariances()["union"])):
+        acc = EvalMeasures(max_tokens=10_000, zeta=zeta, shrinkage=sigma)
+        with torch.no_grad():
+            for b in batches:
+                acc.update(model(**b, output_hidden_states=True).hidden_states,
+                           b["attention_mask"])
+        rec[name] = acc.compute()
+    per_layer = rec["layer"]
+    assert per_layer["sigma_s"] == "per layer"
+    assert rec["union"]["sigma_s"] == "one for every cloud"
+    for row in per_layer["layers"][1:]:
+        for cloud in ("token", "cls"):
+            assert row[cloud]["isoscore_star"] == pytest.approx(row[cloud]["isoscore"],
+                                                                abs=1e-7), (row["layer"], cloud)
+    assert per_layer["layers"][0]["token"]["isoscore_star"] == pytest.approx(
+        per_layer["layers"][0]["token"]["isoscore"], abs=1e-7)
+    assert per_layer["union"]["isoscore_star"] == pytest.approx(
+        per_layer["union"]["isoscore"], abs=1e-7)
+    assert per_layer["union"]["isoscore_star"] == rec["union"]["union"]["isoscore_star"]
+    # shrinking a layer's [CLS] cloud toward the union's Sigma_S measures something else
+    last = rec["union"]["layers"][2]["cls"]
+    assert abs(last["isoscore_star"] - last["isoscore"]) > 1e-3
+
+
+def test_per_layer_sigma_s_must_match_the_pooling():
+    from isotropy.models.shrinkage import LayerShrinkage
+
+    shrink = LayerShrinkage([], [], "cls")
+    with pytest.raises(ValueError, match="'cls'-pooled rows but pooling is 'mean'"):
+        EvalMeasures(zeta=0.2, shrinkage=shrink, pooling="mean")

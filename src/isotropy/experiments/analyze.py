@@ -19,9 +19,12 @@ train``'s evaluations):
 * for the last layer, the top-``top_k`` anisotropy spectrum (raw and centred) of the pooled
   cloud and the mean and standard deviation (``ddof=1``) of every dimension of the token cloud.
 
-:math:`\Sigma_S` is the covariance (``ddof=1``) of the first ``shrinkage_tokens`` rows of the
-union (layers ``1..L``) of the task's *training* split's token states, read in order by
-:func:`~isotropy.models.shrinkage.collect_covariance` (``zeta = 0`` needs none).
+Each cloud is shrunk toward its own layer's :math:`\Sigma_S` (token and pooled clouds
+separately; the union toward the union's), estimated from the task's *training* split read
+in order by :func:`~isotropy.models.shrinkage.collect_layer_shrinkage`: a budget of
+``shrinkage_tokens`` rows of the union (layers ``1..L``), each layer using the same token
+positions, about ``shrinkage_tokens / L`` rows per layer, and the pooled rows of every text
+read (``zeta = 0`` needs none).
 
 SQuAD: every (question, context) pair is cut into the windows ``isotropy train`` feeds the
 model (:func:`~isotropy.data.squad.squad_features`: ``max_length`` tokens, consecutive windows
@@ -385,7 +388,7 @@ def analyze_model(
     from isotropy._validation import check_zeta
     from isotropy.experiments.layerwise import _check_positive
     from isotropy.models.hidden_states import get_hidden_states
-    from isotropy.models.shrinkage import collect_covariance
+    from isotropy.models.shrinkage import collect_layer_shrinkage
     from isotropy.runtime import flush_denormals
     from isotropy.training.eval_measures import EvalMeasures
 
@@ -410,12 +413,12 @@ def analyze_model(
             t1 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                stats = collect_covariance(model, _batches(tok, inputs.train_texts, **kw),
-                                           layers="all", n_tokens=shrinkage_tokens,
-                                           sync_dist=False)
-            sigma = stats.covariance(ddof=1)
-            shrinkage_info = {"source": "training split", "layers": "1..L",
-                              "n_rows": stats.count, "requested_rows": shrinkage_tokens,
+                sigma = collect_layer_shrinkage(
+                    model, _batches(tok, inputs.train_texts, **kw), n_tokens=shrinkage_tokens,
+                    pooling=inputs.pooling, sync_dist=False)
+            shrinkage_info = {"source": "training split", **sigma.describe(),
+                              "n_rows": sigma.describe()["union_rows"],
+                              "requested_rows": shrinkage_tokens,
                               "seconds": time.perf_counter() - t1,
                               "notes": [str(w.message) for w in caught]}
         acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, shrinkage=sigma,

@@ -20,10 +20,15 @@ __all__ = [
     "token_mask",
     "layer_token_clouds",
     "pool",
+    "POOLINGS",
+    "first_token_rows",
+    "pooled_rows",
 ]
 
 Layers = Literal["all", "last"] | int | Sequence[int]
 Pooling = Literal["cls", "mean"]
+# the one row per example of a pooled cloud (measurements; decoders have no [CLS])
+POOLINGS = ("cls", "last", "mean")
 
 
 def get_hidden_states(outputs: Any) -> tuple[torch.Tensor, ...]:
@@ -138,3 +143,31 @@ def pool(
         raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
     _check_finite(out, "pooled embeddings")
     return out
+
+
+def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
+    tokenizer pads on the left), detached."""
+    mask = token_mask(hidden, attention_mask)
+    first = mask.int().argmax(dim=1)
+    return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
+
+
+def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                pooling: str = "cls") -> torch.Tensor:
+    r"""``(batch, dim)``: one row per example, detached. ``cls``: the first non-padding token
+    (:func:`first_token_rows`); ``last``: the last non-padding token (the right-most position
+    whose mask is 1, so left and right padding give the same row); ``mean``:
+    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions (a row without any is
+    0)."""
+    if pooling == "cls":
+        return first_token_rows(hidden, attention_mask)
+    mask = token_mask(hidden, attention_mask)
+    h = hidden.detach()
+    if pooling == "last":
+        last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
+        return h[torch.arange(h.shape[0], device=h.device), last]
+    if pooling == "mean":
+        m = mask.to(h.dtype).unsqueeze(-1)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")

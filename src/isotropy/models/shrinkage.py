@@ -22,7 +22,8 @@ stored. If the data runs out first, a warning says how many rows were used. A ba
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,10 +33,19 @@ from transformers.training_args import TrainingArguments
 from isotropy.distributed import is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
-from isotropy.models.hidden_states import Layers, get_hidden_states, select_layers
+from isotropy.models.hidden_states import (
+    POOLINGS,
+    Layers,
+    get_hidden_states,
+    pooled_rows,
+    select_layers,
+    token_mask,
+)
 
 __all__ = [
     "collect_covariance",
+    "collect_layer_shrinkage",
+    "LayerShrinkage",
     "estimate_shrinkage",
     "refresh_shrinkage",
     "ShrinkageRefreshCallback",
@@ -116,6 +126,56 @@ def _batch_rows(
     return torch.cat(parts, dim=0)
 
 
+def _forward_batches(
+    model: torch.nn.Module, dataloader: Iterable[Mapping[str, Any]]
+) -> Iterator[tuple[tuple[torch.Tensor, ...], torch.Tensor | None]]:
+    """``(hidden_states, attention_mask)`` of every batch of ``dataloader``: the bare model
+    (:func:`_unwrap`) called as ``model(**batch, output_hidden_states=True)`` in eval mode
+    under ``torch.no_grad``, put back into its previous mode when the caller stops."""
+    inner = _unwrap(model)
+    device = _device_of(inner)
+    was_training = inner.training
+    inner.eval()
+    try:
+        with torch.no_grad():
+            for batch in dataloader:
+                if not isinstance(batch, Mapping):
+                    raise TypeError(
+                        "the dataloader must yield dicts of model inputs (input_ids, "
+                        f"attention_mask, ...), got {type(batch).__name__}"
+                    )
+                inputs = {
+                    k: v.to(device) if isinstance(v, torch.Tensor) else v
+                    for k, v in batch.items()
+                }
+                inputs["output_hidden_states"] = True
+                outputs = inner(**inputs)
+                yield get_hidden_states(outputs), inputs.get("attention_mask")
+    finally:
+        inner.train(was_training)
+
+
+def _no_rows_error(sync: bool) -> Exception:
+    if sync:
+        return RuntimeError(
+            "this rank's dataloader yielded no token: every rank needs at least one "
+            "non-padding token to estimate Sigma_S"
+        )
+    return ValueError("the dataloader yielded no non-padding token: cannot estimate Sigma_S")
+
+
+def _check_count(count: int, n_tokens: int) -> None:
+    if count < n_tokens:
+        warnings.warn(
+            f"the data ran out after {count} of the requested {n_tokens} token rows: "
+            f"Sigma_S is estimated from {count} rows",
+            UserWarning,
+            stacklevel=3,
+        )
+    if count < 2:
+        raise ValueError(f"only {count} token row(s) found: Sigma_S needs at least 2")
+
+
 def collect_covariance(
     model: torch.nn.Module,
     dataloader: Iterable[Mapping[str, Any]],
@@ -137,55 +197,140 @@ def collect_covariance(
     layers = check_layers(layers)
     sync = bool(sync_dist) and is_distributed(process_group)
     quota = _rank_quota(n_tokens, process_group, sync)
-    inner = _unwrap(model)
-    device = _device_of(inner)
-    was_training = inner.training
     stats: CovarianceStats | None = None
-    inner.eval()
-    try:
-        with torch.no_grad():
-            for batch in dataloader:
-                count = 0 if stats is None else stats.count
-                if count >= quota:
-                    break
-                if not isinstance(batch, Mapping):
-                    raise TypeError(
-                        "the dataloader must yield dicts of model inputs (input_ids, "
-                        f"attention_mask, ...), got {type(batch).__name__}"
-                    )
-                inputs = {
-                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
-                }
-                inputs["output_hidden_states"] = True
-                outputs = inner(**inputs)
-                hs = get_hidden_states(outputs)
-                rows = _batch_rows(hs, inputs.get("attention_mask"), layers, quota - count)
-                if rows.shape[0] == 0:
-                    continue
-                if stats is None:
-                    stats = CovarianceStats.empty(rows.shape[1], rows.device)
-                stats.update(rows)
-    finally:
-        inner.train(was_training)
+    for hs, attention_mask in _forward_batches(model, dataloader):
+        count = 0 if stats is None else stats.count
+        rows = _batch_rows(hs, attention_mask, layers, quota - count)
+        if rows.shape[0]:
+            if stats is None:
+                stats = CovarianceStats.empty(rows.shape[1], rows.device)
+            stats.update(rows)
+        if stats is not None and stats.count >= quota:
+            break
     if stats is None:
-        if sync:
-            raise RuntimeError(
-                "this rank's dataloader yielded no token: every rank needs at least one "
-                "non-padding token to estimate Sigma_S"
-            )
-        raise ValueError("the dataloader yielded no non-padding token: cannot estimate Sigma_S")
+        raise _no_rows_error(sync)
     if sync:
         stats = stats.all_reduce(process_group)
-    if stats.count < n_tokens:
-        warnings.warn(
-            f"the data ran out after {stats.count} of the requested {n_tokens} token rows: "
-            f"Sigma_S is estimated from {stats.count} rows",
-            UserWarning,
-            stacklevel=2,
-        )
-    if stats.count < 2:
-        raise ValueError(f"only {stats.count} token row(s) found: Sigma_S needs at least 2")
+    _check_count(stats.count, n_tokens)
     return stats
+
+
+@dataclass
+class LayerShrinkage:
+    r""":math:`\Sigma_S` of every hidden state's clouds, for per-layer IsoScore*.
+
+    ``token[i]`` and ``pooled[i]`` hold the covariance statistics of hidden state ``i``
+    (0 = embedding output, ``1..L`` = transformer layers) of the training data: its token rows
+    and its pooled rows (one per example, ``pooling`` as in
+    :func:`~isotropy.models.hidden_states.pooled_rows`). ``union`` merges the token statistics
+    of layers ``1..L``: the :math:`\tilde X` of I-STAR, the same rows :func:`collect_covariance`
+    uses with ``layers="all"``. :func:`collect_layer_shrinkage` says which rows are counted.
+    """
+
+    token: list[CovarianceStats]
+    pooled: list[CovarianceStats]
+    pooling: str
+
+    @property
+    def num_layers(self) -> int:
+        """``L``: the transformer layers (hidden states ``1..L``)."""
+        return len(self.token) - 1
+
+    @property
+    def union(self) -> CovarianceStats:
+        """Statistics of the union of the token clouds of layers ``1..L``."""
+        out = self.token[1]
+        for st in self.token[2:]:
+            out = out.merge(st)
+        return out
+
+    def covariances(self) -> dict[str, Any]:
+        """``{"token": [...], "pooled": [...], "union": C}``: float64 covariances (``ddof=1``);
+        a cloud with fewer than 2 rows has ``None``."""
+
+        def cov(st: CovarianceStats) -> torch.Tensor | None:
+            return st.covariance(ddof=1) if st.count >= 2 else None
+
+        return {"token": [cov(s) for s in self.token], "pooled": [cov(s) for s in self.pooled],
+                "union": cov(self.union)}
+
+    def describe(self) -> dict[str, Any]:
+        """Row counts of every cloud (for a run's records)."""
+        return {"sigma_s": "per layer", "pooling": self.pooling,
+                "token_rows": [s.count for s in self.token],
+                "pooled_rows": [s.count for s in self.pooled],
+                "union_rows": sum(s.count for s in self.token[1:])}
+
+
+def _layer_row_counts(n_tok: int, n_layers: int, budget: int) -> list[int]:
+    """Token rows of each transformer layer ``1..L`` within a budget of union rows: all
+    ``n_tok`` tokens if they fit, else the first ``q`` (+1 for the first ``r`` layers),
+    ``q, r = divmod(budget, L)`` -- the rows :func:`_batch_rows` takes.
+
+    >>> _layer_row_counts(5, 3, 100), _layer_row_counts(5, 3, 7)
+    ([5, 5, 5], [3, 2, 2])
+    """
+    if n_tok * n_layers <= budget:
+        return [n_tok] * n_layers
+    q, r = divmod(budget, n_layers)
+    return [q + (1 if j < r else 0) for j in range(n_layers)]
+
+
+def collect_layer_shrinkage(
+    model: torch.nn.Module,
+    dataloader: Iterable[Mapping[str, Any]],
+    *,
+    n_tokens: int = DEFAULT_N_TOKENS,
+    pooling: str = "cls",
+    sync_dist: bool = True,
+    process_group: object | None = None,
+) -> LayerShrinkage:
+    r"""Per-layer :math:`\Sigma_S` statistics (:class:`LayerShrinkage`) from one pass.
+
+    **Budget.** ``n_tokens`` counts rows of the union :math:`\tilde X` of layers ``1..L``,
+    exactly as :func:`collect_covariance` does: the pass reads batches until the union has
+    ``n_tokens`` rows (under ``torch.distributed`` each rank its share, then all-reduced).
+    Each transformer layer's token :math:`\Sigma_S` is estimated from *its* rows among them:
+    the same token positions in every layer, about ``n_tokens / L`` rows per layer (the last
+    batch is cut as in the module doc, so the first ``n_tokens mod L`` layers may have one
+    more); the embedding output (layer 0, not in the union) uses the positions of layer 1.
+    The pooled :math:`\Sigma_S` of every layer is estimated from one pooled row of every
+    example of every batch read. The union's statistics are the merge of layers ``1..L``.
+    """
+    n_tokens = _check_n_tokens(n_tokens)
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    sync = bool(sync_dist) and is_distributed(process_group)
+    quota = _rank_quota(n_tokens, process_group, sync)
+    token: list[CovarianceStats] = []
+    pooled: list[CovarianceStats] = []
+    used = 0
+    for hs, attention_mask in _forward_batches(model, dataloader):
+        if len(hs) < 2:
+            raise ValueError("the model has no transformer layer (only the embedding output)")
+        mask = token_mask(hs[0], attention_mask)
+        if not token:
+            token = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
+            pooled = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
+        elif len(hs) != len(token):
+            raise ValueError(f"got {len(hs)} hidden states, earlier batches had {len(token)}")
+        counts = _layer_row_counts(int(mask.sum()), len(hs) - 1, quota - used)
+        for i, h in enumerate(hs):
+            rows = h[mask][: counts[max(i, 1) - 1]]
+            if rows.shape[0]:
+                token[i].update(rows)
+            pooled[i].update(pooled_rows(h, mask, pooling))
+        used += sum(counts)
+        if used >= quota:
+            break
+    if not token or used == 0:
+        raise _no_rows_error(sync)
+    if sync:
+        token = [st.all_reduce(process_group) for st in token]
+        pooled = [st.all_reduce(process_group) for st in pooled]
+    out = LayerShrinkage(token, pooled, pooling)
+    _check_count(sum(st.count for st in token[1:]), n_tokens)
+    return out
 
 
 def estimate_shrinkage(

@@ -13,9 +13,13 @@ r"""Representation measurements of an evaluation set, streamed batch by batch.
   ``"mean"`` the mean of its non-padding tokens (decoder-only models, :func:`pooled_rows`).
 
 Per layer and cloud: IsoScore :math:`\iota(\Sigma_X)`, IsoScore*
-:math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` with the given :math:`\Sigma_S` (``zeta = 0``
-needs none), the average cosine over all pairs; TwoNN of the [CLS] cloud; for the last layer
-the top-``top_k`` raw and centred anisotropy spectrum
+:math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)` (``zeta = 0`` needs no :math:`\Sigma_S`),
+where :math:`\Sigma_S` is, given a :class:`~isotropy.models.shrinkage.LayerShrinkage`, *that*
+layer's own (token clouds: the layer's training token covariance; pooled clouds: its pooled
+one; the union: the union's), as the I-STAR authors' per-layer analysis does -- shrinking a
+layer toward the union's :math:`\Sigma_S` would mostly measure the union -- or, given one
+matrix, that matrix for every cloud; the average cosine over all pairs; TwoNN of the [CLS]
+cloud; for the last layer the top-``top_k`` raw and centred anisotropy spectrum
 :math:`\sigma_i^2/\sum_j\sigma_j^2` of the [CLS] cloud, and the mean and standard deviation
 (``ddof=1``) of every dimension of the *token* cloud (the I-STAR paper's Fig. 4 plots the mean
 activation per dimension of the last layer's token representations, where CosReg acts).
@@ -61,7 +65,8 @@ from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
 from isotropy.measures.spectrum import anisotropy_spectrum
-from isotropy.models.hidden_states import token_mask
+from isotropy.models.hidden_states import POOLINGS, first_token_rows, pooled_rows, token_mask
+from isotropy.models.shrinkage import LayerShrinkage
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -74,41 +79,13 @@ __all__ = [
 ]
 
 DEFAULT_TOP_K = 10
-POOLINGS = ("cls", "last", "mean")
 NONFINITE = "the hidden states contain NaN or infinity"
 NO_SHRINKAGE = "no Sigma_S given (zeta > 0 needs one)"
+NO_LAYER_SHRINKAGE = "no Sigma_S for this cloud (fewer than 2 training rows)"
 OVERFLOW = "the hidden states are too large for float64 statistics"
 OTHER_RANK = "the measurements stopped on another process"
 # why a layer is left out, by code (all-reduced with MAX across ranks)
 _BAD = (None, NONFINITE, OVERFLOW)
-
-
-def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
-    tokenizer pads on the left), detached."""
-    mask = token_mask(hidden, attention_mask)
-    first = mask.int().argmax(dim=1)
-    return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
-
-
-def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
-                pooling: str = "cls") -> torch.Tensor:
-    r"""``(batch, dim)``: one row per example, detached. ``cls``: the first non-padding token
-    (:func:`first_token_rows`); ``last``: the last non-padding token (the right-most position
-    whose mask is 1, so left and right padding give the same row); ``mean``:
-    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions (a row without any is
-    0)."""
-    if pooling == "cls":
-        return first_token_rows(hidden, attention_mask)
-    mask = token_mask(hidden, attention_mask)
-    h = hidden.detach()
-    if pooling == "last":
-        last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
-        return h[torch.arange(h.shape[0], device=h.device), last]
-    if pooling == "mean":
-        m = mask.to(h.dtype).unsqueeze(-1)
-        return (h * m).sum(1) / m.sum(1).clamp(min=1)
-    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
 def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
@@ -147,8 +124,11 @@ class EvalMeasures:
             all ranks).
         top_k: components of the last layer's [CLS] anisotropy spectrum.
         zeta: IsoScore* shrinkage weight :math:`\zeta \in [0, 1]`.
-        shrinkage: :math:`\Sigma_S` (``(dim, dim)``, symmetric positive semi-definite;
-            checked here); needed when ``zeta > 0``, otherwise IsoScore* is ``None``.
+        shrinkage: a :class:`~isotropy.models.shrinkage.LayerShrinkage` (every cloud shrunk
+            toward its own layer's :math:`\Sigma_S`; its ``pooling`` must be ``pooling``), or
+            one :math:`\Sigma_S` for every cloud (``(dim, dim)``, symmetric positive
+            semi-definite; checked here); needed when ``zeta > 0``, otherwise IsoScore* is
+            ``None``.
         dataset_size: examples in the evaluation set; rows past it in evaluation order are
             duplicates that even out the last batches and are dropped (``None``: keep all).
         sync: combine the ranks of ``torch.distributed`` (module doc); ``None``: whenever it
@@ -166,7 +146,7 @@ class EvalMeasures:
     """
 
     def __init__(self, *, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
-                 zeta: float = 0.0, shrinkage: ArrayLike | None = None,
+                 zeta: float = 0.0, shrinkage: ArrayLike | LayerShrinkage | None = None,
                  dataset_size: int | None = None, sync: bool | None = None,
                  pooling: str = "cls") -> None:
         for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
@@ -182,10 +162,16 @@ class EvalMeasures:
         self.max_tokens = max_tokens
         self.top_k = top_k
         self.zeta = check_zeta(zeta)
-        self.shrinkage = (
-            None if shrinkage is None
-            else as_covariance(torch.as_tensor(shrinkage).detach().to(torch.float64).clone())
-        )
+        self.layer_shrinkage: dict[str, Any] | None = None
+        self.shrinkage: torch.Tensor | None = None
+        if isinstance(shrinkage, LayerShrinkage):
+            if shrinkage.pooling != pooling:
+                raise ValueError(f"the per-layer Sigma_S was estimated on {shrinkage.pooling!r}-"
+                                 f"pooled rows but pooling is {pooling!r}")
+            self.layer_shrinkage = shrinkage.covariances()
+        elif shrinkage is not None:
+            self.shrinkage = as_covariance(
+                torch.as_tensor(shrinkage).detach().to(torch.float64).clone())
         self.dataset_size = dataset_size
         self.sync = is_distributed() if sync is None else bool(sync) and is_distributed()
         self.reset()
@@ -346,15 +332,31 @@ class EvalMeasures:
 
     # ------------------------------------------------------------------ compute
 
-    def _star_reason(self) -> str | None:
-        return NO_SHRINKAGE if self.zeta > 0 and self.shrinkage is None else None
+    @property
+    def sigma_s(self) -> str | None:
+        """How clouds are shrunk: ``"per layer"``, ``"one for every cloud"`` or ``None``."""
+        if self.layer_shrinkage is not None:
+            return "per layer"
+        return None if self.shrinkage is None else "one for every cloud"
 
-    def _star(self, stats: CovarianceStats) -> float:
-        shrinkage = self.shrinkage if self.zeta > 0 else None
-        return float(isoscore_star_compute(stats, self.zeta, shrinkage))
+    def _sigma(self, cloud: str, layer: int | None = None) -> torch.Tensor | None:
+        r"""The :math:`\Sigma_S` of a cloud (``token``, ``pooled`` of ``layer``; ``union``)."""
+        if self.layer_shrinkage is None:
+            return self.shrinkage
+        if cloud == "union":
+            return self.layer_shrinkage["union"]
+        return self.layer_shrinkage[cloud][layer]
+
+    def _star_reason(self, sigma: torch.Tensor | None) -> str | None:
+        if self.zeta == 0 or sigma is not None:
+            return None
+        return NO_SHRINKAGE if self.layer_shrinkage is None else NO_LAYER_SHRINKAGE
+
+    def _star(self, stats: CovarianceStats, sigma: torch.Tensor | None) -> float:
+        return float(isoscore_star_compute(stats, self.zeta, sigma if self.zeta > 0 else None))
 
     def _isoscores(self, where: str, st: CovarianceStats | None, why: str | None,
-                   errors: list[str]) -> dict[str, float | None]:
+                   errors: list[str], sigma: torch.Tensor | None) -> dict[str, float | None]:
         """IsoScore and IsoScore* of a cloud's statistics (``None`` with the reason recorded
         in ``errors`` when ``why`` says it is undefined)."""
         return {
@@ -362,19 +364,20 @@ class EvalMeasures:
                                      lambda: float(isoscore_from_covariance(st.covariance())),
                                      why),
             "isoscore_star": safe_measure(errors, f"{where} isoscore_star",
-                                          lambda: self._star(st), why or self._star_reason()),
+                                          lambda: self._star(st, sigma),
+                                          why or self._star_reason(sigma)),
         }
 
     def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
-                      errors: list[str]) -> dict[str, Any]:
+                      errors: list[str], sigma: torch.Tensor | None) -> dict[str, Any]:
         return {
             "n_points": n_points,
-            **self._isoscores(where, acc.stats, bad or acc.reason(), errors),
+            **self._isoscores(where, acc.stats, bad or acc.reason(), errors, sigma),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
         }
 
     def _cls_record(self, where: str, x: torch.Tensor, n: int, bad: str | None,
-                    errors: list[str]) -> dict[str, Any]:
+                    errors: list[str], sigma: torch.Tensor | None) -> dict[str, Any]:
         if bad:
             why: str | None = bad
         elif n < 2:
@@ -384,7 +387,7 @@ class EvalMeasures:
         st = CovarianceStats.from_batch(x) if why is None else None
         return {
             "n_points": n,
-            **self._isoscores(where, st, why, errors),
+            **self._isoscores(where, st, why, errors, sigma),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
@@ -399,11 +402,16 @@ class EvalMeasures:
         errors: list[str] = []
         n_layers = len(tokens) - 1
         dim = tokens[0].stats.dim
+        if self.layer_shrinkage is not None and \
+                len(self.layer_shrinkage["token"]) != n_layers + 1:
+            raise ValueError(f"the per-layer Sigma_S has {len(self.layer_shrinkage['token'])} "
+                             f"hidden states, the measured model {n_layers + 1}")
         layers = [
             {"layer": i,
              "token": self._token_record(f"layer {i} token", tokens[i], n_measured, bad[i],
-                                         errors),
-             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors)}
+                                         errors, self._sigma("token", i)),
+             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors,
+                                     self._sigma("pooled", i))}
             for i in range(n_layers + 1)
         ]
         if n_layers >= 1:
@@ -412,7 +420,7 @@ class EvalMeasures:
                 union = union.merge(acc)
             union_bad = next((why for why in bad[1:] if why), None)
             union_rec = self._token_record("union token", union, n_measured * n_layers,
-                                           union_bad, errors)
+                                           union_bad, errors, self._sigma("union"))
         else:
             errors.append("union token: no transformer layer (only the embedding output)")
             union_rec = {"n_points": 0, "isoscore": None, "isoscore_star": None,
@@ -444,6 +452,7 @@ class EvalMeasures:
             "max_tokens": self.max_tokens,
             "top_k": self.top_k,
             "zeta": self.zeta,
+            "sigma_s": self.sigma_s,
             "pooling": self.pooling,
             "clouds": {
                 "layer_0": "embedding output",

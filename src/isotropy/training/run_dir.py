@@ -13,6 +13,12 @@
 
 A finished run is not re-run unless ``overwrite``; an unfinished one is continued with
 ``resume`` or started again with ``overwrite``.
+
+``config.json`` holds ``measurement_format`` (absent in runs written before it existed: 1).
+Format 2: per-layer IsoScore* shrinks each layer's cloud toward that layer's own
+:math:`\Sigma_S` (format 1: toward the union's), and the training-time [CLS] anisotropy
+spectrum is taken over the whole gradient-accumulation cycle, with its number of points
+(format 1: per micro-batch). Task metrics and the union's IsoScore* mean the same in both.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from typing import Any
 
 from isotropy.io import output_dir_problem, to_jsonable, write_json_atomic
 
-__all__ = ["RunDirectory", "library_versions", "git_commit"]
+__all__ = ["MEASUREMENT_FORMAT", "RunDirectory", "library_versions", "git_commit"]
+
+MEASUREMENT_FORMAT = 2
 
 CONFIG = "config.json"
 RESULTS = "results.json"

@@ -51,8 +51,9 @@ from isotropy.models.loading import resolve_model
 from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import (
     DEFAULT_N_TOKENS,
+    LayerShrinkage,
     ShrinkageRefreshCallback,
-    collect_covariance,
+    collect_layer_shrinkage,
 )
 from isotropy.runtime import flush_denormals
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
@@ -68,7 +69,13 @@ from isotropy.training.features import (
     tokenize_examples,
     tokenize_squad,
 )
-from isotropy.training.run_dir import PREDICTIONS, RunDirectory, git_commit, library_versions
+from isotropy.training.run_dir import (
+    MEASUREMENT_FORMAT,
+    PREDICTIONS,
+    RunDirectory,
+    git_commit,
+    library_versions,
+)
 
 __all__ = [
     "IsotropyTrainer",
@@ -224,10 +231,11 @@ class IsotropyTrainer(Trainer):
     of ``run_dir``. Under several processes the measurements are those of the whole
     evaluation set, as one process would measure it (every rank computes the same record; the
     duplicates that even out the last batches are dropped). IsoScore* uses
-    :math:`\zeta` = ``measure_zeta`` and a :math:`\Sigma_S` estimated the same way for every
+    :math:`\zeta` = ``measure_zeta`` and :math:`\Sigma_S` estimated the same way for every
     run, whatever its regularizer (so that runs compare; I-STAR's own :math:`\zeta` and
-    :math:`\Sigma_S`, which may be of one layer, are not used): the covariance of the first
-    ``shrinkage_tokens`` rows of the training union (layers 1..L) read from
+    :math:`\Sigma_S`, which may be of one layer, are not used): per layer and cloud kind
+    (:func:`~isotropy.models.shrinkage.collect_layer_shrinkage`, a budget of
+    ``shrinkage_tokens`` rows of the training union, layers 1..L) read from
     ``shrinkage_loader(epoch)`` by the current model, estimated at the first evaluation of
     each epoch and cached (the global random state is left as it was).
     """
@@ -329,8 +337,9 @@ class IsotropyTrainer(Trainer):
                 # (under several processes every rank raises at the same batch)
                 self._acc, self._acc_error = None, f"measurements stopped: {err}"
 
-    def _measure_shrinkage(self) -> tuple[torch.Tensor | None, float, dict[str, Any]]:
-        r"""(:math:`\Sigma_S`, :math:`\zeta`, where it came from) for IsoScore* (class doc)."""
+    def _measure_shrinkage(self) -> tuple[LayerShrinkage | None, float, dict[str, Any]]:
+        r"""(per-layer :math:`\Sigma_S`, :math:`\zeta`, where it came from) for IsoScore*
+        (class doc)."""
         zeta = float(self.measure_zeta)
         if zeta == 0.0:
             return None, zeta, {"source": "none (zeta = 0)"}
@@ -342,14 +351,14 @@ class IsotropyTrainer(Trainer):
             t0 = time.perf_counter()
             devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
             with torch.random.fork_rng(devices=devices):
-                stats = collect_covariance(self.model, self.shrinkage_loader(epoch),
-                                           layers="all", n_tokens=self.shrinkage_tokens)
-            cache = {"epoch": epoch, "covariance": stats.covariance(ddof=1),
-                     "n_rows": stats.count, "seconds": time.perf_counter() - t0}
+                shrinkage = collect_layer_shrinkage(self.model, self.shrinkage_loader(epoch),
+                                                    n_tokens=self.shrinkage_tokens)
+            cache = {"epoch": epoch, "shrinkage": shrinkage, "rows": shrinkage.describe(),
+                     "seconds": time.perf_counter() - t0}
             self._shrinkage_cache = cache
-        return cache["covariance"], zeta, {
-            "source": "training data", "layers": "all", "epoch": epoch,
-            "n_rows": cache["n_rows"], "seconds": cache["seconds"]}
+        return cache["shrinkage"], zeta, {
+            "source": "training data", "epoch": epoch, **cache["rows"],
+            "n_rows": cache["rows"]["union_rows"], "seconds": cache["seconds"]}
 
     def _measures(self, source: dict[str, Any], prefix: str) -> dict[str, Any]:
         """The evaluation's record (with its step, epoch and Sigma_S source), kept in
@@ -644,7 +653,7 @@ def _run_training(
                 "features": features,
                 "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
                          "metrics": list(spec.metrics)},
-                "notes": notes,
+                "notes": notes, "measurement_format": MEASUREMENT_FORMAT,
                 "versions": library_versions(), "git_commit": git_commit(),
             })
         step = _checkpoint_step(run_dir.last_checkpoint() if status == "resume" else None)
