@@ -1,4 +1,4 @@
-"""The run directory of ``isotropy train``.
+r"""The run directory of ``isotropy train``.
 
 ::
 
