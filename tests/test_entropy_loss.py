@@ -178,7 +178,7 @@ def test_accumulation_window_and_gradient_flow() -> None:
     mbs = [torch.randn(4, 3, generator=g, dtype=torch.float64) for _ in range(4)]
     mbs = [m.requires_grad_(True) for m in mbs]
     ys = [torch.tensor([0, 1, 0, 1])] * 4
-    reg = PersistentEntropyLoss(accumulation_steps=3)
+    reg = PersistentEntropyLoss(accumulation_steps=3, accumulation="window")
     outs = [reg.forward_embeddings(m, y) for m, y in zip(mbs, ys, strict=True)]
     assert [o.logs["n_points"] for o in outs] == [4.0, 8.0, 12.0, 12.0]
 

@@ -179,6 +179,7 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
     # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
     # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
     extra = ["--task", "sst2", "--regularizer", "istar", "entropy", "--entropy_window", "2",
+             "--entropy_accumulation", "window",
              "--max_train_samples", "32", "--save_strategy", "steps", "--save_steps", "3"]
     full, broken = tmp_path / "full", tmp_path / "broken"
     _run(_argv(tiny_model_dir, glue_dir, full, *extra))
@@ -295,7 +296,8 @@ def test_config_file_and_preset(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("task: cola\npreset: entropy\nlearning_rate: 1.0e-4\noutput_dir: x\n")
     ours, targs = parse_train_args(["--config", str(cfg), "--num_train_epochs", "2"])
-    assert ours.regularizer == ["entropy"] and ours.entropy_window == 8
+    assert ours.regularizer == ["entropy"] and ours.entropy_accumulation == "exact"
+    assert targs.gradient_accumulation_steps == 8
     assert targs.learning_rate == 1e-4  # the file overrides the preset
     assert targs.weight_decay == 5e-6  # CoLA row of the preset
     assert targs.num_train_epochs == 2  # the flag overrides both

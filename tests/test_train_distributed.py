@@ -213,6 +213,8 @@ def two_process(tiny_model_dir, glue_dir, odd_glue_dir, dev_lengths, tmp_path_fa
         argvs[name] = _odd_argv(tiny_model_dir, odd_glue_dir, root / name, B, name, dev_lengths)
     argvs["istar_random"] = _argv(tiny_model_dir, glue_dir, root / "istar_random", "istar", B,
                                   "--train_sampling_strategy", "random")
+    argvs["entropy_accumulated"] = _argv(tiny_model_dir, glue_dir, root / "entropy_accumulated",
+                                         "entropy", B, "--gradient_accumulation_steps", "2")
     if not torch.cuda.is_available():  # the Trainer would not find the launcher's group
         argvs["no_use_cpu"] = _argv(tiny_model_dir, glue_dir, root / "no_use_cpu", "istar", B,
                                     "--use_cpu", "false")
@@ -230,8 +232,10 @@ def one_process(tiny_model_dir, glue_dir, tmp_path_factory):
         key = (reg, batch, accumulation)
         if key not in runs:
             out = root / f"{reg}-{batch}x{accumulation}"
-            runs[key] = _train(_argv(tiny_model_dir, glue_dir, out, reg, batch,
-                                     "--gradient_accumulation_steps", str(accumulation)))
+            extra = ["--gradient_accumulation_steps", str(accumulation)]
+            if reg == "entropy_window":
+                reg, extra = "entropy", [*extra, "--entropy_accumulation", "window"]
+            runs[key] = _train(_argv(tiny_model_dir, glue_dir, out, reg, batch, *extra))
         return runs[key]
 
     return get
@@ -564,7 +568,9 @@ def _reference_loop(model_dir, glue_dir, reg: str) -> dict[str, torch.Tensor]:
     r"""The parameters after plain-PyTorch training with micro-batches of B and 2 accumulation
     steps: every optimizer step minimises :math:`\frac12\sum_{m}(\text{CE}_m + R_m)` with
     :math:`R_m` the regularizer of micro-batch :math:`m` (I-STAR, CosReg), or of the window
-    [previous micro-batch (detached), micro-batch m] (persistent entropy); AdamW (fused, as
+    [previous micro-batch (detached), micro-batch m] (persistent entropy, window), or
+    :math:`\frac12\sum_m \text{CE}_m + R(\text{both micro-batches})` with both graphs kept
+    alive (persistent entropy, exact: the authors' retained-graph way); AdamW (fused, as
     the Trainer's default), linear decay to 0, gradient norm clipped at 1; for I-STAR,
     :math:`\Sigma_S` is the covariance of every training token of layers 1..L before each
     epoch."""
@@ -583,7 +589,9 @@ def _reference_loop(model_dir, glue_dir, reg: str) -> dict[str, torch.Tensor]:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 - t / STEPS)
     loss_fn = {"istar": lambda: IStarLoss(TUNING["istar"], zeta=0.2),
                "cosreg": lambda: CosRegLoss(TUNING["cosreg"]),
-               "entropy": lambda: PersistentEntropyLoss(weight=TUNING["entropy"])}[reg]()
+               "entropy": lambda: PersistentEntropyLoss(weight=TUNING["entropy"]),
+               "entropy_window": lambda: PersistentEntropyLoss(weight=TUNING["entropy"])
+               }[reg]()
     previous: tuple[torch.Tensor, torch.Tensor] | None = None
     for _ in range(EPOCHS):
         if reg == "istar":
@@ -598,12 +606,23 @@ def _reference_loop(model_dir, glue_dir, reg: str) -> dict[str, torch.Tensor]:
         model.train()
         for start in range(0, N_TRAIN, 2 * B):
             opt.zero_grad()
-            for m in (start, start + B):
+            if reg == "entropy":
+                task, cls, ys = 0.0, [], []
+                for m in (start, start + B):
+                    enc = tok(texts[m:m + B], padding=True, truncation=True, max_length=16,
+                              return_tensors="pt")
+                    out = model(**enc, labels=labels[m:m + B], output_hidden_states=True)
+                    task = task + out.loss / 2
+                    cls.append(out.hidden_states[-1][:, 0])
+                    ys.append(labels[m:m + B])
+                cycle = loss_fn.forward_embeddings(torch.cat(cls), torch.cat(ys)).loss
+                (task + cycle).backward()
+            for m in (start, start + B) if reg != "entropy" else ():
                 enc = tok(texts[m:m + B], padding=True, truncation=True, max_length=16,
                           return_tensors="pt")
                 y = labels[m:m + B]
                 out = model(**enc, labels=y, output_hidden_states=True)
-                if reg == "entropy":
+                if reg == "entropy_window":
                     cls = out.hidden_states[-1][:, 0]
                     cloud, groups = cls, y
                     if previous is not None:
@@ -632,16 +651,22 @@ def test_accumulation_equals_the_large_batch_for_the_task_loss(one_process):
     assert _max_diff(accumulated["params"], large["params"]) < ATOL
 
 
-@pytest.mark.parametrize("reg", ["istar", "cosreg", "entropy"])
+@pytest.mark.parametrize("reg", ["istar", "cosreg", "entropy", "entropy_window"])
 def test_accumulation_averages_the_micro_batch_regularizers(one_process, tiny_model_dir,
                                                             glue_dir, reg):
-    """With accumulation the regularizers score micro-batches (the entropy loss its window),
-    each scaled like the task loss: the Trainer's run equals the plain loop, and differs from
-    the run on batch 2 B by far more than the tolerance."""
+    """With accumulation I-STAR and CosReg score micro-batches, each scaled like the task
+    loss; the persistent entropy (exact) scores the whole cycle once with its weight, or
+    (window) the window ending at each micro-batch, scaled like the task loss: the
+    Trainer's run equals the plain loop, and differs from the run on batch 2 B by far more
+    than the tolerance (the mean task loss of two micro-batches is not that of the batch)."""
     accumulated = one_process(reg, B, 2)
     reference = _reference_loop(tiny_model_dir, glue_dir, reg)
     assert _max_diff(accumulated["params"], reference) < ATOL
-    assert _max_diff(accumulated["params"], one_process(reg, 2 * B)["params"]) > 1e-4
+    large = _max_diff(accumulated["params"], one_process(reg, 2 * B)["params"])
+    if reg == "entropy":  # exact: the objective of the batch 2 B (equal micro-batches, the
+        assert large < ATOL  # mean task loss is the batch's; no dropout in this model)
+    else:
+        assert large > 1e-4
 
 
 def test_entropy_window_scores_the_accumulated_batch(one_process):
@@ -653,3 +678,18 @@ def test_entropy_window_scores_the_accumulated_batch(one_process):
     assert accumulated[0]["entropy/n_groups"] == 2
     first, ref = accumulated[0]["entropy/entropy_sum"], large[0]["entropy/entropy_sum"]
     assert math.isfinite(ref) and ref > 0 and first == pytest.approx(ref, rel=1e-12)
+
+
+def test_two_processes_accumulate_the_exact_entropy_of_the_global_cycle(two_process,
+                                                                        one_process):
+    """Two processes x micro-batches of B x 2 accumulation steps: the entropy of the global
+    cycle (4 B points, every rank's gradient from the gathered cloud) trains the parameters
+    one process trains with micro-batches of 2 B; the [CLS] spectrum is logged on the
+    global cycle too."""
+    ddp = [two_process.value(r, "entropy_accumulated") for r in range(WORLD)]
+    single = one_process("entropy", WORLD * B, 2)
+    assert _max_diff(ddp[0]["params"], ddp[1]["params"]) == 0.0
+    assert _max_diff(ddp[0]["params"], single["params"]) < ATOL
+    logs = [r for r in _jsonl(Path(ddp[0]["run_dir"]) / "metrics.jsonl") if "loss" in r]
+    assert logs and all(r["cls_spectrum_points"] == 2 * WORLD * B for r in logs)
+    assert all(r["entropy/n_points"] == 2 * WORLD * B for r in logs)

@@ -7,7 +7,30 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["flush_denormals", "flushing_denormals"]
+__all__ = ["RngState", "flush_denormals", "flushing_denormals", "get_rng_state",
+           "set_rng_state"]
+
+RngState = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def get_rng_state() -> RngState:
+    """The torch random state that dropout draws from: the CPU generator's and, where CUDA is
+    in use, the current device's.
+
+    >>> s = get_rng_state(); a = torch.rand(2); set_rng_state(s)
+    >>> bool(torch.equal(a, torch.rand(2)))
+    True
+    """
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() else None
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_state(state: RngState) -> None:
+    """Restore a :func:`get_rng_state`."""
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
 
 
 def flushing_denormals() -> bool:

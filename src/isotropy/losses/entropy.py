@@ -35,6 +35,7 @@ from isotropy.models.hidden_states import pool, select_layers
 __all__ = ["PersistentEntropyLoss"]
 
 MIN_GROUP_SIZE = 3
+ACCUMULATIONS = ("exact", "window")
 
 
 class PersistentEntropyLoss(Regularizer):
@@ -59,19 +60,36 @@ class PersistentEntropyLoss(Regularizer):
     gives zero gradients.
 
     **Gradient accumulation** (``accumulation_steps = k > 1``, as in the paper: a 64-point cloud
-    from 8 micro-batches of 8). In training mode the module keeps the embeddings (and labels)
-    of the previous ``k - 1`` calls, *detached*, and each call scores the cloud made of those
-    plus the current micro-batch: a sliding window of the last ``k`` micro-batches, so every
-    micro-step sees a full-size cloud once ``k - 1`` calls have been made. Gradient flows only
-    into the current micro-batch's embeddings; the stored ones are constants. Each micro-batch
-    is therefore differentiated exactly once, at its own call, inside the window that ends with
-    it: at the last micro-step of an accumulation cycle that window is exactly the cycle's ``k``
-    micro-batches; earlier micro-steps see the tail of the previous cycle (embedded with the
-    previous parameters) in place of the cycle's micro-batches still to come. The loss is
-    returned at every micro-step; scale it like the task loss (e.g. divide by ``k`` if you
-    divide the task loss). Call
-    :meth:`reset` to empty the window (e.g. at the start of an epoch). In eval mode the window
-    is neither used nor updated.
+    from 8 micro-batches of 8). Two ways, chosen by ``accumulation``:
+
+    * ``"exact"`` (default; the authors' objective): per optimizer step, the mean task loss
+      plus :math:`\mathcal{L}` of the cloud of the *whole* cycle, entering once with weight
+      :math:`\beta`, its gradient reaching every point of the cycle. Without keeping ``k``
+      graphs alive: before the cycle, a no-grad forward of its micro-batches gives their
+      embeddings :math:`e_i` (:meth:`embed`), and :meth:`prepare_cycle` computes
+      :math:`\mathcal{L}` of their union and :math:`g_i = \partial\mathcal{L}/\partial e_i`;
+      then each micro-batch's normal forward (dropout's random state replayed, so that it
+      computes the same :math:`e_i`) returns :math:`c\,(\langle g_i, e_i\rangle - \langle
+      g_i, e_i\rangle_{\text{stop-grad}}) + c\,\mathcal{L}/m` for the ``m`` micro-batches of
+      the cycle, :math:`c` = ``loss_divisor`` (what the training loop divides each
+      micro-batch's loss by: the Hugging Face ``Trainer`` divides by the accumulation steps).
+      After that division the cycle's losses add up to :math:`\mathcal{L}` and their gradient
+      is exactly :math:`\sum_i g_i^\top \partial e_i/\partial\theta`. Cost: one extra forward
+      pass without gradients per micro-batch, one graph of memory.
+      :func:`~isotropy.models.regularized.prepare_exact_cycle` does the no-grad pass for a
+      :class:`~isotropy.models.regularized.RegularizedModel`; ``IsotropyTrainer`` calls it.
+      In training mode with ``k > 1`` a call without a prepared micro-batch raises.
+    * ``"window"`` (cheap, not the authors' objective): the module keeps the embeddings (and
+      labels) of the previous ``k - 1`` calls, *detached*, and each call scores the cloud made
+      of those plus the current micro-batch: a sliding window of the last ``k``
+      micro-batches. Gradient flows only into the current micro-batch's embeddings; earlier
+      micro-steps see the tail of the previous cycle (embedded with the previous parameters)
+      in place of the cycle's micro-batches still to come. The loss is returned at every
+      micro-step; a loop that divides it by ``k`` like the task loss gives the entropy term
+      weight :math:`\beta/k` per optimizer step (the authors': :math:`\beta`). Call
+      :meth:`reset` to empty the window (e.g. at the start of an epoch).
+
+    In eval mode neither the window nor a prepared cycle is used.
 
     Logs: ``loss``, ``entropy_sum``, ``entropy_mean`` (per scored group; 0 when none),
     ``noise_mean_sum`` (sum over groups of the mean noise bar), ``n_groups`` (scored groups),
@@ -93,6 +111,7 @@ class PersistentEntropyLoss(Regularizer):
         layer: int = -1,
         accumulation_steps: int = 1,
         sync_dist: bool = True,
+        accumulation: Literal["exact", "window"] = "exact",
     ) -> None:
         super().__init__()
         self.weight = check_finite_float(weight, "weight")
@@ -109,6 +128,13 @@ class PersistentEntropyLoss(Regularizer):
             raise ValueError(
                 f"accumulation_steps must be an integer >= 1, got {accumulation_steps!r}"
             )
+        if accumulation not in ACCUMULATIONS:
+            raise ValueError(
+                f"accumulation must be one of {', '.join(ACCUMULATIONS)}, got {accumulation!r}"
+            )
+        self.accumulation = accumulation
+        self._cycle: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        self._cycle_logs: dict[str, float] = {}
         self.select_features = bool(select_features)
         self.pooling = pooling
         self.layer = layer
@@ -123,12 +149,92 @@ class PersistentEntropyLoss(Regularizer):
             f"weight={self.weight}, in_cluster_weight={self.in_cluster_weight}, "
             f"select_features={self.select_features}, pooling={self.pooling!r}, "
             f"layer={self.layer}, accumulation_steps={self.accumulation_steps}, "
-            f"sync_dist={self.sync_dist}"
+            f"accumulation={self.accumulation!r}, sync_dist={self.sync_dist}"
         )
 
     def reset(self) -> None:
-        """Forget the stored micro-batches of the accumulation window."""
+        """Forget the stored micro-batches of the accumulation window and any prepared cycle."""
         self._window.clear()
+        self._cycle = []
+
+    def window_state(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The stored micro-batches of the ``"window"`` mode (to save with a checkpoint)."""
+        return list(self._window)
+
+    def load_window_state(self, state: Sequence[tuple[torch.Tensor, torch.Tensor | None]]
+                          ) -> None:
+        """Restore :meth:`window_state` (an empty prepared cycle)."""
+        self.reset()
+        self._window.extend(state)
+
+    def embed(self, hidden_states: Sequence[torch.Tensor] | torch.Tensor,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The pooled ``(batch, dim)`` cloud of hidden-state ``layer`` that is scored."""
+        if isinstance(hidden_states, torch.Tensor):
+            hidden_states = (hidden_states,)
+        states = tuple(hidden_states)
+        if not states:
+            raise ValueError(
+                "hidden_states is empty: call the model with output_hidden_states=True"
+            )
+        (hidden,) = select_layers(states, self.layer)
+        return pool(hidden, attention_mask, self.pooling)
+
+    def prepare_cycle(self, embeddings: Sequence[torch.Tensor],
+                      labels: Sequence[ArrayLike | None], loss_divisor: float = 1.0
+                      ) -> RegularizerOutput:
+        r"""Score the cloud of a whole accumulation cycle (``"exact"`` mode, class doc).
+
+        ``embeddings[i]`` (``(b_i, dim)``, from :meth:`embed` of a no-grad forward) and
+        ``labels[i]`` are micro-batch ``i``'s; under ``torch.distributed`` with ``sync_dist``
+        the cloud is every rank's cycle (a collective). The next ``len(embeddings)`` training
+        calls consume the result in order. Returns the cycle's loss (detached) and logs.
+        """
+        if self.accumulation != "exact":
+            raise ValueError("prepare_cycle is for accumulation='exact'")
+        if not embeddings or len(embeddings) != len(labels):
+            raise ValueError(f"prepare_cycle needs one label entry per micro-batch, got "
+                             f"{len(embeddings)} embeddings and {len(labels)} labels")
+        divisor = check_finite_float(loss_divisor, "loss_divisor")
+        if divisor <= 0:
+            raise ValueError(f"loss_divisor must be > 0, got {loss_divisor}")
+        parts = [as_point_cloud(e, name="embeddings", min_points=1).detach() for e in embeddings]
+        sizes = [p.shape[0] for p in parts]
+        local = torch.cat(parts).to(accumulation_dtype(parts[0])).requires_grad_(True)
+        ids = [self._group_ids(lab, n, local.device) for lab, n in zip(labels, sizes,
+                                                                        strict=True)]
+        if any(i is None for i in ids) and not all(i is None for i in ids):
+            raise ValueError("class labels were given for some micro-batches of the cycle and "
+                             "not for others")
+        groups = None if ids[0] is None else torch.cat(ids)  # type: ignore[arg-type]
+        x = gather_rows(local) if self.sync_dist else local
+        if self.sync_dist and groups is not None:
+            groups = gather_rows(groups)
+        with torch.enable_grad():
+            out = self._score(x, groups, local)
+            (grad,) = torch.autograd.grad(out.loss, local)
+        m = len(parts)
+        value = float(out.loss.detach())
+        self._cycle = [(g, e, value * divisor / m)
+                       for g, e in zip(grad.split(sizes), parts, strict=True)]
+        self._cycle_divisor = divisor
+        self._cycle_logs = dict(out.logs)
+        return RegularizerOutput(loss=out.loss.detach(), logs=dict(out.logs))
+
+    def _from_cycle(self, x: torch.Tensor) -> RegularizerOutput:
+        """The surrogate loss of the next prepared micro-batch (class doc)."""
+        g, e, value = self._cycle.pop(0)
+        if tuple(g.shape) != tuple(x.shape):
+            self._cycle = []
+            raise ValueError(f"the prepared micro-batch has {tuple(g.shape)} embeddings, this "
+                             f"call {tuple(x.shape)}: the cycle's micro-batches must come in "
+                             "the order they were prepared")
+        xd = x.to(g.dtype)
+        inner = (xd * g).sum()
+        loss = self._cycle_divisor * (inner - inner.detach()) + value
+        logs = {**self._cycle_logs, "loss": value,
+                "replay_max_abs_diff": float((x.detach().to(e.dtype) - e).abs().max())}
+        return RegularizerOutput(loss=loss, logs=logs)
 
     def forward(
         self,
@@ -148,14 +254,23 @@ class PersistentEntropyLoss(Regularizer):
             raise ValueError(
                 "hidden_states is empty: call the model with output_hidden_states=True"
             )
-        (hidden,) = select_layers(states, self.layer)
-        return self.forward_embeddings(pool(hidden, attention_mask, self.pooling), labels)
+        return self.forward_embeddings(self.embed(states, attention_mask), labels)
 
     def forward_embeddings(
         self, embeddings: ArrayLike, labels: ArrayLike | None = None
     ) -> RegularizerOutput:
         """Score already pooled ``(batch, dim)`` embeddings (see the class docstring)."""
         x = as_point_cloud(embeddings, name="embeddings", min_points=1)
+        if self.accumulation == "exact" and self.training:
+            if self._cycle:
+                return self._from_cycle(x)
+            if self.accumulation_steps > 1:
+                raise ValueError(
+                    f"accumulation='exact' with accumulation_steps={self.accumulation_steps} "
+                    "needs prepare_cycle() before every accumulation cycle (IsotropyTrainer "
+                    "and isotropy.models.regularized.prepare_exact_cycle do it); use "
+                    "accumulation='window' for a sliding window instead"
+                )
         groups = self._group_ids(labels, x.shape[0], x.device)
         if self.sync_dist:
             x = gather_rows(x)
@@ -187,7 +302,7 @@ class PersistentEntropyLoss(Regularizer):
     def _with_window(
         self, x: torch.Tensor, groups: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.accumulation_steps == 1 or not self.training:
+        if self.accumulation_steps == 1 or not self.training or self.accumulation == "exact":
             return x, groups
         past = list(self._window)
         for px, pg in past:

@@ -13,15 +13,18 @@ unchanged. The task loss and every regularizer's logs stay available on the outp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from isotropy.losses.base import Regularizer
+from isotropy.losses.entropy import PersistentEntropyLoss
 from isotropy.models.hidden_states import get_hidden_states
+from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
-__all__ = ["RegularizedModel"]
+__all__ = ["RegularizedModel", "exact_cycle_losses", "prepare_exact_cycle"]
 
 
 def _default_name(reg: torch.nn.Module) -> str:
@@ -234,3 +237,72 @@ class _Output(dict):
             return self[name]
         except KeyError as err:
             raise AttributeError(name) from err
+
+
+def exact_cycle_losses(model: torch.nn.Module) -> list[PersistentEntropyLoss]:
+    """The persistent-entropy losses in ``accumulation="exact"`` mode inside ``model``."""
+    return [m for m in model.modules()
+            if isinstance(m, PersistentEntropyLoss) and m.accumulation == "exact"]
+
+
+def prepare_exact_cycle(
+    model: RegularizedModel,
+    micro_batches: Sequence[Mapping[str, Any]],
+    *,
+    loss_divisor: float | None = None,
+    context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> list[RngState]:
+    r"""The no-grad pass of an accumulation cycle for every exact persistent-entropy loss.
+
+    Runs ``model.model`` (the bare model: no regularizer, no DDP wrapper) in training mode,
+    without gradients and inside ``context()`` (e.g. the training loop's autocast), on each
+    micro-batch (dicts of model inputs on the model's device), embeds it with each loss's
+    :meth:`~isotropy.losses.entropy.PersistentEntropyLoss.embed` and hands the cycle to its
+    :meth:`~isotropy.losses.entropy.PersistentEntropyLoss.prepare_cycle` (``loss_divisor``:
+    what the loop divides each micro-batch's loss by; default the number of micro-batches).
+    Returns the random state before each micro-batch's forward and restores the first: set
+    ``states[i]`` (:func:`~isotropy.runtime.set_rng_state`) before micro-batch ``i``'s
+    training forward and dropout draws the same masks as here. With no such loss it does
+    nothing and returns ``[]``.
+
+    A plain loop over one cycle::
+
+        states = prepare_exact_cycle(wrapped, batches)
+        for state, batch in zip(states, batches):
+            set_rng_state(state)
+            (wrapped(**batch).loss / len(batches)).backward()
+        optimizer.step(); optimizer.zero_grad()
+    """
+    losses = exact_cycle_losses(model)
+    if not losses:
+        return []
+    if not isinstance(model, RegularizedModel):
+        raise TypeError("prepare_exact_cycle needs a RegularizedModel")
+    if not micro_batches:
+        raise ValueError("prepare_exact_cycle needs at least one micro-batch")
+    inner = model.model
+    was_training = inner.training
+    inner.train()
+    states: list[RngState] = []
+    embeddings: dict[int, list[torch.Tensor]] = {id(loss): [] for loss in losses}
+    labels: list[Any] = []
+    try:
+        with torch.no_grad():
+            for batch in micro_batches:
+                states.append(get_rng_state())
+                inputs = {k: v for k, v in batch.items() if k != "output_hidden_states"}
+                with context():
+                    hs = get_hidden_states(inner(**inputs, output_hidden_states=True,
+                                                 return_dict=True))
+                for loss in losses:
+                    embeddings[id(loss)].append(loss.embed(hs, inputs.get("attention_mask")))
+                labels.append(inputs.get("labels"))
+    finally:
+        inner.train(was_training)
+        if states:
+            set_rng_state(states[0])
+    divisor = float(len(micro_batches)) if loss_divisor is None else loss_divisor
+    for loss in losses:
+        loss.prepare_cycle(embeddings[id(loss)], labels, loss_divisor=divisor)
+    return states
+

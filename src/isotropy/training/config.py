@@ -85,8 +85,14 @@ class IsotropyArguments:
     select_features: bool = field(default=True, metadata={
         "help": "prominent-feature selection of the H0 bars (false: all bars)"})
     pooling: str = field(default="cls", metadata={"help": "entropy pooling: cls or mean"})
+    entropy_accumulation: str = field(default="exact", metadata={
+        "help": "persistent entropy under gradient accumulation: exact (the authors' "
+                "objective: once per optimizer step on the whole cycle's cloud, weight beta, "
+                "one extra forward pass without gradients) or window (a sliding window of the "
+                "last micro-batches; cheaper, the term weighs beta/k)"})
     entropy_window: int | None = field(default=None, metadata={
-        "help": "micro-batches per entropy cloud (default: gradient_accumulation_steps)"})
+        "help": "--entropy_accumulation window: micro-batches per cloud (default: "
+                "gradient_accumulation_steps)"})
     measure_max_tokens: int = field(default=20_000, metadata={
         "help": "token rows of the evaluation set measured per layer (IsoScore*)"})
     measure_zeta: float = field(default=0.2, metadata={
@@ -136,6 +142,12 @@ class IsotropyArguments:
         for name in ("zeta", "measure_zeta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.entropy_accumulation not in ("exact", "window"):
+            raise ValueError("--entropy_accumulation must be exact or window, got "
+                             f"{self.entropy_accumulation!r}")
+        if self.entropy_window is not None and self.entropy_accumulation == "exact":
+            raise ValueError("--entropy_window sets the sliding window of --entropy_accumulation "
+                             "window; with exact the cloud is the accumulation cycle")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"--pooling must be cls or mean, got {self.pooling!r}")
         parse_layers(self.istar_layers)
@@ -219,7 +231,7 @@ def _entropy_preset(task: str) -> dict[str, Any]:
     return {
         "regularizer": ["entropy"], "learning_rate": lr, "weight_decay": wd,
         "num_train_epochs": 10, "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 8, "entropy_window": 8,
+        "gradient_accumulation_steps": 8,
     }
 
 
@@ -346,7 +358,8 @@ def default_run_name(settings: Mapping[str, Any]) -> str:
             parts.append(f"cosreg_l{_number(get('cosreg_tuning'))}")
         elif r == "entropy":
             parts.append(f"entropy_b{_number(get('entropy_weight'))}"
-                         + ("" if get("select_features") else "_allbars"))
+                         + ("" if get("select_features") else "_allbars")
+                         + ("_window" if get("entropy_accumulation") == "window" else ""))
     model = Path(str(get("model")).rstrip("/")).name or "model"
     task = get_task(str(get("task"))).name
     return f"{task}-{model}-{'+'.join(parts) or 'none'}-seed{get('seed')}"

@@ -23,10 +23,11 @@ the batch (of its window of micro-batches) as one group, and ``config.json`` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,21 @@ from isotropy.data.task_metrics import (
     prediction_summary,
     predictions_from_logits,
 )
-from isotropy.distributed import is_distributed, on_main_process, world_size
+from isotropy.distributed import gather_rows, is_distributed, on_main_process, world_size
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.models.loading import resolve_model
-from isotropy.models.regularized import RegularizedModel
+from isotropy.models.regularized import (
+    RegularizedModel,
+    exact_cycle_losses,
+    prepare_exact_cycle,
+)
 from isotropy.models.shrinkage import (
     DEFAULT_N_TOKENS,
     LayerShrinkage,
     ShrinkageRefreshCallback,
     collect_layer_shrinkage,
 )
-from isotropy.runtime import flush_denormals
+from isotropy.runtime import RngState, flush_denormals, set_rng_state
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
 from isotropy.training.eval_measures import (
     DEFAULT_TOP_K,
@@ -119,10 +124,13 @@ def build_regularizers(
         elif name == "cosreg":
             regs[name] = CosRegLoss(tuning=ours.cosreg_tuning)
         elif name == "entropy":
+            exact = ours.entropy_accumulation == "exact"
             regs[name] = PersistentEntropyLoss(
                 weight=ours.entropy_weight, in_cluster_weight=ours.in_cluster_weight,
                 select_features=ours.select_features, pooling=ours.pooling,  # type: ignore[arg-type]
-                accumulation_steps=ours.entropy_window or gradient_accumulation_steps,
+                accumulation_steps=(gradient_accumulation_steps if exact
+                                    else ours.entropy_window or gradient_accumulation_steps),
+                accumulation=ours.entropy_accumulation,  # type: ignore[arg-type]
             )
     return regs
 
@@ -171,8 +179,7 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
                 self._restored = torch.load(path, map_location="cpu", weights_only=False)
                 for loss, window in zip(self.entropy, self._restored["entropy_windows"],
                                         strict=True):
-                    loss.reset()
-                    loss._window.extend(window)
+                    loss.load_window_state(window)
         return control
 
     def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
@@ -196,7 +203,7 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
             payload = {
                 "shrinkage_epoch": self.shrinkage_epoch,
                 "shrinkage": [loss.shrinkage for loss in self.istar],
-                "entropy_windows": [list(loss._window) for loss in self.entropy],
+                "entropy_windows": [loss.window_state() for loss in self.entropy],
             }
             torch.save(payload, folder / STATE_FILE)
         return control
@@ -220,8 +227,19 @@ def _point_tensorboard(trainer: Trainer) -> None:
 
 class IsotropyTrainer(Trainer):
     r"""``Trainer`` that logs the task loss, the regularizers' logs and the top-3 anisotropy
-    spectrum of every training batch's last-layer [CLS] cloud (all averaged over the logging
+    spectrum of every optimizer step's last-layer [CLS] cloud (all averaged over the logging
     interval), and measures the evaluation set's representations at every evaluation.
+
+    **The optimizer step's cloud.** The Trainer fetches the micro-batches of an accumulation
+    cycle before running them (``get_batch_samples``); this class keeps them. The [CLS] rows
+    of every micro-batch's forward are gathered, and at the cycle's last micro-batch the
+    anisotropy spectrum of the whole cycle's cloud (under several processes: every rank's) is
+    logged with its number of points (``cls_spectrum_points``), as the persistent-entropy
+    paper's Fig. 1 and Table 3 take it on the 64-point matrix of a step. A persistent-entropy
+    regularizer in ``"exact"`` mode gets the cycle's cloud before its first micro-batch:
+    :func:`~isotropy.models.regularized.prepare_exact_cycle` (a forward pass without
+    gradients, under the training autocast), and each micro-batch's forward then replays the
+    random state of its no-grad forward, so that dropout draws the same masks.
 
     The evaluation measurements (:class:`~isotropy.training.eval_measures.EvalMeasures`: per
     layer IsoScore, IsoScore*, TwoNN of [CLS], cosine; spectra; per-dimension mean and std)
@@ -255,6 +273,10 @@ class IsotropyTrainer(Trainer):
         self.run_dir = run_dir
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}
+        self._cycle: list[Any] = []
+        self._cycle_pos = 0
+        self._cycle_rng: list[RngState] = []
+        self._cycle_cls: list[torch.Tensor] = []
         self._acc: EvalMeasures | None = None
         self._acc_error: str | None = None
         self._shrinkage_cache: dict[str, Any] | None = None
@@ -268,9 +290,35 @@ class IsotropyTrainer(Trainer):
                 self._log_sums[key] = self._log_sums.get(key, 0.0) + value
                 self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud
+        (class doc)."""
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._cycle, self._cycle_pos, self._cycle_rng, self._cycle_cls = list(batches), 0, [], []
+        return batches, num_items
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """The Trainer's step; before a cycle's first micro-batch the exact persistent-entropy
+        pass, and before each micro-batch its replayed random state (class doc)."""
+        pos = self._cycle_pos
+        if pos == 0 and self._cycle and isinstance(self.model, RegularizedModel) and \
+                exact_cycle_losses(self.model) and len(self._cycle) > 1:
+            self.model.train()
+
+            def autocast() -> Any:
+                return _both(self.compute_loss_context_manager(), self.accelerator.autocast())
+
+            self._cycle_rng = prepare_exact_cycle(
+                self.model, [self._prepare_inputs(b) for b in self._cycle],
+                loss_divisor=self.current_gradient_accumulation_steps, context=autocast)
+        if pos < len(self._cycle_rng):
+            set_rng_state(self._cycle_rng[pos])
+        self._cycle_pos = pos + 1
+        return super().training_step(model, inputs, num_items_in_batch)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The Trainer's loss; in training also the regularizer logs and the spectrum of the
-        batch's last-layer [CLS] rows (hidden states the forward pass computes anyway)."""
+        """The Trainer's loss; in training also the regularizer logs and the [CLS] rows of the
+        optimizer step's cloud (hidden states the forward pass computes anyway)."""
         if not model.training:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
@@ -281,8 +329,14 @@ class IsotropyTrainer(Trainer):
             self._add_logs(self.model.last_logs)
         hs = _hidden_states(outputs)
         if hs:
-            self._add_logs(cls_spectrum_logs(
-                first_token_rows(hs[-1], inputs.get("attention_mask")), k=3))
+            self._cycle_cls.append(first_token_rows(hs[-1], inputs.get("attention_mask")))
+            if self._cycle_pos >= len(self._cycle):  # the cycle's last micro-batch
+                cloud = torch.cat(self._cycle_cls)
+                if self.accelerator.num_processes > 1:
+                    cloud = gather_rows(cloud)
+                self._cycle_cls = []
+                self._add_logs({**cls_spectrum_logs(cloud, k=3),
+                                "cls_spectrum_points": float(cloud.shape[0])})
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -377,6 +431,13 @@ class IsotropyTrainer(Trainer):
         if self.run_dir is not None and self.is_world_process_zero():
             self.run_dir.append_measurements(record)
         return record
+
+
+@contextlib.contextmanager
+def _both(first: Any, second: Any) -> Iterator[None]:
+    """Enter two context managers (the Trainer's loss context and its autocast)."""
+    with first, second:
+        yield
 
 
 def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
