@@ -746,7 +746,8 @@ def _with_setting(text: str, row: Mapping[str, Any]) -> str:
 
 def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
     """One pivot per model: methods as rows, tasks (metrics) as columns, cells mean ± std (n);
-    a task of several metrics (SQuAD F1 / EM) shows them in one cell, ``–`` for one absent."""
+    a task of several metrics (SQuAD F1 / EM) shows them in one cell, ``–`` for one no run
+    recorded."""
     parts = []
     for model in dict.fromkeys(r["model"] for r in rows):
         sub = [r for r in rows if r["model"] == model]
@@ -755,6 +756,8 @@ def _table1_md(rows: Sequence[Mapping[str, Any]]) -> str:
             ms = metrics.setdefault(r["task"], [])
             if r["metric"] not in ms:
                 ms.append(r["metric"])
+        for task, ms in metrics.items():  # SQuAD's EM shown as "–" where no run recorded it
+            ms += [m for m in TABLE1_METRICS.get(task, ()) if m not in ms]
         methods = list(dict.fromkeys(_with_setting(r["method"], r) for r in sub))
         found = {(_with_setting(r["method"], r), r["task"], r["metric"]): r for r in sub}
         header = [f"{t} ({' / '.join(ms)})" for t, ms in metrics.items()]
