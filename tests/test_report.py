@@ -790,3 +790,9 @@ def test_cli_pick_best_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     err = capsys.readouterr().err.strip()
     assert err.startswith("isotropy report: error:") and "batch: not a setting" in err
     assert "\n" not in err and not (tmp_path / "o2").exists()
+
+
+def test_docs_quote_the_format_lines_report_writes() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text("utf-8")
+    assert f"- Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in doc
+    assert FORMAT_1_NOTE in doc
