@@ -30,21 +30,31 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              select: bool = True, seed: int = 1, metric: float = 0.5, iso: float = 0.1,
              spectrum: list[tuple[int, list[float]]] | None = None, finished: bool = True,
              layer_shift: float = 0.0, istar_layers: str = "all",
-             measured_zeta: float = 0.2, training: dict[str, Any] | None = None) -> Path:
-    """A run directory with the files ``isotropy train`` writes, with the given numbers."""
+             measured_zeta: float = 0.2, training: dict[str, Any] | None = None,
+             fmt: Any = None, evals: list[tuple[int, float]] | None = None,
+             global_step: int | None = None, em: float | None = None) -> Path:
+    """A run directory with the files ``isotropy train`` writes, with the given numbers.
+
+    ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
+    ``(step, main metric)`` evaluations logged in metrics.jsonl (default: one at step 100 with
+    ``metric``); ``global_step``: results.json's ``train.global_step``; ``em``: SQuAD's EM."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
-            + "".join(f"_{k}{v}" for k, v in (training or {}).items()) + f"-seed{seed}")
+            + "".join(f"_{k}{v}" for k, v in (training or {}).items())
+            + ("" if fmt is None else f"_f{fmt}") + f"-seed{seed}")
     d = root / name
     d.mkdir(parents=True)
-    config = {"settings": {
+    config: dict[str, Any] = {} if fmt is None else {"measurement_format": fmt}
+    config |= {"settings": {
         "isotropy": {"task": task, "model": model, "regularizer": [reg], "tuning": lam,
                      "zeta": zeta, "istar_layers": istar_layers, "cosreg_tuning": cos_lam,
                      "entropy_weight": beta, "in_cluster_weight": 0.0,
                      "select_features": select},
         "training": {"seed": seed, "output_dir": str(root / name), **(training or {})}}}
     (d / "config.json").write_text(json.dumps(config))
-    acc = "matthews_correlation" if task == "cola" else "accuracy"
+    acc = {"cola": "matthews_correlation", "squad": "f1"}.get(task, "accuracy")
     final = {f"eval_{acc}": metric, "eval_isoscore_star_union": iso, "eval_loss": 0.7}
+    if em is not None:
+        final["eval_exact_match"] = em
     logs: list[dict[str, Any]] = []
     for step, values in spectrum or []:
         rec = {"step": step, "loss": 0.5}
@@ -52,7 +62,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
             for k in range(3):
                 rec[f"cls_spectrum_{kind}_{k + 1}"] = values[3 * i + k]
         logs.append(rec)
-    logs.append({"step": 100, "epoch": 1.0, **final})
+    for step, value in evals if evals is not None else [(100, metric)]:
+        logs.append({"step": step, "epoch": step / 100, **final, f"eval_{acc}": value})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
     layers = [{"layer": i,
                "token": {"isoscore_star": 0.1 * i + layer_shift},
@@ -63,8 +74,11 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
             "last": {"layer": N_LAYERS, "token_mean": mean, "token_std": [1.0] * HIDDEN}}
     (d / "measurements.jsonl").write_text(json.dumps(meas) + "\n")
     if finished:
-        results = {"task": task, "main_metric": acc, "regularizers": [reg], "final": final,
-                   "best": {**final, f"eval_{acc}": metric + 0.01}}
+        results: dict[str, Any] = {"task": task, "main_metric": acc, "regularizers": [reg],
+                                   "final": final,
+                                   "best": {**final, f"eval_{acc}": metric + 0.01}}
+        if global_step is not None:
+            results["train"] = {"global_step": global_step, "epoch": 1.0}
         (d / "results.json").write_text(json.dumps(results))
     return d
 
@@ -446,3 +460,339 @@ def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert exc.value.code == 2
     assert "no usable run" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
+
+
+# --------------------------------------------------------------- persistent-entropy Table 2
+
+
+def test_pe_table2_averages_the_evaluations_of_the_last_30_percent(tmp_path: Path) -> None:
+    from isotropy.experiments.report import pe_table2_rows
+
+    root = tmp_path / "runs"
+    # 100 steps: the window is steps >= 70. Step 100 is logged twice (the best model evaluated
+    # again at the end): only the first counts.
+    make_run(root, reg="entropy", seed=1, global_step=100,
+             evals=[(20, 0.5), (40, 0.6), (60, 0.65), (70, 0.7), (80, 0.8), (100, 0.9),
+                    (100, 0.0)])
+    make_run(root, reg="entropy", seed=2, global_step=100,
+             evals=[(20, 0.4), (69, 0.5), (70, 0.6), (80, 0.7), (100, 0.8)])
+    # base: one evaluation per epoch of 3 (steps 33, 66, 100): only the last is in the window
+    make_run(root, seed=1, global_step=100, evals=[(33, 0.5), (66, 0.6), (100, 0.62)])
+    make_run(root, seed=2, global_step=100, evals=[(33, 0.5), (66, 0.6), (100, 0.66)])
+    make_run(root, seed=3, global_step=100, evals=[(50, 0.9)])  # none in the window
+    runs, _ = collect_runs(expand_inputs([str(root)]))
+    rows = {r["method"]: r for r in pe_table2_rows(group_cells(runs))}
+    ent = rows["entropy β=1"]
+    # by hand: seed 1 (0.7 + 0.8 + 0.9) / 3 = 0.8, seed 2 (0.6 + 0.7 + 0.8) / 3 = 0.7
+    assert ent["mean"] == pytest.approx(0.75)
+    assert ent["std"] == pytest.approx(0.1 / 2 ** 0.5)
+    assert (ent["n_evals"], ent["few_evals"], ent["n_no_evals"]) == ("3 3", False, 0)
+    base = rows["none"]
+    assert base["mean"] == pytest.approx(0.64) and base["std"] == pytest.approx(0.04 / 2 ** 0.5)
+    assert (base["n_seeds"], base["seeds"], base["n_evals"]) == (2, "1 2", "1 1")
+    assert base["few_evals"] is True and base["n_no_evals"] == 1
+
+    out = tmp_path / "out"
+    res = write_report([str(root)], out, figures=False)
+    assert out / "pe_table2.csv" in res["files"]
+    with open(out / "pe_table2.csv") as f:
+        csv_rows = {r["method"]: r for r in csv.DictReader(f)}
+    assert float(csv_rows["entropy β=1"]["mean"]) == pytest.approx(0.75)
+    assert csv_rows["none"]["few_evals"] == "True"
+    md = (out / "report.md").read_text()
+    assert "## Persistent-entropy Table 2: main metric over the last 30% of training" in md
+    assert ("| rte | minilm | none | accuracy | 0.6400 ± 0.0283 | 2 | 1 1 (a run has fewer "
+            "than 2); 1 run(s) with none, left out |") in md
+    assert "| rte | minilm | entropy β=1 | accuracy | 0.7500 ± 0.0707 | 2 | 3 3 |" in md
+    assert "Note: in 1 of 2 cells a run had fewer than 2 evaluations" in md
+
+
+def test_pe_table2_total_steps_fall_back_to_the_last_logged_step(tmp_path: Path) -> None:
+    from isotropy.experiments.report import tail_evaluations
+
+    d = make_run(tmp_path, evals=[(10, 0.1), (25, 0.2), (30, 0.4)])  # no train.global_step
+    (run,), _ = collect_runs([d])
+    assert run.total_steps == 30.0 and run.evaluations == [(10, 0.1), (25, 0.2), (30, 0.4)]
+    assert tail_evaluations(run.evaluations, run.total_steps) == [0.2, 0.4]  # steps >= 21
+    d = make_run(tmp_path / "g", evals=[(10, 0.1), (25, 0.2), (30, 0.4)], global_step=100)
+    (run,), _ = collect_runs([d])
+    assert run.total_steps == 100.0
+    assert tail_evaluations(run.evaluations, run.total_steps) == []
+
+
+def test_pe_fig2_mean_and_band_over_seeds(tmp_path: Path) -> None:
+    from matplotlib.collections import PolyCollection
+
+    from isotropy.experiments.figures import ENTROPY_COLOURS, _pe_fig2, pe_fig2_data
+
+    root = tmp_path / "runs"
+    make_run(root, reg="entropy", seed=1, global_step=100, evals=[(50, 0.6), (100, 0.8)])
+    make_run(root, reg="entropy", seed=2, global_step=100, evals=[(50, 0.7), (100, 0.7)])
+    make_run(root, seed=1, global_step=100, evals=[(50, 0.5), (100, 0.55)])
+    make_run(root, reg="istar", lam=-1.0, seed=1)  # not in Fig. 2
+    cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+    data = {d["cell"].method.label: d for d in pe_fig2_data(cells)}
+    assert set(data) == {"none", "entropy β=1"}
+    ent = data["entropy β=1"]
+    assert ent["steps"] == [50.0, 100.0] and ent["n"] == 2
+    assert ent["mean"] == pytest.approx([0.65, 0.75])
+    assert ent["std"] == pytest.approx([0.1 / 2 ** 0.5, 0.1 / 2 ** 0.5])
+    assert data["none"]["std"] is None  # one seed: no band
+    fig = _pe_fig2(("rte", "minilm"), cells, "final")
+    colours = _series_colours(fig)
+    assert colours["none (mean, n=1)"] == "#000000"
+    assert colours["entropy β=1 (mean ± 1 std band, n=2)"] == ENTROPY_COLOURS[True].lower()
+    bands = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1  # the entropy band only
+    lo, hi = bands[0].get_paths()[0].vertices[:, 1].min(), bands[0].get_paths()[0].vertices[
+        :, 1].max()
+    assert (lo, hi) == pytest.approx((0.65 - 0.1 / 2 ** 0.5, 0.75 + 0.1 / 2 ** 0.5))
+    res = write_report([str(root)], tmp_path / "out")
+    assert {"pe_fig2_rte_minilm.png", "pe_fig2_rte_minilm.svg"} <= {f.name for f in res["files"]}
+    assert png_size(tmp_path / "out" / "figures" / "pe_fig2_rte_minilm.png") == FIG_PIXELS
+    only_istar = group_cells(collect_runs([next(root.glob("*istar*"))])[0])
+    from isotropy.experiments.figures import _Skip
+
+    with pytest.raises(_Skip, match="no base or entropy run"):
+        _pe_fig2(("rte", "minilm"), only_istar, "final")
+
+
+# --------------------------------------------------------------- SQuAD F1 and EM
+
+
+def test_table1_squad_shows_f1_and_em(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    for seed, (f1, em) in enumerate([(80.0, 70.0), (84.0, 73.0)], start=1):
+        make_run(root, task="squad", seed=seed, metric=f1, em=em)
+        make_run(root, task="squad", reg="cosreg", seed=seed, metric=f1 - 10, em=em - 10)
+    make_run(root, seed=1, metric=0.6)  # rte: accuracy only
+    runs, _ = collect_runs(expand_inputs([str(root)]))
+    rows = table1_rows(group_cells(runs))
+    squad = [(r["method"], r["metric"]) for r in rows if r["task"] == "squad"]
+    assert squad == [("none", "f1"), ("none", "exact_match"), ("cosreg λ=1", "f1"),
+                     ("cosreg λ=1", "exact_match")]
+    em = next(r for r in rows if r["metric"] == "exact_match" and r["method"] == "none")
+    assert em["mean"] == pytest.approx(71.5) and em["std"] == pytest.approx(3 / 2 ** 0.5)
+    assert [r["metric"] for r in rows if r["task"] == "rte"] == ["accuracy"]
+    write_report([str(root)], tmp_path / "out", figures=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| method | rte (accuracy) | squad (f1 / exact_match) |" in md
+    # by hand: F1 82 ± 4/√2 = 2.8284, EM 71.5 ± 3/√2 = 2.1213
+    assert "| none | 0.6000 (n=1) | 82.0000 ± 2.8284 / 71.5000 ± 2.1213 (n=2) |" in md
+    assert "| cosreg λ=1 | – | 72.0000 ± 2.8284 / 61.5000 ± 2.1213 (n=2) |" in md
+    # an older SQuAD run without EM: F1 shown, EM "–"
+    make_run(tmp_path / "old", task="squad", seed=1, metric=50.0)
+    write_report([str(tmp_path / "old")], tmp_path / "out2", figures=False)
+    assert "| none | 50.0000 / – (n=1) |" in (tmp_path / "out2" / "report.md").read_text()
+
+
+# --------------------------------------------------------------- measurement format
+
+
+def test_measurement_format_is_read_from_config(tmp_path: Path) -> None:
+    from isotropy.experiments.report import measurement_format
+
+    assert measurement_format({}) == 1
+    assert measurement_format({"measurement_format": 1}) == 1
+    assert measurement_format({"measurement_format": 2}) == 2
+    for bad in (3, "2", True, 2.0, None):
+        with pytest.raises(ValueError, match="measurement_format"):
+            measurement_format({"measurement_format": bad})
+    a, b, c = make_run(tmp_path, seed=1), make_run(tmp_path, seed=2, fmt=2), make_run(
+        tmp_path, seed=3, fmt=7)
+    runs, skipped = collect_runs([a, b, c])
+    assert [r.measurement_format for r in runs] == [1, 2]
+    ((path, why),) = skipped
+    assert path == str(c) and "measurement_format 7" in why and "\n" not in why
+
+
+def _spectrum(seed: int) -> list[tuple[int, list[float]]]:
+    return [(s, [0.9, 0.05, 0.02, 0.3, 0.2, 0.1 + seed / 100]) for s in range(10, 101, 10)]
+
+
+def _format_runs(root: Path, formats: tuple[Any, Any]) -> None:
+    """Base and entropy runs (with spectra) and I-STAR λ = ±1, seed 1 of format formats[0] and
+    seed 2 of formats[1]."""
+    for seed, fmt in enumerate(formats, start=1):
+        make_run(root, seed=seed, fmt=fmt, spectrum=_spectrum(seed), metric=0.5 + seed / 10)
+        make_run(root, reg="entropy", seed=seed, fmt=fmt, spectrum=_spectrum(seed))
+        for lam in (-1.0, 1.0):
+            make_run(root, reg="istar", lam=lam, seed=seed, fmt=fmt, iso=0.1 + lam / 10)
+
+
+FORMAT_1_NOTE = (
+    "Measurement format 1 (all runs): per-layer IsoScore* (Fig. 6, "
+    "`eval_isoscore_star_{cls,token}_layer*`, `eval_isoscore_star_last`) was shrunk toward the "
+    "union-of-layers Σ_S, not each layer's own, and the training [CLS] spectrum (Table 3, "
+    "persistent-entropy Fig. 1) was taken per micro-batch, not over the gradient-accumulation "
+    "cycle; these values are not comparable with runs of format 2.")
+MIXED = ("runs of measurement format 1 (per-layer IsoScore* shrunk toward the union's Σ_S; "
+         "training [CLS] spectrum per micro-batch) and format 2 (per-layer IsoScore* shrunk "
+         "toward each layer's own Σ_S; training [CLS] spectrum over the whole "
+         "gradient-accumulation cycle) cannot be pooled; report them separately")
+
+
+def test_mixed_measurement_formats_are_not_pooled_per_layer_or_spectrum(tmp_path: Path,
+                                                                        capsys: Any) -> None:
+    from isotropy.cli.main import main
+
+    root = tmp_path / "runs"
+    _format_runs(root, (None, 2))  # seed 1 recorded before the mark (format 1), seed 2 after
+    out = tmp_path / "out"
+    res = write_report([str(root)], out)
+    assert set(res["refused"]) == {"fig6", "table3", "pe_fig1"}
+    stems = {f.stem for f in res["files"] if f.suffix == ".png"}
+    assert not {"fig6_rte_minilm", "pe_fig1_rte_minilm"} & stems
+    assert {"fig3_rte_minilm", "fig5_rte_minilm", "pe_fig2_rte_minilm"} <= stems
+    # refused outputs are said once, not as a per-figure skip
+    assert not any(k.startswith(("fig6", "pe_fig1")) for k, _ in res["skipped_figures"])
+    md = (out / "report.md").read_text()
+    for line in (f"- Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}",
+                 "- persistent-entropy Fig. 1 ([CLS] spectrum over training) not drawn: "
+                 + MIXED,
+                 "Table 3 (persistent entropy, [CLS] spectrum over the last 30% of training) "
+                 f"not drawn: {MIXED}."):
+        assert line in md
+    assert md.count("Fig. 6 (I-STAR, IsoScore* per layer) not drawn") == 2  # top and Figures
+    assert "Measurement formats differ (4 of format 1, 4 of format 2)" in md
+    assert FORMAT_1_NOTE not in md
+    with open(out / "table3.csv") as f:
+        assert list(csv.DictReader(f)) == []
+    # Table 1 and the union IsoScore* pool both formats: base seeds 1 and 2, 0.6 and 0.7
+    with open(out / "table1.csv") as f:
+        none = next(r for r in csv.DictReader(f) if r["method"] == "none")
+    assert (none["n_seeds"], float(none["mean"])) == ("2", pytest.approx(0.65))
+    with open(out / "runs.csv") as f:
+        assert sorted(r["measurement_format"] for r in csv.DictReader(f)) == ["1"] * 4 + ["2"] * 4
+    assert main(["report", str(root), "--output-dir", str(tmp_path / "cli")]) == 0
+    assert f"Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", [None, 1, 2])
+def test_one_measurement_format_draws_everything_and_says_which(tmp_path: Path,
+                                                                fmt: Any) -> None:
+    root = tmp_path / "runs"
+    _format_runs(root, (fmt, fmt))
+    res = write_report([str(root)], tmp_path / "out")
+    assert res["refused"] == {}
+    stems = {f.stem for f in res["files"] if f.suffix == ".png"}
+    assert {"fig6_rte_minilm", "pe_fig1_rte_minilm"} <= stems
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "cannot be pooled" not in md
+    with open(tmp_path / "out" / "table3.csv") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    if fmt == 2:
+        assert FORMAT_1_NOTE not in md
+        assert ("Measurement format 2 (all runs): per-layer IsoScore* shrunk toward each "
+                "layer's own Σ_S; training [CLS] spectrum over the whole gradient-accumulation "
+                "cycle.") in md
+    else:
+        assert FORMAT_1_NOTE in md
+
+
+# --------------------------------------------------------------- --pick-best-over
+
+
+GRID = {  # (method, learning rate, epochs) -> per-seed metric
+    ("none", 1e-5, 3): [0.60, 0.62], ("none", 1e-5, 4): [0.64, 0.66],
+    ("none", 3e-5, 3): [0.70, 0.68], ("none", 3e-5, 4): [0.50, 0.52],
+    ("istar", 1e-5, 3): [0.55, 0.55], ("istar", 1e-5, 4): [0.72, 0.74],
+    ("istar", 3e-5, 3): [0.71, 0.73], ("istar", 3e-5, 4): [0.40, 0.40],
+}
+
+
+def _grid(root: Path, extra: dict[str, Any] | None = None, shift: float = 0.0) -> None:
+    for (reg, lr, epochs), ms in GRID.items():
+        for seed, m in enumerate(ms, start=1):
+            make_run(root, reg=reg, lam=-1.0, seed=seed, metric=m + shift,
+                     training={"learning_rate": lr, "num_train_epochs": epochs, **(extra or {})})
+
+
+def test_pick_best_over_a_tuning_grid(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    _grid(root)
+    out = tmp_path / "out"
+    res = write_report([str(root)], out, figures=False,
+                       pick_best_over=("learning_rate", "num_train_epochs"))
+    picks = {p["method"]: p for p in res["picks"]}
+    # by hand: base means 0.61, 0.65, 0.69, 0.51 -> lr 3e-5, 3 epochs; I-STAR 0.55, 0.73,
+    # 0.72, 0.40 -> lr 1e-5, 4 epochs
+    assert picks["none"]["picked"] == "learning_rate=3e-05, num_train_epochs=3"
+    assert picks["istar λ=-1 ζ=0.2"]["picked"] == "learning_rate=1e-05, num_train_epochs=4"
+    assert picks["none"]["mean"] == pytest.approx(0.69)
+    assert {p["n_candidates"] for p in picks.values()} == {4}
+    assert len(res["runs"]) == 4
+    rows = {r["method"]: r for r in table1_rows(res["cells"])}
+    assert set(rows) == {"none", "istar λ=-1 ζ=0.2"}  # not split by the picked settings
+    assert rows["none"]["setting"] == "" and rows["none"]["mean"] == pytest.approx(0.69)
+    assert rows["istar λ=-1 ζ=0.2"]["mean"] == pytest.approx(0.73)
+    md = (out / "report.md").read_text()
+    assert "## Settings picked over `learning_rate`, `num_train_epochs`" in md
+    assert ("| rte | minilm | none | learning_rate=3e-05, num_train_epochs=3 | accuracy | "
+            "0.6900 | 2 | 4 |") in md
+    assert ("| rte | minilm | istar λ=-1 ζ=0.2 | learning_rate=1e-05, num_train_epochs=4 | "
+            "accuracy | 0.7300 | 2 | 4 |") in md
+    with open(out / "picks.csv") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    # default: every setting kept apart, as before
+    res = write_report([str(root)], tmp_path / "plain", figures=False)
+    assert len(res["cells"]) == 8 and res["picks"] == []
+    assert not (tmp_path / "plain" / "picks.csv").exists()
+
+
+def test_pick_best_over_keeps_other_settings_apart_and_minimises_a_loss(tmp_path: Path) -> None:
+    from isotropy.experiments.report import lower_is_better, pick_best
+
+    root = tmp_path / "runs"
+    _grid(root, {"max_seq_length": 128})
+    _grid(root, {"max_seq_length": 256}, shift=0.01)
+    runs, _ = collect_runs(expand_inputs([str(root)]), pick_over=("learning_rate",
+                                                                  "num_train_epochs"))
+    kept, picks = pick_best(runs)
+    assert sorted({p["setting"] for p in picks}) == ["max_seq_length=128", "max_seq_length=256"]
+    assert len(picks) == 4 and len(kept) == 8
+    # only the learning rate is tuned: epochs still split the cells
+    runs, _ = collect_runs(expand_inputs([str(root)]), pick_over=("learning_rate",))
+    _, picks = pick_best(runs)
+    assert len(picks) == 8 and {p["n_candidates"] for p in picks} == {2}
+    assert lower_is_better("loss") and lower_is_better("eval_loss")
+    assert not lower_is_better("accuracy") and not lower_is_better("f1")
+    # a loss as the main metric: the least mean wins; a tie goes to the first in text order
+    loss_root = tmp_path / "loss"
+    for lr, losses in ((1e-5, [0.3, 0.5]), (3e-5, [0.2, 0.4]), (5e-5, [0.35, 0.35])):
+        for seed, loss in enumerate(losses, start=1):
+            d = make_run(loss_root, seed=seed, training={"learning_rate": lr})
+            res = json.loads((d / "results.json").read_text())
+            res["main_metric"] = "loss"
+            res["final"]["eval_loss"] = loss
+            (d / "results.json").write_text(json.dumps(res))
+    runs, _ = collect_runs(expand_inputs([str(loss_root)]), pick_over=("learning_rate",))
+    _, (pick,) = pick_best(runs)
+    assert pick["picked"] == "learning_rate=3e-05" and pick["mean"] == pytest.approx(0.3)
+    for r in runs:  # make every mean 0.4: the first in text order wins
+        r.final["eval_loss"] = 0.4
+    _, (pick,) = pick_best(runs)
+    assert pick["picked"] == "learning_rate=1e-05"
+
+
+def test_cli_pick_best_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from isotropy.cli.main import main
+
+    root = tmp_path / "runs"
+    _grid(root)
+    assert main(["report", str(root), "--output-dir", str(tmp_path / "o"), "--no-figures",
+                 "--pick-best-over", "learning_rate, num_train_epochs"]) == 0
+    assert "4 runs in 2 cells" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(root), "--output-dir", str(tmp_path / "o2"),
+              "--pick-best-over", "learning_rate,batch"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("isotropy report: error:") and "batch: not a setting" in err
+    assert "\n" not in err and not (tmp_path / "o2").exists()
+
+
+def test_docs_quote_the_format_lines_report_writes() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text("utf-8")
+    assert f"- Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in doc
+    assert FORMAT_1_NOTE in doc

@@ -22,6 +22,8 @@ outputs (in --output-dir):
   table1.csv            main metric per task x model x method: mean, std, number of seeds
   table2.csv            the best I-STAR lambda and zeta per task x model
   table3.csv            top-3 raw and centred anisotropy spectrum of [CLS], last 30% of training
+  pe_table2.csv         main metric averaged over the evaluations of the last 30% of training
+  picks.csv             with --pick-best-over: the setting kept per cell, of how many
   runs.csv              every run used
   figures/*.png, .svg   the figures whose data the runs hold
 
@@ -29,6 +31,8 @@ examples:
   isotropy report runs/istar-grid
   isotropy report 'runs/rte-*' 'runs/mrpc-*' --output-dir report-glue
   isotropy report runs/entropy-grid --metric-from best
+  isotropy report runs/istar-tuning \\
+      --pick-best-over per_device_train_batch_size,num_train_epochs,learning_rate
 
 exit status: 0 report written, 1 a failure while writing, 2 bad input (nothing written).
 """
@@ -52,7 +56,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which evaluation of each run (results.json) the tables use "
                         "(default: %(default)s)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    p.add_argument("--pick-best-over", type=_settings, default=(), metavar="SETTING[,SETTING...]",
+                   help="settings of a tuning grid (e.g. learning_rate,num_train_epochs): "
+                        "within each cell keep only the runs of the value with the best mean "
+                        "main metric over seeds (default: keep every setting apart)")
     return p
+
+
+def _settings(text: str) -> tuple[str, ...]:
+    """``--pick-best-over`` as a tuple of setting names, each a setting that tells runs
+    apart."""
+    from isotropy.experiments.report import COMPARED_SETTINGS
+
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("no setting named")
+    unknown = [n for n in names if n not in COMPARED_SETTINGS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown)}: not a setting that tells runs apart (one of "
+            f"{', '.join(COMPARED_SETTINGS)})")
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.output_dir)
     try:
         paths = expand_inputs(args.run_dirs)
-        runs, skipped = collect_runs(paths, args.metric_from)
+        runs, skipped = collect_runs(paths, args.metric_from, args.pick_best_over)
         if not runs:
             first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
             raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
@@ -79,12 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     try:
         res = write_report([str(p) for p in paths], out, which=args.metric_from,
-                           figures=not args.no_figures)
+                           figures=not args.no_figures, pick_best_over=args.pick_best_over)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"isotropy report: error: {one_line(err)}", file=sys.stderr)
         return 1
     print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, {len(res['skipped'])} "
           f"skipped; {len(res['files'])} files written to {out}")
+    for why in res["refused"].values():
+        print(f"  {why}")
     for name, why in res["skipped_figures"]:
         print(f"  not drawn: {name}: {why}")
     return 0

@@ -21,6 +21,13 @@ the runs do not hold is skipped with the reason.
   (Fig. 8). Runs on a list of layers appear in Table 1 only.
 * ``pe_fig1``: top-3 raw and centred anisotropy spectrum of [CLS] over training steps, base vs
   entropy with and without feature selection (persistent-entropy paper, Fig. 1).
+* ``pe_fig2``: the main metric of every evaluation over training steps, base vs entropy with
+  and without feature selection, the mean over seeds with a band of ± one sample std (none for
+  one seed); the last 30% of training (persistent-entropy Table 2's window) shaded
+  (persistent-entropy paper, Fig. 2).
+
+Figs. 6 and ``pe_fig1`` are not drawn from runs of different measurement formats
+(:func:`isotropy.experiments.report.format_refusals`; ``make_figures(refused=...)``).
 
 For Figs. 4-6 an I-STAR λ is shown at its best ζ (highest mean main metric). A method keeps its
 colour in every figure of a task x model (:func:`method_colour`): base black, CosReg green,
@@ -32,7 +39,7 @@ do not share a colour while the spare colours last.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,7 @@ from isotropy.experiments.report import Cell, Method, mean_std, setting_tags
 from isotropy.io import atomic_path
 
 __all__ = ["DPI", "FIGSIZE", "OKABE_ITO", "fig8_data", "lambda_colour", "make_figures",
-           "method_colour", "metric_label"]
+           "method_colour", "metric_label", "pe_fig2_data"]
 
 FIGSIZE = (8.0, 5.0)
 DPI = 100
@@ -493,6 +500,59 @@ def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     return fig
 
 
+def pe_fig2_data(group: Sequence[Cell]) -> list[dict[str, Any]]:
+    """Fig. 2's numbers for one task x model: per base or entropy cell whose runs logged
+    evaluations, ``{"cell", "steps", "mean", "std", "n"}`` over the steps every seed evaluated
+    at (:func:`~isotropy.experiments.report.eval_history`); ``std`` is the sample std over
+    seeds, ``None`` for one seed."""
+    out = []
+    for c in group:
+        if c.method.regularizers not in (("none",), ("entropy",)):
+            continue
+        hists = [dict(r.evaluations) for r in c.runs if r.evaluations]
+        if not hists:
+            continue
+        steps = sorted(set.intersection(*(set(h) for h in hists)))
+        if not steps:
+            continue
+        vals = np.array([[h[t] for t in steps] for h in hists])
+        out.append({"cell": c, "steps": steps, "mean": vals.mean(axis=0),
+                    "std": vals.std(axis=0, ddof=1) if len(hists) > 1 else None,
+                    "n": len(hists)})
+    return out
+
+
+def _pe_fig2(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
+    from isotropy.experiments.report import LAST_FRACTION
+
+    data = pe_fig2_data(group)
+    if not data:
+        raise _Skip("no base or entropy run logged evaluations of its main metric in "
+                    "metrics.jsonl")
+    colours = _distinct([method_colour(d["cell"].method) for d in data],
+                        [d["cell"].method for d in data])
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for i, (d, colour) in enumerate(zip(data, colours, strict=True)):
+        band = "" if d["std"] is None else " ± 1 std band"
+        ax.plot(d["steps"], d["mean"], _MARKERS[i % len(_MARKERS)] + "-", color=colour,
+                label=f"{d['cell'].method.label} (mean{band}, n={d['n']})")
+        if d["std"] is not None:
+            ax.fill_between(d["steps"], d["mean"] - d["std"], d["mean"] + d["std"],
+                            color=colour, alpha=0.15, linewidth=0)
+    totals = [t for d in data for r in d["cell"].runs if (t := r.total_steps)]
+    if totals:
+        start = (1.0 - LAST_FRACTION) * max(totals)
+        ax.axvspan(start, max(totals), color="#999999", alpha=0.12, linewidth=0,
+                   label=f"last {LAST_FRACTION:.0%} of training (Table 2)")
+    metric = data[0]["cell"].main_metric
+    ax.set(title=f"{metric} over training ({key[0]}, {key[1]})",
+           xlabel="training step (optimizer steps)",
+           ylabel=metric_label(metric, key[0], "each"))
+    ax.legend(fontsize=8)
+    return fig
+
+
 FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
     "fig3": ("I-STAR Fig. 3, IsoScore* vs task metric across λ", _fig3),
     "fig4": ("I-STAR Fig. 4, mean activation per dimension", _fig4),
@@ -501,14 +561,17 @@ FIGURES: dict[str, tuple[str, Callable[..., Any]]] = {
     "fig7": ("I-STAR Fig. 7, metric vs ζ", _fig7),
     "fig8": ("I-STAR Fig. 8, I-STAR on one layer vs all layers", _fig8),
     "pe_fig1": ("persistent-entropy Fig. 1, [CLS] spectrum over training", _pe_fig1),
+    "pe_fig2": ("persistent-entropy Fig. 2, task metric over training", _pe_fig2),
 }
 
 
-def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final"
+def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final",
+                 refused: Mapping[str, str] | None = None
                  ) -> tuple[list[Path], list[tuple[str, str]]]:
     """Draw every figure of every task x model (x setting, when runs differ in other
     settings: tagged ``s1``, ``s2``, ... by :func:`setting_tags`) into ``out_dir``
-    (``NAME_TASK_MODEL[_sN].png`` and ``.svg``); returns the files and the skipped figures as
+    (``NAME_TASK_MODEL[_sN].png`` and ``.svg``), except those named in ``refused`` (name ->
+    reason, given once by the caller); returns the files and the skipped figures as
     ``(name, reason)``."""
     out = Path(out_dir)
     files: list[Path] = []
@@ -518,6 +581,8 @@ def make_figures(cells: Sequence[Cell], out_dir: str | Path, which: str = "final
         shown = f"{model}, {settings[setting]}" if setting else model
         slug = f"_{settings[setting]}" if setting else ""
         for name, (title, draw) in FIGURES.items():
+            if refused and name in refused:
+                continue
             stem = f"{name}_{task}_{model}{slug}"
             try:
                 fig = draw((task, shown), group, which)
