@@ -137,13 +137,28 @@ def test_duplicate_points_are_refused(tiny_model, glue, tmp_path):
 
 
 def test_presets_are_the_papers_grids(tmp_path):
+    # expected values typed from the I-STAR paper: Section 4.1 and Table 2 (lambda x zeta
+    # grid, CosReg lambda 1, five seeds), Fig. 3 (lambda 0.5), Fig. 4 (CosReg lambda -1),
+    # Fig. 7 (zeta 0 and 1 with Table 2's RTE lambda -1)
     istar = expand(preset_spec("istar-grid"), output_root=tmp_path)
-    assert len(istar) == (1 + 1 + 6 * 4) * 5
+    assert len(istar) == (1 + 2 + 7 * 4 + 2) * 5
     grid = {(p.settings["tuning"], p.settings["zeta"]) for p in istar if p.method == "istar"}
-    assert grid == set(itertools.product([-5, -3, -1, 1, 3, 5], [0.2, 0.4, 0.6, 0.8]))
-    assert {p.settings["cosreg_tuning"] for p in istar if p.method == "cosreg"} == {1.0}
+    assert grid == set(itertools.product([-5, -3, -1, 0.5, 1, 3, 5], [0.2, 0.4, 0.6, 0.8]))
+    ends = {(p.settings["tuning"], p.settings["zeta"]) for p in istar
+            if p.method == "istar-zeta-ends"}
+    assert ends == {(-1, 0), (-1, 1)}
+    assert {p.settings["cosreg_tuning"] for p in istar if p.method == "cosreg"} == {1.0, -1.0}
     assert sorted({p.seed for p in istar}) == [1, 2, 3, 4, 5]
-    assert [p.seed for p in istar[:26]] == [1] * 26  # one seed of every cell first
+    assert [p.seed for p in istar[:33]] == [1] * 33  # one seed of every cell first
+    assert len({p.name for p in istar}) == len(istar)
+    tuning = expand(preset_spec("istar-tuning"), output_root=tmp_path)
+    assert len(tuning) == 3 * 3 * 3 * 5
+    assert {p.settings["regularizer"] for p in tuning} == {"none"}
+    assert {(p.settings["per_device_train_batch_size"], p.settings["num_train_epochs"],
+             p.settings["learning_rate"]) for p in tuning} == set(
+        itertools.product([8, 16, 32], [3, 4, 5], [1e-5, 3e-5, 5e-5]))
+    assert sorted({p.seed for p in tuning}) == [1, 2, 3, 4, 5]
+    assert len({p.name for p in tuning}) == len(tuning)
     entropy = expand(preset_spec("entropy-grid"), output_root=tmp_path)
     assert len(entropy) == 3 * 5
     assert {(p.method, p.settings.get("select_features")) for p in entropy} == {
@@ -290,10 +305,11 @@ def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path
                               "--output-root", out, "--dry-run"], capsys)
     lines = text.splitlines()
     assert code == 0
-    assert lines[0].startswith(f"130 point(s) (26 cell(s), 5 seed(s)) in {out}: 0 done")
+    assert lines[0].startswith(f"165 point(s) (33 cell(s), 5 seed(s)) in {out}: 0 done")
     assert lines[1].split() == ["1", "pending", "sst2-tiny-none-seed1"]
-    assert lines[3].split() == ["3", "pending", "sst2-tiny-istar_l-5_z0.2-seed1"]
-    assert len(lines) == 1 + 130
+    assert lines[3].split() == ["3", "pending", "sst2-tiny-cosreg_l-1-seed1"]
+    assert lines[4].split() == ["4", "pending", "sst2-tiny-istar_l-5_z0.2-seed1"]
+    assert len(lines) == 1 + 165
     assert not out.exists()
     code, text, _ = _run_cli(["--preset", "entropy-grid", "--show-spec"], capsys)
     assert code == 0 and yaml.safe_load(text)["seeds"] == [1, 2, 3, 4, 5]

@@ -304,11 +304,44 @@ def test_config_file_and_preset(tmp_path):
     ours, targs = parse_train_args(["--preset", "istar", "--output_dir", "x"])
     assert ours.regularizer == ["istar"] and (ours.tuning, ours.zeta) == (-1.0, 0.2)
     assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (32, 2)
-    assert targs.warmup_steps == 0.1 and targs.lr_scheduler_type == "linear"
+    assert targs.warmup_steps == 0 and targs.lr_scheduler_type == "constant"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
         parse_train_args(["--config", str(bad), "--output_dir", "x"])
+
+
+def test_presets_are_the_papers_settings():
+    """Expected values typed from the papers (and, where a paper is silent, its authors'
+    code), not from the presets."""
+    import torch
+
+    gpu = torch.cuda.is_available()
+    # persistent-entropy paper, Table 1 (lr, weight decay, epochs) and Section 4 (batch 64);
+    # the authors' notebook model_finetuning.ipynb: 8 x 8 micro-batches, AdamW, 10% warm-up
+    # then cosine, max length 512, no clipping, no autocast
+    for task, lr, wd in (("mrpc", 8e-5, 8e-6), ("cola", 5e-5, 5e-6)):
+        ours, targs = parse_train_args(["--preset", "entropy", "--task", task,
+                                        "--output_dir", "x"])
+        assert ours.regularizer == ["entropy"] and ours.max_seq_length == 512
+        assert (targs.learning_rate, targs.weight_decay, targs.num_train_epochs) == (lr, wd, 10)
+        assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (8, 8)
+        assert targs.lr_scheduler_type == "cosine" and targs.warmup_steps == 0.1
+        assert targs.optim == "adamw_torch" and targs.max_grad_norm == 0
+        assert not targs.fp16 and not targs.bf16
+    # I-STAR paper, Section 4.1 (accumulation 2, mixed precision); the authors' code
+    # (run_model.py, run_model.sh, training_utils.py): fp16 autocast, batch 32, 4 epochs,
+    # lr 1e-5, transformers.AdamW defaults (eps 1e-6, no weight decay), no scheduler, no
+    # clipping, max length 256 (SQuAD 384)
+    ours, targs = parse_train_args(["--preset", "istar", "--task", "rte", "--output_dir", "x"])
+    assert (ours.tuning, ours.zeta, ours.max_seq_length) == (-1.0, 0.2, 256)
+    assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (32, 2)
+    assert (targs.learning_rate, targs.num_train_epochs) == (1e-5, 4)
+    assert (targs.adam_epsilon, targs.weight_decay, targs.max_grad_norm) == (1e-6, 0.0, 0.0)
+    assert targs.lr_scheduler_type == "constant" and targs.warmup_steps == 0
+    assert targs.fp16 is gpu and not targs.bf16
+    ours, _ = parse_train_args(["--preset", "istar", "--task", "squad", "--output_dir", "x"])
+    assert ours.max_seq_length == 384
 
 
 def test_default_run_directory_is_named_from_the_settings():

@@ -20,8 +20,11 @@ __all__ = ["build_parser", "main"]
 
 _EPILOG = """\
 presets (the papers' grids; task and model are base settings, e.g. --set task=mrpc):
-  istar-grid    base, CosReg lambda=1, I-STAR lambda in {-5,-3,-1,1,3,5} x zeta in
-                {0.2,0.4,0.6,0.8}; seeds 1-5 (130 runs per task and model)
+  istar-grid    base, CosReg lambda in {1,-1}, I-STAR lambda in {-5,-3,-1,0.5,1,3,5} x
+                zeta in {0.2,0.4,0.6,0.8} and lambda=-1 x zeta in {0,1}; seeds 1-5
+                (165 runs per task and model)
+  istar-tuning  no regularizer, batch {8,16,32} x epochs {3,4,5} x lr {1e-5,3e-5,5e-5};
+                seeds 1-5 (135 runs per task and model)
   entropy-grid  base, persistent entropy with and without feature selection; seeds 1-5
 
 examples:
@@ -116,13 +119,13 @@ def _grid_values(text: str) -> list[Any]:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from isotropy.experiments.sweep import load_spec, override, preset_spec
+    from isotropy.experiments.sweep import PRESETS, load_spec, override, preset_spec
 
     if args.spec and args.preset:
         raise ValueError("give a sweep file or --preset, not both")
     if not args.spec and not args.preset:
         raise ValueError("give a sweep file (isotropy sweep SPEC) or --preset "
-                         "(istar-grid or entropy-grid)")
+                         f"({', '.join(PRESETS)})")
     spec = load_spec(args.spec) if args.spec else preset_spec(args.preset)
     base = {k: _value(v) for k, v in args.set_values}
     grid = {k: _grid_values(v) for k, v in args.grid_values}
