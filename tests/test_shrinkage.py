@@ -221,3 +221,42 @@ def test_bad_input(model):
         ShrinkageRefreshCallback().on_epoch_begin(
             None, None, None, model=model, train_dataloader=batches
         )
+
+
+def test_padding_in_the_clouds_as_the_authors_code(model):
+    """include_padding: Sigma_S, I-STAR's and CosReg's clouds take every position of the
+    (batch, seq, dim) tensor, padding included (np.cov / the plain formula on the flattened
+    tensor); without it the mask leaves padding out, and the two differ."""
+    from isotropy.losses.cosreg import CosRegLoss
+    from isotropy.measures.isoscore import isoscore_star
+
+    batches = make_batches()
+    n = sum(b["input_ids"].numel() for b in batches) * 2
+    stats = collect_covariance(model, batches, layers="all", n_tokens=n, include_padding=True)
+    model.eval()
+    with torch.no_grad():
+        hs = [model(**b, output_hidden_states=True).hidden_states for b in batches]
+    flat = torch.cat([torch.cat([h[1].reshape(-1, 32), h[2].reshape(-1, 32)]) for h in hs])
+    assert stats.count == flat.shape[0] == n
+    assert_cov_close(stats.covariance(), np.cov(flat.double().numpy().T))
+    h, mask = hs[0], batches[0]["attention_mask"]
+    assert int(mask.sum()) < mask.numel()  # the batch has padding
+    sigma = torch.eye(32, dtype=torch.float64)
+    padded = IStarLoss(tuning=1.0, zeta=0.2, shrinkage=sigma, include_padding=True)
+    union = torch.cat([h[1].reshape(-1, 32), h[2].reshape(-1, 32)])
+    expected = 1.0 - float(isoscore_star(union.double(), zeta=0.2, shrinkage=sigma))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "called without attention_mask" warning
+        got = float(padded(h, attention_mask=mask).loss)
+        assert got == pytest.approx(expected, rel=1e-5)
+        masked = float(IStarLoss(tuning=1.0, zeta=0.2, shrinkage=sigma)(h, mask).loss)
+        assert abs(masked - got) > 1e-4
+        x = h[2].reshape(-1, 32).double()
+        u = x / x.norm(dim=1, keepdim=True)
+        m = x.shape[0]
+        term = (float((u @ u.T).sum()) - m) / m**2
+        cos = CosRegLoss(include_padding=True)(h, attention_mask=mask)
+        assert float(cos.loss) == pytest.approx(term, rel=1e-5)
+    loss = IStarLoss(tuning=1.0, include_padding=True)
+    refresh_shrinkage(model, batches, loss, n_tokens=n)
+    assert_cov_close(loss.shrinkage, np.cov(flat.double().numpy().T))

@@ -6,6 +6,7 @@ import csv
 import json
 import random
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -401,3 +402,25 @@ def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
     accuracy = result.results["final"]["eval_accuracy"]
     assert len(gold) == 200 and not result.results["prediction_summary"]["collapsed"]
     assert accuracy > majority + 0.1, (accuracy, majority)
+
+
+def test_include_padding_and_entropy_accumulation_reach_the_regularizers():
+    from isotropy.training.trainer import build_regularizers
+
+    ours, targs = parse_train_args(["--regularizer", "istar", "cosreg", "entropy",
+                                    "--include_padding", "true", "--task", "rte",
+                                    "--gradient_accumulation_steps", "4"])
+    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
+    assert regs["istar"].include_padding and regs["cosreg"].include_padding
+    assert (regs["entropy"].accumulation, regs["entropy"].accumulation_steps) == ("exact", 4)
+    assert Path(targs.output_dir).name == \
+        "rte-minilm-istar_l-1_z0.2+cosreg_l1+entropy_b1+pad-seed42"
+    ours, targs = parse_train_args(["--regularizer", "entropy", "--entropy_accumulation",
+                                    "window", "--entropy_window", "3", "--task", "rte"])
+    reg = build_regularizers(ours, 8)["entropy"]
+    assert (reg.accumulation, reg.accumulation_steps) == ("window", 3)
+    assert Path(targs.output_dir).name == "rte-minilm-entropy_b1_window-seed42"
+    with pytest.raises(ValueError, match="--entropy_window sets the sliding window"):
+        parse_train_args(["--regularizer", "entropy", "--entropy_window", "3"])
+    with pytest.raises(ValueError, match="--entropy_accumulation must be exact or window"):
+        parse_train_args(["--entropy_accumulation", "sliding"])

@@ -93,6 +93,7 @@ COMPARED_SETTINGS = (
     # isotropy train's own
     "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples",
     "split_dev_for_training", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
+    "entropy_accumulation", "include_padding",
     "group_by_length", "n_best_size", "max_answer_length",
     # TrainingArguments that change what is trained
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
@@ -374,6 +375,11 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     if iso.get("split_dev_for_training") is not None:  # runs before SQuAD split by paragraph
         merged["split_unit"] = data.get("split_unit", "example")
+    if "entropy" in (iso.get("regularizer") or []):  # runs before the flag used the window
+        merged.setdefault("entropy_accumulation", "window")
+    else:  # meaningless without the persistent entropy
+        merged.pop("entropy_accumulation", None)
+    merged.setdefault("include_padding", False)  # runs before the flag excluded padding
     compared = {k: json.dumps(_normal(merged[k]), sort_keys=True)
                 for k in COMPARED_SETTINGS if k in merged}
     fmt = measurement_format(config)

@@ -88,6 +88,7 @@ _SHORT = {
     "warmup_steps": "ws", "max_seq_length": "len", "max_train_samples": "ntrain",
     "max_eval_samples": "neval", "in_cluster_weight": "g", "pooling": "pool",
     "shrinkage_tokens": "sT", "entropy_window": "win", "lr_scheduler_type": "sched",
+    "entropy_accumulation": "acc", "include_padding": "pad",
 }
 
 

@@ -50,6 +50,8 @@ class CosRegLoss(Regularizer):
         layer: index into ``hidden_states`` (default ``-1``, the last layer).
         sync_dist: use the global token cloud under ``torch.distributed``.
         process_group: the ``torch.distributed`` group (default: the world).
+        include_padding: count the padding positions as tokens, as the authors' code does
+            (default ``False``: the attention mask leaves them out).
 
     ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
     of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point) and
@@ -71,9 +73,11 @@ class CosRegLoss(Regularizer):
         layer: int = -1,
         sync_dist: bool = True,
         process_group: object | None = None,
+        include_padding: bool = False,
     ) -> None:
         super().__init__()
         self.tuning = check_tuning(tuning)
+        self.include_padding = bool(include_padding)
         if isinstance(layer, bool) or not isinstance(layer, int):
             raise TypeError(f"layer must be an integer index into hidden_states, got {layer!r}")
         self.layer = layer
@@ -82,7 +86,8 @@ class CosRegLoss(Regularizer):
         self._warned_no_mask = False
 
     def extra_repr(self) -> str:
-        return f"tuning={self.tuning}, layer={self.layer}, sync_dist={self.sync_dist}"
+        return (f"tuning={self.tuning}, layer={self.layer}, sync_dist={self.sync_dist}, "
+                f"include_padding={self.include_padding}")
 
     def forward(
         self,
@@ -96,7 +101,9 @@ class CosRegLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layer)
-        if attention_mask is None and not self._warned_no_mask:
+        if self.include_padding:
+            attention_mask = None
+        elif attention_mask is None and not self._warned_no_mask:
             warn_no_attention_mask(type(self).__name__)
             self._warned_no_mask = True
         x = token_cloud(hs, attention_mask, self.layer)

@@ -109,10 +109,14 @@ class IStarLoss(Regularizer):
             warning, once).
         sync_dist: score the global batch under ``torch.distributed``.
         process_group: the ``torch.distributed`` group (default: the world).
+        include_padding: put the padding positions in :math:`\tilde X` (and, through
+            :func:`~isotropy.models.shrinkage.refresh_shrinkage`, in :math:`\Sigma_S`) as the
+            authors' code does (it flattens the whole ``(batch, seq, dim)`` tensor); default
+            ``False``: the attention mask leaves them out.
 
     ``forward(hidden_states, attention_mask)``: pass the batch's ``attention_mask``. Without
     it every position, padding included, is counted as a token of :math:`\tilde X` (a
-    ``UserWarning`` says so, once per instance).
+    ``UserWarning`` says so, once per instance, unless ``include_padding``).
 
     ``forward`` returns the loss and ``logs`` with ``isoscore_star`` (the batch's score),
     ``istar_penalty`` (:math:`1 - \mathrm{IsoScore}^\star`) and ``n_points`` (local rows of
@@ -138,10 +142,12 @@ class IStarLoss(Regularizer):
         shrinkage: ArrayLike | None = None,
         sync_dist: bool = True,
         process_group: object | None = None,
+        include_padding: bool = False,
     ) -> None:
         super().__init__()
         self.tuning = check_tuning(tuning)
         self.zeta = check_zeta(zeta)
+        self.include_padding = bool(include_padding)
         self.layers = check_layers(layers)
         self.sync_dist = bool(sync_dist)
         self.process_group = process_group
@@ -179,7 +185,7 @@ class IStarLoss(Regularizer):
         s = "identity" if self.shrinkage is None else f"{tuple(self.shrinkage.shape)}"
         return (
             f"tuning={self.tuning}, zeta={self.zeta}, layers={self.layers!r}, shrinkage={s}, "
-            f"sync_dist={self.sync_dist}"
+            f"sync_dist={self.sync_dist}, include_padding={self.include_padding}"
         )
 
     def forward(
@@ -194,7 +200,9 @@ class IStarLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layers)
-        if attention_mask is None and not self._warned_no_mask:
+        if self.include_padding:
+            attention_mask = None
+        elif attention_mask is None and not self._warned_no_mask:
             warn_no_attention_mask(type(self).__name__)
             self._warned_no_mask = True
         x = token_cloud(hs, attention_mask, self.layers)

@@ -184,6 +184,7 @@ def collect_covariance(
     n_tokens: int = DEFAULT_N_TOKENS,
     sync_dist: bool = True,
     process_group: object | None = None,
+    include_padding: bool = False,
 ) -> CovarianceStats:
     r"""Covariance statistics of the first ``n_tokens`` rows of :math:`\tilde X` (module doc).
 
@@ -191,7 +192,8 @@ def collect_covariance(
     the model is called as ``model(**batch, output_hidden_states=True)`` in eval mode under
     ``torch.no_grad`` and put back into its previous mode afterwards. Returns the (global,
     under ``torch.distributed`` with ``sync_dist``) statistics; ``.count`` is the number of
-    rows used.
+    rows used. ``include_padding``: every position counts, padding included (the I-STAR
+    authors' code).
     """
     n_tokens = _check_n_tokens(n_tokens)
     layers = check_layers(layers)
@@ -200,7 +202,8 @@ def collect_covariance(
     stats: CovarianceStats | None = None
     for hs, attention_mask in _forward_batches(model, dataloader):
         count = 0 if stats is None else stats.count
-        rows = _batch_rows(hs, attention_mask, layers, quota - count)
+        rows = _batch_rows(hs, None if include_padding else attention_mask, layers,
+                           quota - count)
         if rows.shape[0]:
             if stats is None:
                 stats = CovarianceStats.empty(rows.shape[1], rows.device)
@@ -341,6 +344,7 @@ def estimate_shrinkage(
     n_tokens: int = DEFAULT_N_TOKENS,
     sync_dist: bool = True,
     process_group: object | None = None,
+    include_padding: bool = False,
 ) -> torch.Tensor:
     r""":math:`\Sigma_S`: the sample covariance (``ddof=1``, float64) of the first ``n_tokens``
     rows of :math:`\tilde X` (see :func:`collect_covariance` and the module doc)."""
@@ -351,6 +355,7 @@ def estimate_shrinkage(
         n_tokens=n_tokens,
         sync_dist=sync_dist,
         process_group=process_group,
+        include_padding=include_padding,
     )
     return stats.covariance(ddof=1)
 
@@ -363,8 +368,8 @@ def refresh_shrinkage(
 ) -> torch.Tensor:
     r"""Re-estimate :math:`\Sigma_S` over ``loss.layers`` and set it on ``loss``; returns it.
 
-    Call before every epoch (the paper's schedule). Uses ``loss.sync_dist`` and
-    ``loss.process_group``.
+    Call before every epoch (the paper's schedule). Uses ``loss.sync_dist``,
+    ``loss.process_group`` and ``loss.include_padding``.
 
     >>> from types import SimpleNamespace
     >>> class Toy(torch.nn.Module):  # a stand-in encoder: one "layer" = the embeddings x 2
@@ -390,6 +395,7 @@ def refresh_shrinkage(
         n_tokens=n_tokens,
         sync_dist=loss.sync_dist,
         process_group=loss.process_group,
+        include_padding=loss.include_padding,
     )
     loss.set_shrinkage(cov)
     return cov
@@ -447,9 +453,10 @@ class ShrinkageRefreshCallback(TrainerCallback):
         data = self.dataloader if self.dataloader is not None else kwargs.get("train_dataloader")
         if data is None:
             raise ValueError("ShrinkageRefreshCallback has no dataloader: pass dataloader=")
-        done: dict[tuple[str, bool, int], torch.Tensor] = {}
+        done: dict[tuple[str, bool, int, bool], torch.Tensor] = {}
         for i, loss in enumerate(losses):
-            key = (repr(loss.layers), loss.sync_dist, id(loss.process_group))
+            key = (repr(loss.layers), loss.sync_dist, id(loss.process_group),
+                   loss.include_padding)
             if key in done:
                 loss.set_shrinkage(done[key])
             else:

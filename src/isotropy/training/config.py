@@ -77,6 +77,10 @@ class IsotropyArguments:
     shrinkage_tokens: int = field(default=250_000, metadata={
         "help": "token rows for Sigma_S (estimated before every epoch)"})
     cosreg_tuning: float = field(default=1.0, metadata={"help": "CosReg lambda"})
+    include_padding: bool = field(default=False, metadata={
+        "help": "put padding tokens in the I-STAR, CosReg and Sigma_S clouds, as the I-STAR "
+                "authors' code does (default: left out; the measurements always leave them "
+                "out)"})
     entropy_weight: float = field(default=1.0, metadata={
         "help": "persistent entropy beta (a cloud per class label; STS-B and SQuAD have none: "
                 "the whole batch is one cloud)"})
@@ -407,6 +411,8 @@ def default_run_name(settings: Mapping[str, Any]) -> str:
             parts.append(f"entropy_b{_number(get('entropy_weight'))}"
                          + ("" if get("select_features") else "_allbars")
                          + ("_window" if get("entropy_accumulation") == "window" else ""))
+    if get("include_padding") and {"istar", "cosreg"} & set(regs):
+        parts.append("pad")
     model = Path(str(get("model")).rstrip("/")).name or "model"
     task = get_task(str(get("task"))).name
     return f"{task}-{model}-{'+'.join(parts) or 'none'}-seed{get('seed')}"

@@ -120,9 +120,11 @@ def build_regularizers(
     for name in ours.regularizers:
         if name == "istar":
             regs[name] = IStarLoss(tuning=ours.tuning, zeta=ours.zeta,
-                                   layers=parse_layers(ours.istar_layers))
+                                   layers=parse_layers(ours.istar_layers),
+                                   include_padding=ours.include_padding)
         elif name == "cosreg":
-            regs[name] = CosRegLoss(tuning=ours.cosreg_tuning)
+            regs[name] = CosRegLoss(tuning=ours.cosreg_tuning,
+                                    include_padding=ours.include_padding)
         elif name == "entropy":
             exact = ours.entropy_accumulation == "exact"
             regs[name] = PersistentEntropyLoss(
