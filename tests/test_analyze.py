@@ -169,20 +169,27 @@ def test_bert_layers_match_numpy_on_per_text_states(bert_dir, glue_dir):
     assert cfg["architecture"] == "encoder" and cfg["pooling"] == "cls"
     dev = _per_text_states(bert_dir, _texts(glue_dir, "dev"))
     train = _per_text_states(bert_dir, _texts(glue_dir, "train"))
-    # Sigma_S: every training token of layers 1..L (10,000 requested rows > all of them)
+    # Sigma_S per layer and cloud: every training token of that layer (10,000 requested
+    # union rows > all of them), every training text's [CLS]; the union's for the union
     union = np.concatenate([s[i] for s in train for i in (1, 2)])
     assert cfg["shrinkage"]["n_rows"] == len(union) and cfg["shrinkage"]["notes"]
-    sigma_s = np.cov(union, rowvar=False)
+    assert cfg["shrinkage"]["sigma_s"] == "per layer"
     for layer in (1, 2):
         tokens = np.concatenate([s[layer] for s in dev])
         cls = np.stack([s[layer][0] for s in dev])
+        sigma_tok = np.cov(np.concatenate([s[layer] for s in train]), rowvar=False)
+        sigma_cls = np.cov(np.stack([s[layer][0] for s in train]), rowvar=False)
         tok_row, cls_row = res.row(layer, "token"), res.row(layer, "cls")
         assert tok_row["n_points"] == len(tokens) and cls_row["n_points"] == len(dev)
         assert tok_row["isoscore"] == pytest.approx(_iota(np.cov(tokens, rowvar=False)),
                                                     abs=1e-5)
-        assert tok_row["isoscore_star"] == pytest.approx(_star(tokens, zeta, sigma_s), abs=1e-5)
-        assert cls_row["isoscore_star"] == pytest.approx(_star(cls, zeta, sigma_s), abs=1e-5)
+        assert tok_row["isoscore_star"] == pytest.approx(_star(tokens, zeta, sigma_tok),
+                                                         abs=1e-5)
+        assert cls_row["isoscore_star"] == pytest.approx(_star(cls, zeta, sigma_cls), abs=1e-5)
         assert tok_row["avg_cosine"] == pytest.approx(_cosine(tokens), abs=1e-5)
+    dev_union = np.concatenate([s[i] for s in dev for i in (1, 2)])
+    assert res.row("union", "token")["isoscore_star"] == pytest.approx(
+        _star(dev_union, zeta, np.cov(union, rowvar=False)), abs=1e-5)
     last = res.record["last"]
     tokens = np.concatenate([s[2] for s in dev])
     np.testing.assert_allclose(last["token_mean"], tokens.mean(0), atol=1e-5)
@@ -407,14 +414,16 @@ def test_squad_is_measured_window_by_window(bert_dir, squad_dir):
     assert res.config["n_questions"] == len(examples["dev"])
     union = np.concatenate([s[i] for s in train for i in (1, 2)])
     assert res.config["shrinkage"]["n_rows"] == len(union)
-    sigma_s = np.cov(union, rowvar=False)
-    for layer in (1, 2):
+    for layer in (1, 2):  # Sigma_S of that layer's training windows' tokens / [CLS] rows
         tokens = np.concatenate([s[layer] for s in dev])
         cls = np.stack([s[layer][0] for s in dev])
+        sigma_tok = np.cov(np.concatenate([s[layer] for s in train]), rowvar=False)
+        sigma_cls = np.cov(np.stack([s[layer][0] for s in train]), rowvar=False)
         tok_row, cls_row = res.row(layer, "token"), res.row(layer, "cls")
         assert tok_row["n_points"] == len(tokens) and cls_row["n_points"] == len(dev)
-        assert tok_row["isoscore_star"] == pytest.approx(_star(tokens, zeta, sigma_s), abs=1e-5)
-        assert cls_row["isoscore_star"] == pytest.approx(_star(cls, zeta, sigma_s), abs=1e-5)
+        assert tok_row["isoscore_star"] == pytest.approx(_star(tokens, zeta, sigma_tok),
+                                                         abs=1e-5)
+        assert cls_row["isoscore_star"] == pytest.approx(_star(cls, zeta, sigma_cls), abs=1e-5)
 
 
 def test_squad_window_settings_are_checked(bert_dir, squad_dir, glue_dir, tmp_path, capsys):
