@@ -32,15 +32,18 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              layer_shift: float = 0.0, istar_layers: str = "all",
              measured_zeta: float = 0.2, training: dict[str, Any] | None = None,
              fmt: Any = None, evals: list[tuple[int, float]] | None = None,
-             global_step: int | None = None, em: float | None = None) -> Path:
+             global_step: int | None = None, em: float | None = None,
+             accumulation: str | None = "exact", padding: bool | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers.
 
     ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
     ``(step, main metric)`` evaluations logged in metrics.jsonl (default: one at step 100 with
-    ``metric``); ``global_step``: results.json's ``train.global_step``; ``em``: SQuAD's EM."""
+    ``metric``); ``global_step``: results.json's ``train.global_step``; ``em``: SQuAD's EM;
+    ``accumulation``/``padding``: ``entropy_accumulation``/``include_padding`` (absent if
+    ``None``, as in runs written before those settings)."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             + "".join(f"_{k}{v}" for k, v in (training or {}).items())
-            + ("" if fmt is None else f"_f{fmt}") + f"-seed{seed}")
+            + ("" if fmt is None else f"_f{fmt}") + f"_{accumulation}_{padding}-seed{seed}")
     d = root / name
     d.mkdir(parents=True)
     config: dict[str, Any] = {} if fmt is None else {"measurement_format": fmt}
@@ -48,7 +51,9 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
         "isotropy": {"task": task, "model": model, "regularizer": [reg], "tuning": lam,
                      "zeta": zeta, "istar_layers": istar_layers, "cosreg_tuning": cos_lam,
                      "entropy_weight": beta, "in_cluster_weight": 0.0,
-                     "select_features": select},
+                     "select_features": select,
+                     **({} if accumulation is None else {"entropy_accumulation": accumulation}),
+                     **({} if padding is None else {"include_padding": padding})},
         "training": {"seed": seed, "output_dir": str(root / name), **(training or {})}}}
     (d / "config.json").write_text(json.dumps(config))
     acc = {"cola": "matthews_correlation", "squad": "f1"}.get(task, "accuracy")
@@ -796,3 +801,21 @@ def test_docs_quote_the_format_lines_report_writes() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text("utf-8")
     assert f"- Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in doc
     assert FORMAT_1_NOTE in doc
+
+
+def test_entropy_accumulation_and_padding_are_part_of_the_method(tmp_path):
+    """A persistent-entropy run without entropy_accumulation (written before it existed) used
+    the sliding window: labelled so, never pooled with an exact one; include_padding marks
+    I-STAR and CosReg methods; the base run is shared by all."""
+    from isotropy.experiments.report import collect_runs, expand_inputs
+
+    make_run(tmp_path, reg="entropy", seed=1, accumulation=None)
+    make_run(tmp_path, reg="entropy", seed=2, accumulation="exact")
+    make_run(tmp_path, reg="istar", lam=-1.0, seed=1, padding=True)
+    make_run(tmp_path, reg="none", seed=1, accumulation=None)
+    runs, skipped = collect_runs(expand_inputs([str(tmp_path)]))
+    assert not skipped
+    labels = sorted(r.method.label for r in runs)
+    assert labels == ["entropy β=1", "entropy β=1 (window)", "istar λ=-1 ζ=0.2 with padding",
+                      "none"]
+    assert len({r.setting for r in runs}) == 1  # one cell setting: the base compares to all

@@ -93,7 +93,6 @@ COMPARED_SETTINGS = (
     # isotropy train's own
     "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples",
     "split_dev_for_training", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
-    "entropy_accumulation", "include_padding",
     "group_by_length", "n_best_size", "max_answer_length",
     # TrainingArguments that change what is trained
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
@@ -174,23 +173,34 @@ def method_of(iso: Mapping[str, Any]) -> Method:
     regs = tuple(r for r in regs if r != "none") or ("none",)
     params: dict[str, Any] = {}
     parts: list[str] = []
+    pad = bool(iso.get("include_padding", False))
     for r in regs:
         if r == "istar":
             lam, zeta = float(iso["tuning"]), float(iso["zeta"])
             layers = _layers_key(iso.get("istar_layers", "all"))
             params.update(istar_lambda=lam, istar_zeta=zeta, istar_layers=layers)
+            if pad:
+                params.update(istar_padding=True)
             parts.append(f"istar λ={_num(lam)} ζ={_num(zeta)}"
-                         + ("" if layers == "all" else f" layers {layers}"))
+                         + ("" if layers == "all" else f" layers {layers}")
+                         + (" with padding" if pad else ""))
         elif r == "cosreg":
             lam = float(iso["cosreg_tuning"])
             params.update(cosreg_lambda=lam)
-            parts.append(f"cosreg λ={_num(lam)}")
+            if pad:
+                params.update(cosreg_padding=True)
+            parts.append(f"cosreg λ={_num(lam)}" + (" with padding" if pad else ""))
         elif r == "entropy":
             beta, select = float(iso["entropy_weight"]), bool(iso["select_features"])
             gamma = float(iso.get("in_cluster_weight") or 0.0)
+            # runs written before --entropy_accumulation used the sliding window
+            window = iso.get("entropy_accumulation", "window") == "window"
             params.update(entropy_beta=beta, select_features=select, in_cluster_weight=gamma)
+            if window:
+                params.update(entropy_window=True)
             parts.append(f"entropy β={_num(beta)}" + ("" if select else " (all bars)")
-                         + (f" in-cluster {_num(gamma)}" if gamma else ""))
+                         + (f" in-cluster {_num(gamma)}" if gamma else "")
+                         + (" (window)" if window else ""))
         elif r == "none":
             parts.append("none")
         else:
@@ -375,11 +385,6 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     if iso.get("split_dev_for_training") is not None:  # runs before SQuAD split by paragraph
         merged["split_unit"] = data.get("split_unit", "example")
-    if "entropy" in (iso.get("regularizer") or []):  # runs before the flag used the window
-        merged.setdefault("entropy_accumulation", "window")
-    else:  # meaningless without the persistent entropy
-        merged.pop("entropy_accumulation", None)
-    merged.setdefault("include_padding", False)  # runs before the flag excluded padding
     compared = {k: json.dumps(_normal(merged[k]), sort_keys=True)
                 for k in COMPARED_SETTINGS if k in merged}
     fmt = measurement_format(config)
