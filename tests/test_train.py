@@ -340,7 +340,9 @@ def test_presets_are_the_papers_settings():
     assert (targs.learning_rate, targs.num_train_epochs) == (1e-5, 4)
     assert (targs.adam_epsilon, targs.weight_decay, targs.max_grad_norm) == (1e-6, 0.0, 0.0)
     assert targs.lr_scheduler_type == "constant" and targs.warmup_steps == 0
-    assert targs.fp16 is gpu and not targs.bf16
+    from isotropy.runtime import cpu_has_native_bf16
+
+    assert targs.fp16 is gpu and targs.bf16 is (not gpu and cpu_has_native_bf16())
     ours, _ = parse_train_args(["--preset", "istar", "--task", "squad", "--output_dir", "x"])
     assert ours.max_seq_length == 384
 
@@ -424,3 +426,19 @@ def test_include_padding_and_entropy_accumulation_reach_the_regularizers():
         parse_train_args(["--regularizer", "entropy", "--entropy_window", "3"])
     with pytest.raises(ValueError, match="--entropy_accumulation must be exact or window"):
         parse_train_args(["--entropy_accumulation", "sliding"])
+
+
+@pytest.mark.parametrize("capability,flags,expected", [
+    ("AVX512", "fpu avx512f avx512_bf16 sse", True),
+    ("AVX512", "fpu avx512f sse", False),  # AVX-512 without bf16 instructions
+    ("AVX2", "fpu avx2 avx512_bf16", False),  # torch would not use AVX-512 kernels
+    ("AMX", "fpu amx_bf16 amx_tile", True),
+])
+def test_native_bf16_is_read_from_the_cpu(tmp_path, monkeypatch, capability, flags, expected):
+    from isotropy.runtime import cpu_has_native_bf16
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert cpu_has_native_bf16(str(info)) is expected
+    assert cpu_has_native_bf16(str(tmp_path / "missing")) is False

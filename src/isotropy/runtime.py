@@ -7,10 +7,30 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["RngState", "flush_denormals", "flushing_denormals", "get_rng_state",
-           "set_rng_state"]
+__all__ = ["RngState", "cpu_has_native_bf16", "flush_denormals", "flushing_denormals",
+           "get_rng_state", "set_rng_state"]
 
 RngState = tuple[torch.Tensor, torch.Tensor | None]
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes bf16 natively (torch's AVX-512 kernels and the
+    ``avx512_bf16`` or ``amx_bf16`` flag), so that bf16 autocast speeds training up.
+
+    Measured on our 2-core machines: a MiniLM step was 1.5-1.8x faster in bf16 than in fp32
+    on such a CPU, and 20x slower on an AVX2-only one. ``False`` where it cannot tell (not
+    Linux)."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
+        return False
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    except OSError:
+        return False
+    return False
 
 
 def get_rng_state() -> RngState:
