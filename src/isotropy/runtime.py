@@ -1,16 +1,45 @@
-"""Process-wide numeric settings, entered and left as context managers."""
+"""Process-wide settings: numerics (flush-to-zero), random states, the CPU's bf16 support,
+and the fault-injection points of the crash tests."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
-__all__ = ["RngState", "cpu_has_native_bf16", "flush_denormals", "flushing_denormals",
-           "get_rng_state", "set_rng_state"]
+__all__ = ["FAULT_ENV", "RngState", "cpu_has_native_bf16", "fault_point", "flush_denormals",
+           "flushing_denormals", "get_rng_state", "set_rng_state"]
 
-RngState = tuple[torch.Tensor, torch.Tensor | None]
+FAULT_ENV = "ISOTROPY_FAULT"
+_fault_hits: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Stop the process here when the environment variable ``ISOTROPY_FAULT`` names this point.
+
+    ``ISOTROPY_FAULT=<name>[@<n>][:<kill|int>]``: at the ``n``-th time (default 1) the point
+    ``name`` is reached, send this process ``SIGKILL`` (``kill``, the default: no cleanup at
+    all, as a lost machine) or ``SIGINT`` (``int``: Ctrl-C). Used by the crash tests to stop a
+    real run at a named place; without the variable it does nothing.
+
+    >>> fault_point("checkpoint_written")  # ISOTROPY_FAULT unset: nothing happens
+    """
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    where, _, how = spec.partition(":")
+    point, _, nth = where.partition("@")
+    if point != name:
+        return
+    _fault_hits[name] = _fault_hits.get(name, 0) + 1
+    if _fault_hits[name] != (int(nth) if nth else 1):
+        return
+    os.kill(os.getpid(), signal.SIGINT if how == "int" else signal.SIGKILL)
+
+RngState = tuple[torch.Tensor, dict[str, torch.Tensor]]
 
 
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -33,24 +62,36 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return False
 
 
+def _accelerators() -> list[object]:
+    """The torch device modules with a random generator of their own that are in use."""
+    out: list[object] = []
+    for name in ("cuda", "mps", "xpu", "npu"):
+        mod = getattr(torch, name, None)
+        available = getattr(mod, "is_available", None)
+        if mod is not None and callable(available) and available() \
+                and hasattr(mod, "get_rng_state"):
+            out.append(mod)
+    return out
+
+
 def get_rng_state() -> RngState:
-    """The torch random state that dropout draws from: the CPU generator's and, where CUDA is
-    in use, the current device's.
+    """The torch random state that dropout draws from: the CPU generator's and that of every
+    accelerator in use (CUDA's current device, MPS, XPU, NPU).
 
     >>> s = get_rng_state(); a = torch.rand(2); set_rng_state(s)
     >>> bool(torch.equal(a, torch.rand(2)))
     True
     """
-    cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() else None
-    return torch.get_rng_state(), cuda
+    return torch.get_rng_state(), {m.__name__: m.get_rng_state() for m in _accelerators()}
 
 
 def set_rng_state(state: RngState) -> None:
     """Restore a :func:`get_rng_state`."""
-    cpu, cuda = state
+    cpu, devices = state
     torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state(cuda)
+    for mod in _accelerators():
+        if mod.__name__ in devices:
+            mod.set_rng_state(devices[mod.__name__])
 
 
 def flushing_denormals() -> bool:

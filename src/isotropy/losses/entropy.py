@@ -15,6 +15,7 @@ the feature bars (the long inter-cluster distances become more even) and, with
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from typing import Literal
@@ -135,6 +136,7 @@ class PersistentEntropyLoss(Regularizer):
         self.accumulation = accumulation
         self._cycle: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._cycle_logs: dict[str, float] = {}
+        self._warned_replay = False
         self.select_features = bool(select_features)
         self.pooling = pooling
         self.layer = layer
@@ -232,8 +234,16 @@ class PersistentEntropyLoss(Regularizer):
         xd = x.to(g.dtype)
         inner = (xd * g).sum()
         loss = self._cycle_divisor * (inner - inner.detach()) + value
-        logs = {**self._cycle_logs, "loss": value,
-                "replay_max_abs_diff": float((x.detach().to(e.dtype) - e).abs().max())}
+        diff = float((x.detach().to(e.dtype) - e).abs().max())
+        if diff > 1e-3 * (float(e.abs().max()) + 1e-12) and not self._warned_replay:
+            self._warned_replay = True
+            warnings.warn(
+                f"the training forward's embeddings differ from the no-grad pass's by {diff:.3g}"
+                ": dropout's random state was not replayed (another consumer of random "
+                "numbers, or non-deterministic kernels), so the entropy gradient belongs to "
+                "another cloud; use accumulation='window' or find what draws random numbers "
+                "between the two passes", RuntimeWarning, stacklevel=2)
+        logs = {**self._cycle_logs, "loss": value, "replay_max_abs_diff": diff}
         return RegularizerOutput(loss=loss, logs=logs)
 
     def forward(

@@ -30,7 +30,7 @@ import torch
 from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from isotropy.distributed import is_distributed
+from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.models.hidden_states import (
@@ -155,10 +155,23 @@ def _forward_batches(
         inner.train(was_training)
 
 
+def _every_rank_has_rows(has_rows: bool, sync: bool, group: object | None) -> bool:
+    """Whether this rank (under ``sync``: every rank, a collective) read at least one row, so
+    that all ranks raise together instead of some waiting in an all-reduce."""
+    if not sync:
+        return has_rows
+    import torch.distributed as dist
+
+    flag = torch.tensor([0.0 if has_rows else 1.0])
+    if dist.get_backend(group) == "nccl":
+        flag = flag.cuda()
+    return float(all_reduce_sum(flag, group)) == 0.0
+
+
 def _no_rows_error(sync: bool) -> Exception:
     if sync:
         return RuntimeError(
-            "this rank's dataloader yielded no token: every rank needs at least one "
+            "a rank's dataloader yielded no token: every rank needs at least one "
             "non-padding token to estimate Sigma_S"
         )
     return ValueError("the dataloader yielded no non-padding token: cannot estimate Sigma_S")
@@ -210,7 +223,7 @@ def collect_covariance(
             stats.update(rows)
         if stats is not None and stats.count >= quota:
             break
-    if stats is None:
+    if not _every_rank_has_rows(stats is not None, sync, process_group):
         raise _no_rows_error(sync)
     if sync:
         stats = stats.all_reduce(process_group)
@@ -326,7 +339,7 @@ def collect_layer_shrinkage(
         used += sum(counts)
         if used >= quota:
             break
-    if not token or used == 0:
+    if not _every_rank_has_rows(bool(token) and used > 0, sync, process_group):
         raise _no_rows_error(sync)
     if sync:
         token = [st.all_reduce(process_group) for st in token]

@@ -6,13 +6,16 @@ r"""The run directory of ``isotropy train``.
     metrics.jsonl       one JSON object per Trainer log (training and evaluation)
     measurements.jsonl  one JSON object per evaluation: the representation measurements
                         (per layer, spectra, per-dimension mean/std, undefined-value reasons)
-    checkpoint-N/       the Trainer's checkpoints (plus isotropy_state.pt: Sigma_S, entropy window)
+    checkpoint-N/       the Trainer's checkpoints, plus isotropy_state.pt (Sigma_S, the entropy
+                        window, the measurements' Sigma_S), written last: a checkpoint without
+                        it is incomplete (the run stopped while writing it) and never resumed
     eval_predictions.csv  one row per evaluation example (guid, label, prediction, outputs)
     model/              the fine-tuned model and tokenizer (``AutoModel...from_pretrained``)
     results.json        final and best metrics; written last: its presence marks a finished run
 
 A finished run is not re-run unless ``overwrite``; an unfinished one is continued with
-``resume`` or started again with ``overwrite``.
+``resume`` (from its last complete checkpoint) or started again with ``overwrite``; an
+unfinished one without any complete checkpoint has nothing to continue and is started again.
 
 ``config.json`` holds ``measurement_format`` (absent in runs written before it existed: 1).
 Format 2: per-layer IsoScore* shrinks each layer's cloud toward that layer's own
@@ -44,6 +47,8 @@ METRICS = "metrics.jsonl"
 MEASUREMENTS = "measurements.jsonl"
 PREDICTIONS = "eval_predictions.csv"
 MODEL = "model"
+CHECKPOINT_STATE = "isotropy_state.pt"
+TRAINER_STATE = "trainer_state.json"
 
 
 def library_versions() -> dict[str, str]:
@@ -95,9 +100,31 @@ class RunDirectory:
                     found.append((int(tail), p))
         return [p for _, p in sorted(found)]
 
+    @staticmethod
+    def is_complete(checkpoint: Path) -> bool:
+        """Whether a checkpoint folder was written to the end (its last file is there)."""
+        return (checkpoint / TRAINER_STATE).is_file() and (checkpoint / CHECKPOINT_STATE).is_file()
+
+    def complete_checkpoints(self) -> list[Path]:
+        """The complete checkpoint folders, ordered by step."""
+        return [p for p in self.checkpoints() if self.is_complete(p)]
+
     def last_checkpoint(self) -> Path | None:
-        cps = self.checkpoints()
+        """The last complete checkpoint (``None`` if there is none)."""
+        cps = self.complete_checkpoints()
         return cps[-1] if cps else None
+
+    def drop_checkpoints(self, *, incomplete: bool = True, after: int | None = None
+                         ) -> list[Path]:
+        """Delete the incomplete checkpoints, and with ``after`` those of later steps (the
+        future a resumed run replaces); returns what was deleted."""
+        gone = []
+        for p in self.checkpoints():
+            step = int(p.name.rsplit("-", 1)[-1])
+            if (incomplete and not self.is_complete(p)) or (after is not None and step > after):
+                shutil.rmtree(p)
+                gone.append(p)
+        return gone
 
     def check_writable(self) -> None:
         """Raise ``ValueError`` unless the folder can be created and written
@@ -109,7 +136,9 @@ class RunDirectory:
 
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
-        """Decide what to do with the folder: ``'new'``, ``'resume'`` or ``'finished'``.
+        """Decide what to do with the folder: ``'new'``, ``'resume'``, ``'finished'``, or
+        ``'restart'`` (an unfinished run without a complete checkpoint, cleared: it did no work
+        that could be continued).
 
         ``same_settings(old_config)`` returns a description of a difference (resume refuses
         to continue a run with other settings) or ``None``.
@@ -134,6 +163,9 @@ class RunDirectory:
                     "--overwrite to replace it or choose another --output_dir"
                 )
             return "finished"
+        if self.last_checkpoint() is None:  # nothing to continue: start again
+            self.clear()
+            return "restart"
         if not resume:
             raise ValueError(
                 f"{self.path} holds an unfinished run: pass --resume to continue it or "
@@ -172,17 +204,53 @@ class RunDirectory:
             os.fsync(f.fileno())
 
     def _truncate_jsonl(self, name: str, max_step: int) -> None:
-        """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically)."""
+        """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically); a
+        line cut short by a crash (written after the last checkpoint) is dropped too."""
         path = self.file(name)
         if not path.is_file():
             return
-        kept = [
-            line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= max_step
-        ]
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("step", 0) <= max_step:
+                kept.append(line)
         from isotropy.io import write_text_atomic
 
         write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+    def _whole_lines(self, name: str) -> int:
+        """The number of whole (newline-terminated, parseable) records of ``name``."""
+        path = self.file(name)
+        if not path.is_file():
+            return 0
+        n = 0
+        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+            if not line.endswith("\n"):
+                break
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                break
+            n += 1
+        return n
+
+    def record_counts(self) -> dict[str, int]:
+        """How many records ``metrics.jsonl`` and ``measurements.jsonl`` hold (kept with a
+        checkpoint, so that resuming it keeps exactly the records written before it)."""
+        return {METRICS: self._whole_lines(METRICS), MEASUREMENTS: self._whole_lines(MEASUREMENTS)}
+
+    def keep_records(self, counts: Mapping[str, int]) -> None:
+        """Keep the first ``counts[name]`` records of each file (rewritten atomically)."""
+        from isotropy.io import write_text_atomic
+
+        for name, n in counts.items():
+            path = self.file(name)
+            if path.is_file():
+                lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+                write_text_atomic(path, "".join(lines))
 
     def _read_jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.file(name)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import has_length
+from transformers.trainer_utils import IntervalStrategy, has_length, rotate_checkpoints
 from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import Example, TaskSpec, get_task
@@ -60,7 +61,7 @@ from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
     collect_layer_shrinkage,
 )
-from isotropy.runtime import RngState, flush_denormals, set_rng_state
+from isotropy.runtime import RngState, fault_point, flush_denormals, set_rng_state
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
 from isotropy.training.eval_measures import (
     DEFAULT_TOP_K,
@@ -75,6 +76,7 @@ from isotropy.training.features import (
     tokenize_squad,
 )
 from isotropy.training.run_dir import (
+    CHECKPOINT_STATE,
     MEASUREMENT_FORMAT,
     PREDICTIONS,
     RunDirectory,
@@ -91,18 +93,19 @@ __all__ = [
     "run_training",
 ]
 
-STATE_FILE = "isotropy_state.pt"
+STATE_FILE = CHECKPOINT_STATE
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def _check_model(path: str) -> None:
-    """Load the model's config and tokenizer (cheap) so a bad model fails before any work."""
+def _check_model(path: str, ours: IsotropyArguments | None = None) -> None:
+    """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
+    not have, fail before any work."""
     from transformers import AutoConfig, AutoTokenizer
 
     try:
-        AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
         AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(
@@ -110,6 +113,40 @@ def _check_model(path: str) -> None:
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
+    n_layers = getattr(config, "num_hidden_layers", None)
+    if ours is not None and "istar" in ours.regularizers and isinstance(n_layers, int):
+        layers = parse_layers(ours.istar_layers)
+        for i in [layers] if isinstance(layers, int) else (
+                layers if isinstance(layers, list) else []):
+            if not -(n_layers + 1) <= i <= n_layers:
+                raise ValueError(
+                    f"--istar_layers {ours.istar_layers}: layer {i} is out of range, the model "
+                    f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
+                    f"or -1..-{n_layers + 1})")
+
+
+def _resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
+    """Make the checkpoint to resume from the last complete one: incomplete checkpoints (the
+    run stopped while writing them) are deleted, and with ``--resume_from_checkpoint`` (a
+    complete checkpoint of this run) the later ones too. Returns what to tell the user."""
+    said = []
+    last_complete = run_dir.last_checkpoint()
+    for p in run_dir.drop_checkpoints(incomplete=True):
+        said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
+                    f"resuming from {last_complete.name if last_complete else 'the start'}")
+    if requested:
+        chosen = Path(requested).resolve()
+        if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
+                or not RunDirectory.is_complete(chosen):
+            raise ValueError(
+                f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
+                f"{run_dir.path} (choose one of: "
+                f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
+        later = run_dir.drop_checkpoints(incomplete=False, after=_checkpoint_step(chosen))
+        if later:
+            said.append(f"resuming from {chosen.name}: the later "
+                        f"{', '.join(p.name for p in later)} deleted")
+    return said
 
 
 def build_regularizers(
@@ -143,12 +180,17 @@ def build_regularizers(
 class MetricsFileCallback(TrainerCallback):
     """Append every Trainer log, with its step and epoch, to ``metrics.jsonl``."""
 
-    def __init__(self, run_dir: RunDirectory) -> None:
+    def __init__(self, run_dir: RunDirectory, trainer: Any = None) -> None:
         self.run_dir = run_dir
+        self.trainer = trainer  # an IsotropyTrainer whose record_evaluations may switch it off
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+        if self.trainer is not None and not self.trainer.record_evaluations:
+            return control
         if state.is_world_process_zero and logs:
             self.run_dir.append_metrics({"step": state.global_step, "epoch": state.epoch, **logs})
+            evaluation = any(k.startswith("eval_") for k in logs)
+            fault_point("evaluation_logged" if evaluation else "training_logged")
         return control
 
 
@@ -158,7 +200,8 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 
     The Sigma_S pass reads the training set in an order drawn from its own generator
     (seed + epoch), so it leaves the global random state, and hence training, untouched.
-    ``isotropy_state.pt`` in each checkpoint holds Sigma_S (and the epoch it was estimated
+    ``isotropy_state.pt`` in each checkpoint (:meth:`payload`, written by
+    :meth:`IsotropyTrainer._save_checkpoint`) holds Sigma_S (and the epoch it was estimated
     for) and the persistent-entropy windows: resuming mid-epoch reuses that epoch's Sigma_S
     instead of estimating it from the mid-epoch model.
     """
@@ -176,9 +219,8 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         if self.resume_from:
-            path = Path(self.resume_from) / STATE_FILE
-            if path.is_file():
-                self._restored = torch.load(path, map_location="cpu", weights_only=False)
+            self._restored = read_checkpoint_state(self.resume_from)
+            if self._restored is not None:
                 for loss, window in zip(self.entropy, self._restored["entropy_windows"],
                                         strict=True):
                     loss.load_window_state(window)
@@ -199,16 +241,32 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
             self.shrinkage_epoch = epoch
         return control
 
-    def on_save(self, args, state, control, **kwargs):  # noqa: D102
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if state.is_world_process_zero and folder.is_dir():
-            payload = {
-                "shrinkage_epoch": self.shrinkage_epoch,
-                "shrinkage": [loss.shrinkage for loss in self.istar],
-                "entropy_windows": [loss.window_state() for loss in self.entropy],
-            }
-            torch.save(payload, folder / STATE_FILE)
-        return control
+    def payload(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the regularizers' state."""
+        return {
+            "shrinkage_epoch": self.shrinkage_epoch,
+            "shrinkage": [loss.shrinkage for loss in self.istar],
+            "entropy_windows": [loss.window_state() for loss in self.entropy],
+        }
+
+
+def read_checkpoint_state(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The ``isotropy_state.pt`` of a checkpoint folder (``None`` if absent)."""
+    path = Path(checkpoint) / STATE_FILE
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _write_checkpoint_state(folder: Path, payload: Mapping[str, Any]) -> None:
+    """``isotropy_state.pt`` written aside, synced, then renamed into place: the last file of
+    a checkpoint, whose presence marks it complete."""
+    tmp = folder / f".{STATE_FILE}.tmp"
+    with tmp.open("wb") as f:
+        torch.save(dict(payload), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / STATE_FILE)
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -279,12 +337,81 @@ class IsotropyTrainer(Trainer):
         self._cycle_pos = 0
         self._cycle_rng: list[RngState] = []
         self._cycle_cls: list[torch.Tensor] = []
+        self._save_after_evaluation = False
+        self._cycle_items: Any = None
+        self.resumed_eval_step: int | None = None  # the last evaluation before the checkpoint
+        self.record_evaluations = True
         self._acc: EvalMeasures | None = None
         self._acc_error: str | None = None
         self._shrinkage_cache: dict[str, Any] | None = None
         self.last_eval: Any = None
         self.last_eval_step: int | None = None
         self.last_measurements: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_payload(self) -> dict[str, Any]:
+        """The regularizers' state (:class:`IsotropyStateCallback`) and the measurements'
+        Sigma_S of the current epoch, so that a resumed run measures as an uninterrupted one."""
+        payload: dict[str, Any] = {}
+        for cb in self.callback_handler.callbacks:
+            if isinstance(cb, IsotropyStateCallback):
+                payload.update(cb.payload())
+        payload["measure_shrinkage"] = self._shrinkage_cache
+        payload["last_eval_step"] = self.last_eval_step
+        if self.run_dir is not None:
+            payload["records"] = self.run_dir.record_counts()
+        return payload
+
+    def restore_checkpoint_state(self, checkpoint: str | Path) -> None:
+        """Take the measurements' Sigma_S of a resumed checkpoint (when it holds one)."""
+        state = read_checkpoint_state(checkpoint)
+        if state is not None:
+            self._shrinkage_cache = state.get("measure_shrinkage")
+            self.resumed_eval_step = state.get("last_eval_step")
+
+    def _save_rng_state(self, output_dir):
+        fault_point("checkpoint_partial")  # the model and optimizer are written, not the rest
+        return super()._save_rng_state(output_dir)
+
+    def _save_checkpoint(self, model, trial):
+        """The Trainer's checkpoint, then ``isotropy_state.pt`` written aside and renamed into
+        place as its last file (a checkpoint without it is incomplete and never resumed), and
+        only then the old checkpoints rotated out: a crash at any point leaves a complete
+        checkpoint to resume from."""
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        run_dir = Path(self._get_output_dir(trial=trial))
+        if self.args.should_save:
+            folder = run_dir / f"checkpoint-{self.state.global_step}"
+            _write_checkpoint_state(folder, self._checkpoint_payload())
+            fault_point("checkpoint_written")
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint,
+                               use_mtime=False)
+
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, model, trial, epoch,
+                                 ignore_keys_for_eval, start_time, learning_rate=None):
+        """The Trainer's log / evaluate / save, with a checkpoint due at the last step of an
+        epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
+        the same step): a checkpoint then never precedes an evaluation it should hold, so a
+        run stopped between the two resumes to the uninterrupted result."""
+        at_epoch_end = self.state.epoch is not None and \
+            abs(self.state.epoch - round(self.state.epoch)) < 1e-9
+        if (self.control.should_save and not self.control.should_evaluate and at_epoch_end
+                and self.args.eval_strategy == IntervalStrategy.EPOCH):
+            self.control.should_save = False
+            self._save_after_evaluation = True
+        elif self._save_after_evaluation and self.control.should_evaluate:
+            self.control.should_save = True
+            self._save_after_evaluation = False
+        super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
+                                         ignore_keys_for_eval, start_time,
+                                         learning_rate=learning_rate)
 
     def _add_logs(self, logs: Mapping[str, float]) -> None:
         for key, value in logs.items():
@@ -297,14 +424,19 @@ class IsotropyTrainer(Trainer):
         (class doc)."""
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         self._cycle, self._cycle_pos, self._cycle_rng, self._cycle_cls = list(batches), 0, [], []
+        self._cycle_items = num_items
+        if isinstance(self.model, RegularizedModel):
+            for loss in exact_cycle_losses(self.model):
+                loss.reset()  # nothing of an earlier cycle is ever consumed
         return batches, num_items
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The Trainer's step; before a cycle's first micro-batch the exact persistent-entropy
         pass, and before each micro-batch its replayed random state (class doc)."""
         pos = self._cycle_pos
-        if pos == 0 and self._cycle and isinstance(self.model, RegularizedModel) and \
-                exact_cycle_losses(self.model) and len(self._cycle) > 1:
+        accumulating = len(self._cycle) > 1 or self.args.gradient_accumulation_steps > 1
+        if pos == 0 and self._cycle and accumulating and \
+                isinstance(self.model, RegularizedModel) and exact_cycle_losses(self.model):
             self.model.train()
 
             def autocast() -> Any:
@@ -312,11 +444,21 @@ class IsotropyTrainer(Trainer):
 
             self._cycle_rng = prepare_exact_cycle(
                 self.model, [self._prepare_inputs(b) for b in self._cycle],
-                loss_divisor=self.current_gradient_accumulation_steps, context=autocast)
+                loss_divisor=self._loss_divisor(), context=autocast)
         if pos < len(self._cycle_rng):
             set_rng_state(self._cycle_rng[pos])
         self._cycle_pos = pos + 1
         return super().training_step(model, inputs, num_items_in_batch)
+
+    def _loss_divisor(self) -> float:
+        """What the Trainer's ``training_step`` divides each micro-batch's loss by: the
+        cycle's micro-batches, unless the loss is already scaled for accumulation (a
+        ``compute_loss_func``, or a model taking ``num_items_in_batch``)."""
+        scaled = self.loss_is_scaled_for_ga
+        if scaled is None:
+            scaled = (self.model_accepts_loss_kwargs and self._cycle_items is not None) \
+                or self.compute_loss_func is not None
+        return 1.0 if scaled else float(self.current_gradient_accumulation_steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The Trainer's loss; in training also the regularizer logs and the [CLS] rows of the
@@ -430,7 +572,8 @@ class IsotropyTrainer(Trainer):
         record = {"step": self.state.global_step, "epoch": self.state.epoch, "prefix": prefix,
                   "shrinkage": source, **record}
         self.last_measurements = record
-        if self.run_dir is not None and self.is_world_process_zero():
+        if self.run_dir is not None and self.is_world_process_zero() and \
+                self.record_evaluations:
             self.run_dir.append_measurements(record)
         return record
 
@@ -689,7 +832,7 @@ def _run_training(
     _prepare_span_arguments(spec, targs)
     data = load_task_data(ours, targs.seed)
     model_path = resolve_model(ours.model)
-    _check_model(model_path)
+    _check_model(model_path, ours)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if span:
         train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
@@ -704,13 +847,20 @@ def _run_training(
     settings = describe(ours, targs)
     _check_parallel(targs)
 
-    def prepare() -> str:
-        status = run_dir.prepare(resume=ours.resume, overwrite=ours.overwrite,
+    def prepare() -> tuple[str, list[str]]:
+        said: list[str] = []
+        status = run_dir.prepare(resume=ours.resume or bool(targs.resume_from_checkpoint),
+                                 overwrite=ours.overwrite,
                                  same_settings=lambda old: _settings_difference(
                                      old, settings, data.source))
         if status == "finished":
-            return status
-        if status == "new" or not run_dir.file("config.json").is_file():
+            return status, said
+        if status == "restart":
+            said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
+                        "starting it again")
+        if status == "resume":
+            said.extend(_resume_point(run_dir, targs.resume_from_checkpoint))
+        if status in ("new", "restart") or not run_dir.file("config.json").is_file():
             run_dir.write_config({
                 "settings": settings, "model_path": model_path, "data": data.source,
                 "features": features,
@@ -719,15 +869,22 @@ def _run_training(
                 "notes": notes, "measurement_format": MEASUREMENT_FORMAT,
                 "versions": library_versions(), "git_commit": git_commit(),
             })
-        step = _checkpoint_step(run_dir.last_checkpoint() if status == "resume" else None)
-        run_dir.truncate_metrics(step)
-        run_dir.truncate_measurements(step)
-        return status
+        checkpoint = run_dir.last_checkpoint() if status == "resume" else None
+        state = read_checkpoint_state(checkpoint) if checkpoint is not None else None
+        if state is not None and "records" in state:  # exactly the records before it
+            run_dir.keep_records(state["records"])
+        else:
+            step = _checkpoint_step(checkpoint)
+            run_dir.truncate_metrics(step)
+            run_dir.truncate_measurements(step)
+        return status, said
 
-    status = on_main_process(prepare)
+    status, said = on_main_process(prepare)
     if status == "finished":
         echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
         return TrainResult(run_dir.path, "finished", run_dir.read_results())
+    for line in said:
+        echo(line)
     for note in notes:
         echo(f"note: {note}")
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
@@ -757,31 +914,42 @@ def _run_training(
         else:
             sampler = torch.utils.data.RandomSampler(
                 train_ds, generator=torch.Generator().manual_seed(seed))
+        # a generator of its own: a DataLoader without one draws its base seed from the global
+        # generator, which would shift dropout's random stream after every refresh
         return torch.utils.data.DataLoader(
             train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
-            collate_fn=collator)
+            collate_fn=collator, generator=torch.Generator().manual_seed(seed))
 
     state_cb = IsotropyStateCallback(
         [r for r in regs.values() if isinstance(r, IStarLoss)],
         [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
         make_loader, ours.shrinkage_tokens,
         resume_from=str(resume_from) if resume_from else None)
+    metrics_cb = MetricsFileCallback(run_dir)
     predictor = (SpanPredictor(eval_ds, n_best=ours.n_best_size,
                                max_answer_length=ours.max_answer_length) if span else None)
     trainer = IsotropyTrainer(
         model=wrapped, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
         data_collator=collator, processing_class=tokenizer,
         compute_metrics=make_compute_metrics(spec, predictor),
-        callbacks=[state_cb, MetricsFileCallback(run_dir), *callbacks],
+        callbacks=[state_cb, metrics_cb, *callbacks],
         measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
         shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
     )
+    metrics_cb.trainer = trainer
     if predictor is not None:
         predictor.order = lambda: _eval_order(trainer, eval_ds)
+    if resume_from is not None:
+        trainer.restore_checkpoint_state(resume_from)
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.perf_counter() - t0
     if trainer.last_eval_step != trainer.state.global_step or targs.load_best_model_at_end:
+        if trainer.last_eval_step is None and not targs.load_best_model_at_end and \
+                trainer.resumed_eval_step == trainer.state.global_step:
+            # resumed at the end: the last evaluation is logged already, its predictions are
+            # needed for the files; evaluate again without logging it twice
+            trainer.record_evaluations = False
         trainer.evaluate()
     return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(
         run_dir, trainer, spec, data, eval_ds, model, tokenizer, ours, train_out, train_seconds,
@@ -835,6 +1003,7 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
         "model_dir": str(run_dir.file("model")),
         "measurements": trainer.last_measurements,
     }
+    fault_point("results_writing")  # the model and predictions are written, results.json not
     run_dir.write_results(results)
     return results
 

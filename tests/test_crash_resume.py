@@ -1,0 +1,212 @@
+"""Crash safety: a real tiny run killed (SIGKILL, or SIGINT as Ctrl-C) at named points, then
+resumed, ends with the files of the uninterrupted run.
+
+The run is ``isotropy train`` in a subprocess (a tiny random BERT, 32 SST-2-style sentences,
+batch 4 with 2 accumulation steps: 4 optimizer steps per epoch, 2 epochs; I-STAR and the exact
+persistent entropy, so Sigma_S and the entropy's two-pass state are exercised; a checkpoint
+every 2 steps, an evaluation every epoch). ``ISOTROPY_FAULT`` (:func:`isotropy.runtime.
+fault_point`) stops it at a named point; ``--resume`` (or a sweep rerun) then continues it.
+Compared with the uninterrupted run: ``results.json`` (final and best metrics, measurements),
+every training and evaluation record of ``metrics.jsonl`` (timing keys aside),
+``measurements.jsonl`` (timing aside) and the saved model's weights, all exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _models import save_tiny_bert
+
+pytestmark = pytest.mark.timeout(600)
+
+WORDS = ["good", "bad", "great", "awful", "nice", "poor", "the", "film", "plot", "was", "very",
+         "not", "a", "story", "actor", "dull"]
+# timing and throughput vary from run to run; train_loss of the final summary log averages
+# only the steps a process trained
+VOLATILE = ("runtime", "per_second", "seconds", "total_flos", "train_loss", "cwd")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash")
+    model = save_tiny_bert(root / "bert", WORDS)
+    rng = random.Random(1)
+    (root / "glue" / "SST-2").mkdir(parents=True)
+    for split, n in (("train", 32), ("dev", 16)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = rng.randint(0, 1)
+            cue = rng.choice(["good", "great", "nice"] if y else ["bad", "awful", "poor"])
+            rows.append(" ".join([*rng.choices(WORDS[6:], k=rng.randint(2, 6)), cue]) + f"\t{y}")
+        (root / "glue" / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root, model
+
+
+def train_argv(root: Path, model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "train", "--task", "sst2", "--model", str(model), "--data_dir", str(root / "glue"),
+        "--output_dir", str(out), "--regularizer", "istar", "entropy",
+        "--max_seq_length", "16", "--per_device_train_batch_size", "4",
+        "--gradient_accumulation_steps", "2", "--per_device_eval_batch_size", "8",
+        "--num_train_epochs", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
+        "--save_strategy", "steps", "--save_steps", "2", "--eval_strategy", "epoch",
+        "--seed", "7", "--shrinkage_tokens", "200", "--measure_max_tokens", "300",
+        "--disable_tqdm", "true", "--report_to", "none", "--use_cpu", "true", *extra,
+    ]
+
+
+def run_cli(argv: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("ISOTROPY_FAULT", None)
+    if fault:
+        env["ISOTROPY_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "isotropy.cli.main", *argv], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _clean(rec):
+    if isinstance(rec, dict):
+        return {k: _clean(v) for k, v in rec.items()
+                if not any(t in k for t in VOLATILE) and k != "resumed_from"}
+    if isinstance(rec, list):
+        return [_clean(v) for v in rec]
+    return rec
+
+
+def run_files(out: Path) -> dict:
+    """What must equal between an interrupted-and-resumed run and the uninterrupted one."""
+    from safetensors.torch import load_file
+
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    logs = [_clean(r) for r in metrics if "loss" in r or "eval_loss" in r]
+    meas = [_clean(json.loads(x)) for x in (out / "measurements.jsonl").read_text().splitlines()]
+    results = _clean(json.loads((out / "results.json").read_text()))
+    for key in ("train", "model_dir"):
+        results.pop(key, None)
+    weights = load_file(out / "model" / "model.safetensors")
+    return {"logs": logs, "measurements": meas, "results": results, "weights": weights}
+
+
+@pytest.fixture(scope="module")
+def reference(setup):
+    root, model = setup
+    out = root / "reference"
+    res = run_cli(train_argv(root, model, out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return run_files(out)
+
+
+def assert_same_run(out: Path, reference: dict) -> None:
+    got = run_files(out)
+    assert got["logs"] == reference["logs"]
+    assert got["measurements"] == reference["measurements"]
+    assert got["results"] == reference["results"]
+    assert got["weights"].keys() == reference["weights"].keys()
+    for k, v in reference["weights"].items():
+        assert torch.equal(got["weights"][k], v), k
+
+
+# where the run is stopped (ISOTROPY_FAULT) and what the resume must say
+CASES = {
+    # a training log was appended (step 3, mid-epoch): resume from checkpoint-2
+    "training_logged@3": "",
+    # the epoch-1 evaluation is logged, its checkpoint (step 4, written after it) is not yet
+    "evaluation_logged@1": "",
+    # checkpoint-4 is complete, rotation not yet done
+    "checkpoint_written@2": "",
+    # checkpoint-4's model and optimizer are written, not the rest: resume from checkpoint-2
+    "checkpoint_partial@2": "checkpoint-4 is incomplete",
+    "checkpoint_partial@2:int": "checkpoint-4 is incomplete",
+    # every file but results.json is written: resume from the last checkpoint (step 8)
+    "results_writing": "",
+}
+
+
+@pytest.mark.parametrize("fault", list(CASES))
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(setup, reference, fault):
+    root, model = setup
+    out = root / f"run-{fault.replace(':', '-').replace('@', '-')}"
+    argv = train_argv(root, model, out)
+    killed = run_cli(argv, fault=fault)
+    sig = signal.SIGINT if fault.endswith(":int") else signal.SIGKILL
+    assert killed.returncode in (-sig, 128 + sig), (killed.returncode, killed.stderr[-2000:])
+    assert not (out / "results.json").exists()
+    resumed = run_cli([*argv, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    if CASES[fault]:
+        assert CASES[fault] in resumed.stdout
+    assert_same_run(out, reference)
+
+
+def test_a_run_stopped_before_any_checkpoint_starts_again(setup, reference):
+    """Nothing to continue: the rerun (with or without --resume) starts again, says so, and
+    equals the uninterrupted run."""
+    root, model = setup
+    out = root / "before-checkpoint"
+    argv = train_argv(root, model, out)
+    killed = run_cli(argv, fault="training_logged@1")
+    assert killed.returncode == -signal.SIGKILL
+    again = run_cli(argv)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "without a complete checkpoint: starting it again" in again.stdout
+    assert_same_run(out, reference)
+
+
+def test_resume_from_a_chosen_checkpoint(setup, reference):
+    """--resume_from_checkpoint resumes from that checkpoint of the run (later ones are the
+    abandoned future and are deleted, with a line); a path that is not one is refused."""
+    root, model = setup
+    out = root / "chosen"
+    argv = train_argv(root, model, out, "--save_total_limit", "10")
+    killed = run_cli(argv, fault="training_logged@7")
+    assert killed.returncode == -signal.SIGKILL
+    assert (out / "checkpoint-6").is_dir()
+    bad = run_cli([*argv, "--resume_from_checkpoint", str(root)])
+    assert bad.returncode != 0 and "not a complete checkpoint" in bad.stderr
+    res = run_cli([*argv, "--resume_from_checkpoint", str(out / "checkpoint-2")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "the later checkpoint-4, checkpoint-6 deleted" in res.stdout
+    assert_same_run(out, reference)
+
+
+def test_a_sweep_rerun_resumes_a_point_cut_inside_a_checkpoint(setup, tmp_path):
+    """A sweep whose worker was killed inside a checkpoint write (the point is reported
+    failed): ``--retry-failed`` resumes the point from its last complete checkpoint to the
+    result of the same sweep uninterrupted (sweep workers set their own thread count, so the
+    reference is a sweep too)."""
+    root, model = setup
+    argv = train_argv(root, model, tmp_path / "unused")
+    settings = {}
+    i = 1
+    while i < len(argv):
+        key = argv[i].lstrip("-")
+        values = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        settings[key] = values if key == "regularizer" else values[0]
+    settings.pop("output_dir")
+    points = {}
+    for name, fault in (("uninterrupted", None), ("killed", "checkpoint_partial@2")):
+        spec = tmp_path / f"{name}.json"
+        spec.write_text(json.dumps({"output_root": str(tmp_path / name), "base": settings,
+                                    "grid": {"seed": [7]}}))
+        first = run_cli(["sweep", str(spec), "--workers", "1"], fault=fault)
+        if fault:
+            assert first.returncode != 0
+            assert "killed by SIGKILL" in first.stdout + first.stderr
+            first = run_cli(["sweep", str(spec), "--workers", "1", "--retry-failed"])
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+        (points[name],) = [p for p in (tmp_path / name).iterdir()
+                           if (p / "results.json").exists()]
+    assert_same_run(points["killed"], run_files(points["uninterrupted"]))
