@@ -819,3 +819,32 @@ def test_entropy_accumulation_and_padding_are_part_of_the_method(tmp_path):
     assert labels == ["entropy β=1", "entropy β=1 (window)", "istar λ=-1 ζ=0.2 with padding",
                       "none"]
     assert len({r.setting for r in runs}) == 1  # one cell setting: the base compares to all
+
+
+def test_a_cut_jsonl_is_used_up_to_its_last_whole_record_and_said(tmp_path: Path) -> None:
+    """metrics.jsonl cut mid-line (records written after the cut too): Table 3 averages only
+    the whole records before the cut, by hand; a cut measurements.jsonl keeps its whole
+    records; report.md names both files and lines."""
+    spec = [(s, [s / 100, 0.2, 0.1, 0.5, 0.3, 0.2]) for s in range(10, 101, 10)]
+    run = make_run(tmp_path / "runs", reg="entropy", seed=1, spectrum=spec)
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    # cut the record of step 80: steps 10..70 stay; Table 3's last 30% is of the last logged
+    # step (70): steps >= 49, i.e. 50, 60, 70
+    cut = next(i for i, x in enumerate(lines) if '"step": 80' in x)
+    damaged = "".join(lines[:cut]) + lines[cut][:25] + "\n" + "".join(lines[cut + 1:])
+    (run / "metrics.jsonl").write_text(damaged)
+    meas = run / "measurements.jsonl"
+    whole = meas.read_text() if meas.exists() else ""
+    n_whole = len(whole.splitlines())
+    meas.write_text(whole + '{"step": 100, "layers": [')
+    out = tmp_path / "out"
+    write_report([str(tmp_path / "runs")], out, figures=False)
+    md = (out / "report.md").read_text()
+    assert "## Runs read in part" in md
+    assert (f"metrics.jsonl: line {cut + 1} of {len(lines)} is cut short or unreadable; the "
+            f"{cut} whole records before it are used") in md
+    assert (f"measurements.jsonl: line {n_whole + 1} of {n_whole + 1} is cut short or "
+            f"unreadable; the {n_whole} whole records before it are used") in md
+    with open(out / "table3.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["raw_1_mean"]) == pytest.approx((0.5 + 0.6 + 0.7) / 3)

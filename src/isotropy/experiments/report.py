@@ -236,16 +236,37 @@ class Run:
         return float(v) if _is_number(v) else None
 
     @cached_property
+    def read_notes(self) -> list[str]:
+        """What was cut short in the run's JSONL files (filled as they are read)."""
+        return []
+
+    def _records(self, name: str) -> list[dict[str, Any]]:
+        records, note = read_jsonl_whole(self.path / name)
+        if note and note not in self.read_notes:
+            self.read_notes.append(note)
+        return records
+
+    @cached_property
+    def metrics_records(self) -> list[dict[str, Any]]:
+        """The whole records of ``metrics.jsonl`` (up to the first cut or unreadable line)."""
+        return self._records(METRICS)
+
+    @cached_property
+    def measurement_records(self) -> list[dict[str, Any]]:
+        """The whole records of ``measurements.jsonl`` (up to the first cut line)."""
+        return self._records(MEASUREMENTS)
+
+    @cached_property
     def last_measurement(self) -> dict[str, Any] | None:
-        """The last record of ``measurements.jsonl`` (``None`` if absent or unreadable)."""
-        recs = _read_jsonl(self.path / MEASUREMENTS)
+        """The last whole record of ``measurements.jsonl`` (``None`` if there is none)."""
+        recs = self.measurement_records
         return recs[-1] if recs else None
 
     @cached_property
     def evaluations(self) -> list[tuple[float, float]]:
         """``(step, eval_<main metric>)`` of every evaluation in ``metrics.jsonl``
         (:func:`eval_history`)."""
-        return eval_history(_read_jsonl(self.path / METRICS), self.main_metric)
+        return eval_history(self.metrics_records, self.main_metric)
 
     @property
     def total_steps(self) -> float | None:
@@ -253,15 +274,14 @@ class Run:
         step of ``metrics.jsonl`` (``None`` if it has none)."""
         if self.train_steps is not None:
             return float(self.train_steps)
-        steps = [float(r["step"]) for r in _read_jsonl(self.path / METRICS)
-                 if _is_number(r.get("step"))]
+        steps = [float(r["step"]) for r in self.metrics_records if _is_number(r.get("step"))]
         return max(steps) if steps else None
 
     @cached_property
     def spectrum_logs(self) -> list[dict[str, float]]:
         """The training logs of ``metrics.jsonl`` holding the six ``cls_spectrum_*`` values."""
         out = []
-        for rec in _read_jsonl(self.path / METRICS):
+        for rec in self.metrics_records:
             if _is_number(rec.get("step")) and all(_is_number(rec.get(k)) for k in SPECTRUM_KEYS):
                 out.append({"step": float(rec["step"]),
                             **{k: float(rec[k]) for k in SPECTRUM_KEYS}})
@@ -313,23 +333,40 @@ def measurement_format(config: Mapping[str, Any]) -> int:
     return fmt
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl_whole(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of a JSONL file up to its first line that is not a whole JSON object (a
+    line cut short by a crash, or damage), and a note saying what was left out (``None`` when
+    the file is whole or absent): records after a cut are never used.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.jsonl"
+    >>> _ = p.write_text('{"step": 1}\n{"step": 2}\n{"ste')
+    >>> records, note = read_jsonl_whole(p)
+    >>> records
+    [{'step': 1}, {'step': 2}]
+    >>> note.split("; ")
+    ['m.jsonl: line 3 of 3 is cut short or unreadable', 'the 2 whole records before it are used']
+    """
     try:
         text = read_text_utf8(path)
-    except (OSError, ValueError):
-        return []
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
+    except (OSError, ValueError) as err:
+        if not path.exists():
+            return [], None
+        return [], f"{path.name}: unreadable ({err}); none of it is used"
+    lines = text.splitlines(keepends=True)
+    out: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+            rec = None
+        if not isinstance(rec, dict):
+            return out, (f"{path.name}: line {i + 1} of {len(lines)} is cut short or "
+                         f"unreadable; the {len(out)} whole records before it are used")
+        out.append(rec)
+    return out, None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -934,6 +971,12 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
             md += ["Figures not drawn:", ""]
             md += [f"- {refused[name]}" for name in refused if name != "table3"]
             md += [f"- {name}: {why}" for name, why in fig_skipped]
+    for r in runs:  # read both files of every run, so that every cut is noted
+        _ = r.metrics_records, r.measurement_records
+    read_in_part = [(r.path, note) for r in runs for note in r.read_notes]
+    if read_in_part:
+        md += ["", "## Runs read in part", ""]
+        md += [f"- `{p}`: {note}" for p, note in read_in_part]
     md += ["", "## Skipped run directories", ""]
     md += [f"- `{p}`: {why}" for p, why in skipped] if skipped else ["None."]
     files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
