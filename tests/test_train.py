@@ -442,3 +442,12 @@ def test_native_bf16_is_read_from_the_cpu(tmp_path, monkeypatch, capability, fla
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     assert cpu_has_native_bf16(str(info)) is expected
     assert cpu_has_native_bf16(str(tmp_path / "missing")) is False
+
+
+def test_layers_the_model_lacks_fail_before_the_run_directory_exists(tiny_model_dir, glue_dir,
+                                                                     tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="layer 99 is out of range, the model has 2"):
+        _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--regularizer", "istar",
+                   "--istar_layers", "99"))
+    assert not out.exists()

@@ -334,7 +334,7 @@ def measurement_format(config: Mapping[str, Any]) -> int:
 
 
 def read_jsonl_whole(path: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """The records of a JSONL file up to its first line that is not a whole JSON object (a
+    r"""The records of a JSONL file up to its first line that is not a whole JSON object (a
     line cut short by a crash, or damage), and a note saying what was left out (``None`` when
     the file is whole or absent): records after a cut are never used.
 
