@@ -137,8 +137,10 @@ class RunDirectory:
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
         """Decide what to do with the folder: ``'new'``, ``'resume'``, ``'finished'``, or
-        ``'restart'`` (an unfinished run without a complete checkpoint, cleared: it did no work
-        that could be continued).
+        ``'restart'``: an unfinished run without a complete checkpoint (nothing to continue)
+        is cleared and started again when it has the same settings, or when it logged nothing
+        (a run that did no work never blocks the next); with other settings after some work,
+        it is refused like any other run.
 
         ``same_settings(old_config)`` returns a description of a difference (resume refuses
         to continue a run with other settings) or ``None``.
@@ -163,9 +165,15 @@ class RunDirectory:
                     "--overwrite to replace it or choose another --output_dir"
                 )
             return "finished"
-        if self.last_checkpoint() is None:  # nothing to continue: start again
+        if self.last_checkpoint() is None and (not diff or not self._whole_lines(METRICS)):
+            # nothing to continue, and either the same run or one that logged nothing
             self.clear()
             return "restart"
+        if self.last_checkpoint() is None and not resume:
+            raise ValueError(
+                f"{self.path} holds an unfinished run with other settings ({diff}) and no "
+                "checkpoint: pass --overwrite to replace it or choose another --output_dir"
+            )
         if not resume:
             raise ValueError(
                 f"{self.path} holds an unfinished run: pass --resume to continue it or "
