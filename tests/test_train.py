@@ -242,6 +242,16 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--measure_zeta", "-0.1"], "--measure_zeta must be in [0, 1]"),
         (["--task", "sst2", "--split_dev_for_training", "1.0"], "fraction"),
         (["--task", "sst2", "--istar_layers", "x,y"], "istar_layers"),
+        # values TrainingArguments accepts that training would reject later or misuse
+        (["--task", "sst2", "--learning_rate", "-1"], "--learning_rate must be >= 0, got -1.0"),
+        (["--task", "sst2", "--per_device_train_batch_size", "0"],
+         "--per_device_train_batch_size must be >= 1, got 0"),
+        (["--task", "sst2", "--num_train_epochs", "-1"], "--num_train_epochs must be >= 0"),
+        (["--task", "sst2", "--gradient_accumulation_steps", "0"],
+         "--gradient_accumulation_steps must be >= 1"),
+        (["--task", "sst2", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1)"),
+        (["--task", "sst2", "--tuning", "nan"], "--tuning must be a finite number, got nan"),
+        (["--task", "sst2", "--weight_decay", "inf"], "--weight_decay must be a finite number"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(
@@ -310,6 +320,66 @@ def test_config_file_and_preset(tmp_path):
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
         parse_train_args(["--config", str(bad), "--output_dir", "x"])
+
+
+def test_malformed_yaml_config_is_one_line_with_its_position(tmp_path, capsys):
+    cfg = tmp_path / "settings.yaml"
+    cfg.write_text("task: sst2\nlearning_rate: 1e-5\n  zeta: 0.2\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        parse_train_args(["--config", str(cfg), "--output_dir", "x"])
+    assert str(info.value) == (f"config file {cfg} is not valid YAML: line 3, column 7: "
+                               "mapping values are not allowed here")
+    cfg.write_text("regularizer: [istar, cosreg\n", encoding="utf-8")
+    assert train_main(["--config", str(cfg), "--output_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"isotropy train: error: config file {cfg} is not valid YAML: line 2, "
+                          "column 1: expected ',' or ']'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tuning", "abc"], "argument --tuning: invalid float value: 'abc'"),
+    (["--per_device_train_batch_size", "x"], "argument --per_device_train_batch_size/"
+     "--per-device-train-batch-size: invalid int value: 'x'"),
+    (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+])
+def test_malformed_flag_is_one_line_without_the_usage(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_train_args(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"isotropy train: error: {message} (see isotropy train --help)\n"
+
+
+def test_help_lists_our_options_first_then_every_training_argument(capsys):
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    from isotropy.training.config import IsotropyArguments, build_parser
+
+    with pytest.raises(SystemExit) as info:
+        parse_train_args(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert "Every transformers.TrainingArguments option is accepted" in text.split("options:")[0]
+    ours_at, hf_at = text.index("\nisotropy options:\n"), text.index(
+        "\nHugging Face TrainingArguments:\n")
+    assert ours_at < hf_at
+    ours_part, hf_part = text[ours_at:hf_at], text[hf_at:text.index("\nexamples:\n")]
+    for f in fields(IsotropyArguments):
+        assert f"  --{f.name} " in ours_part or f"  --{f.name}," in ours_part, f.name
+    assert "--learning_rate" not in ours_part and "--learning_rate" in hf_part
+    assert "--tuning " not in hf_part
+    # every flag is still accepted, ours and Hugging Face's
+    parser = build_parser()
+    accepted = set(parser._option_string_actions)
+    assert {f"--{f.name}" for f in fields(TrainingArguments) if f.init} <= accepted
+    assert {f"--{f.name}" for f in fields(IsotropyArguments)} <= accepted
+    ns = parser.parse_args(["--tuning", "-3", "--bf16", "--learning_rate", "2e-5"])
+    assert vars(ns) == {"tuning": -3.0, "bf16": True, "learning_rate": 2e-5}
 
 
 def test_presets_are_the_papers_settings():

@@ -14,23 +14,14 @@ from typing import Any
 
 __all__ = ["add_train_parser", "main", "run_train"]
 
-_EXAMPLES = """\
-examples:
-  isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
-      --output_dir runs/rte-istar
-  isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
-  isotropy train --config settings.yaml --output_dir runs/x --resume
-"""
-
-
 def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand, with every option of the training parser, to a
     ``subparsers`` object; its handler is :func:`run_train`."""
-    from isotropy.training.config import build_parser
+    from isotropy.training.config import HELP_DESCRIPTION, HELP_EXAMPLES, build_parser
 
     p = subparsers.add_parser(
         "train", help="fine-tune an encoder with a regularizer (Hugging Face Trainer)",
-        description=__doc__, epilog=_EXAMPLES,
+        description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for action in build_parser()._actions:

@@ -571,16 +571,19 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
     raw = []
     for method, cell, where in _cells(spec):
         for seed in seeds:
-            settings = {**base, **_coerce_all(cell, f"{spec.source}: {where}")}
+            values = _coerce_all(cell, f"{spec.source}: {where}")
+            settings = {**base, **values}
             if seed is not None:
                 settings["seed"] = seed
-            raw.append((method, settings, where))
+            raw.append((method, settings, where, values))
     parsed = []
-    for i, (method, settings, where) in enumerate(raw):
+    for i, (method, settings, where, values) in enumerate(raw):
         try:
             ours, targs = args_from_dict(settings)
         except (ValueError, TypeError) as err:
-            raise ValueError(f"{spec.source}: {where} (point {i + 1}, seed "
+            shown = "".join(f"{k}={_text(v) if not isinstance(v, str) else v}, "
+                            for k, v in values.items())
+            raise ValueError(f"{spec.source}: {where} (point {i + 1}: {shown}seed "
                              f"{settings.get('seed', 'default')}): "
                              f"{' '.join(str(err).split())}") from None
         resolved = {**{k: _resolved(ours, targs, k) for k in given_keys},
