@@ -382,6 +382,26 @@ def test_help_lists_our_options_first_then_every_training_argument(capsys):
     assert vars(ns) == {"tuning": -3.0, "bf16": True, "learning_rate": 2e-5}
 
 
+def test_trainer_progress_bars_only_on_a_terminal(tmp_path, monkeypatch):
+    import sys
+
+    from isotropy.cli.train import bars_only_on_a_terminal
+    from isotropy.training.config import args_from_dict
+
+    def disabled(given):
+        return args_from_dict({"output_dir": "x", **bars_only_on_a_terminal(given)})[1] \
+            .disable_tqdm
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file
+    assert disabled({}) is True
+    assert disabled({"disable_tqdm": False}) is False  # asked for on the command line
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("disable_tqdm: false\n", encoding="utf-8")
+    assert disabled({"config": str(cfg)}) is False  # or in the config file
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal
+    assert disabled({}) is False
+
+
 def test_presets_are_the_papers_settings():
     """Expected values typed from the papers (and, where a paper is silent, its authors'
     code), not from the presets."""
