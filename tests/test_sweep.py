@@ -251,6 +251,21 @@ def test_dry_run_refuses_a_bad_grid_value_naming_point_and_setting(tiny_model, g
     assert not (tmp_path / "out").exists()
 
 
+def test_entropy_on_a_local_decoder_with_first_token_pooling_is_refused(glue, tmp_path):
+    from transformers import GPT2Config
+
+    gpt2 = tmp_path / "gpt2"
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50).save_pretrained(gpt2)
+    spec = spec_from_dict({"output_root": str(tmp_path / "out"),
+                           "base": {"task": "sst2", "model": str(gpt2), "data_dir": str(glue),
+                                    "regularizer": "entropy"},
+                           "grid": {"pooling": ["mean", "cls"]}}, source="test spec")
+    points = expand(spec)
+    with pytest.raises(ValueError, match=r"point 2 .*decoder-only model.*--pooling mean"):
+        check_inputs(points)
+    check_inputs(points[:1])
+
+
 def test_missing_model_and_data_are_found_before_any_run(tiny_model, glue, tmp_path):
     spec = _spec(tiny_model, glue, tmp_path, grid={"task": ["sst2", "rte"]})
     with pytest.raises(FileNotFoundError, match=r"point 2 \(rte-tiny-none-seed42\).*RTE"):

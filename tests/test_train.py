@@ -532,3 +532,111 @@ def test_native_bf16_is_read_from_the_cpu(tmp_path, monkeypatch, capability, fla
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     assert cpu_has_native_bf16(str(info)) is expected
     assert cpu_has_native_bf16(str(tmp_path / "missing")) is False
+
+
+# --------------------------------------------------------------------------- console output
+
+
+def _eval_logs(**values):
+    """An evaluation log as the Trainer hands it to callbacks: some forty keys."""
+    logs = {f"eval_isoscore_star_layer_{i}": 0.1 * i for i in range(30)}
+    logs.update({"eval_loss": 0.69, "eval_accuracy": 0.8125, "eval_f1": 0.8,
+                 "eval_isoscore_star_union": 0.15321, "eval_collapsed": 0.0,
+                 "eval_majority_fraction": 0.6, "eval_runtime": 1.5, "epoch": 2.0})
+    logs.update(values)
+    return logs
+
+
+def test_console_prints_one_short_line_per_evaluation(capsys):
+    from transformers import PrinterCallback, TrainerControl, TrainerState, TrainingArguments
+
+    from isotropy.training.console import ConsoleLogCallback
+
+    args = TrainingArguments(output_dir="unused", report_to=[], disable_tqdm=True)
+    state, control = TrainerState(), TrainerControl()
+    state.global_step, state.epoch = 120, 2.0
+    cb = ConsoleLogCallback("accuracy", printer=PrinterCallback())
+    logs = _eval_logs()
+    kept = dict(logs)
+    cb.on_log(args, state, control, logs=logs)
+    assert capsys.readouterr().out == (
+        "eval step 120 (epoch 2.00): accuracy 0.8125, IsoScore* union 0.1532, collapsed no\n")
+    assert logs == kept  # the full log is left for metrics.jsonl and TensorBoard
+    cb.on_log(args, state, control, logs=_eval_logs(eval_collapsed=1.0))
+    assert capsys.readouterr().out.endswith(
+        "collapsed YES (every prediction is one class)\n")
+    # SQuAD: no collapsed flag; a missing value reads n/a
+    squad = ConsoleLogCallback("f1", printer=PrinterCallback())
+    squad.on_log(args, state, control, logs={"eval_f1": 41.5, "epoch": 1.0})
+    assert capsys.readouterr().out == "eval step 120 (epoch 1.00): f1 41.5000, " \
+                                      "IsoScore* union n/a\n"
+    # a training log still goes to the Trainer's printer, as a dict
+    cb.on_log(args, state, control, logs={"loss": 0.5, "learning_rate": 1e-4, "epoch": 1.5})
+    assert capsys.readouterr().out == \
+        "{'loss': '0.5', 'learning_rate': '0.0001', 'epoch': '1.5'}\n"
+    # only the main process prints
+    state.is_world_process_zero = False
+    cb.on_log(args, state, control, logs=_eval_logs())
+    assert capsys.readouterr().out == ""
+
+
+def test_console_replaces_the_trainers_printer_and_keeps_its_progress_bar(
+        tiny_model_dir, tmp_path, capsys):
+    from transformers import (
+        AutoModelForSequenceClassification,
+        PrinterCallback,
+        ProgressCallback,
+        Trainer,
+        TrainingArguments,
+    )
+
+    from isotropy.training.console import ConsoleLogCallback, use_console_log
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    for disable_tqdm in (True, False):
+        args = TrainingArguments(output_dir=str(tmp_path), report_to=[],
+                                 disable_tqdm=disable_tqdm, use_cpu=True)
+        trainer = Trainer(model=model, args=args)
+        console = use_console_log(trainer, "accuracy")
+        kinds = [type(cb) for cb in trainer.callback_handler.callbacks]
+        assert PrinterCallback not in kinds and ProgressCallback not in kinds
+        assert kinds.count(ConsoleLogCallback) == 1
+        assert isinstance(console.printer, PrinterCallback if disable_tqdm else ProgressCallback)
+        trainer.state.max_steps = 10
+        trainer.callback_handler.on_train_begin(args, trainer.state, trainer.control)
+        if not disable_tqdm:  # the bar's events reach the replaced ProgressCallback
+            assert console.printer.training_bar is not None
+        trainer.log(_eval_logs())
+        trainer.log({"loss": 0.25})
+        trainer.callback_handler.on_train_end(args, trainer.state, trainer.control)
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("eval step 0") and "accuracy 0.8125" in out[0]
+        assert out[1].startswith("{'loss': ") and len(out) == 2
+        assert trainer.state.log_history[-2]["eval_isoscore_star_layer_29"] == \
+            pytest.approx(2.9)
+
+
+# --------------------------------------------------------------------------- decoder models
+
+
+def _tiny_gpt2(root: Path) -> Path:
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50).save_pretrained(root / "gpt2")
+    return root / "gpt2"
+
+
+def test_entropy_refuses_first_token_pooling_of_a_decoder(tiny_model_dir, tmp_path):
+    from transformers import AutoConfig
+
+    from isotropy.training.model_kind import check_pooling, is_decoder_only
+
+    gpt2 = str(_tiny_gpt2(tmp_path))
+    assert is_decoder_only(AutoConfig.from_pretrained(gpt2))
+    assert not is_decoder_only(AutoConfig.from_pretrained(tiny_model_dir))
+    with pytest.raises(ValueError, match=r"--pooling cls takes the first token, but .*gpt2 is "
+                                         r"a decoder-only model \(gpt2\).*pass --pooling mean"):
+        check_pooling(gpt2, "cls", ["entropy"])
+    check_pooling(gpt2, "mean", ["entropy"])  # mean pooling: every token
+    check_pooling(gpt2, "cls", ["istar"])  # no pooled cloud in training
+    check_pooling(str(tiny_model_dir), "cls", ["entropy"])  # an encoder's [CLS]

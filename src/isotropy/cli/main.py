@@ -448,10 +448,15 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finetune_problem = None if args.no_finetune else _finetune_problem(args)
     if not args.no_finetune and finetune_problem is None:
         _check_output_dir(parser, out / "finetune", _FINETUNE_FILES)
+        from isotropy.models.loading import resolve_model
         from isotropy.training.config import args_from_dict
+        from isotropy.training.model_kind import check_pooling
 
         try:
-            args_from_dict(_finetune_settings(args, out / "finetune"))
+            ours, _ = args_from_dict(_finetune_settings(args, out / "finetune"))
+            path = resolve_model(ours.model)
+            if Path(path).is_dir():  # the comparison's entropy run pools [CLS]
+                check_pooling(path, ours.pooling, ["entropy"])
         except ValueError as err:
             parser.error(str(err))
     source, label = _demo_source(args.data_dir)

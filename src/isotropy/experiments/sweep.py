@@ -631,22 +631,26 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
 
 def check_inputs(points: Sequence[SweepPoint]) -> None:
     """Every model directory and local data file the points need exists (else
-    ``FileNotFoundError``/``ValueError`` naming it); hub models and data are checked when
-    the runs load them."""
+    ``FileNotFoundError``/``ValueError`` naming it), and no point pools a local decoder-only
+    model's first token (:func:`isotropy.training.model_kind.check_pooling`); hub models and
+    data are checked when the runs load them."""
     from isotropy.data.glue import require_split
     from isotropy.models.loading import resolve_model
     from isotropy.training.config import args_from_dict
+    from isotropy.training.model_kind import check_pooling
 
     seen: set[tuple[Any, ...]] = set()
     for p in points:
         ours, _ = args_from_dict(p.settings)
         key = (ours.model, ours.task, ours.data_source, ours.data_dir,
-               ours.split_dev_for_training is None)
+               ours.split_dev_for_training is None, ours.pooling, tuple(ours.regularizers))
         if key in seen:
             continue
         seen.add(key)
         try:
-            resolve_model(ours.model)
+            path = resolve_model(ours.model)
+            if os.path.isdir(path):
+                check_pooling(path, ours.pooling, ours.regularizers)
             if ours.data_source == "local":
                 splits = ("dev",) if ours.split_dev_for_training is not None else ("train", "dev")
                 for split in splits:
