@@ -201,7 +201,27 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
     assert md.count("\n| ") == 5  # header and four methods
     # a second demo reuses the finished runs instead of training again
     assert main(argv) == 0
-    assert capsys.readouterr().out.count("reused a finished run") == 4
+    text = capsys.readouterr().out
+    assert text.count("reused a finished run") == 4
+    assert text.count("holds a finished run (pass --overwrite to run it again)") == 4
+    # --overwrite, which that message names, trains them again
+    stamps = [Path(r["run_dir"], "results.json").stat().st_mtime_ns for r in table]
+    assert main([*argv, "--overwrite"]) == 0
+    assert "reused a finished run" not in capsys.readouterr().out
+    assert all(Path(r["run_dir"], "results.json").stat().st_mtime_ns != stamp
+               for r, stamp in zip(table, stamps, strict=True))
+
+
+@pytest.mark.parametrize(("no_progress", "terminal", "disabled"), [
+    (False, True, False), (False, False, True), (True, True, True)])
+def test_demo_trainer_progress_bars_only_on_a_terminal(
+        no_progress: bool, terminal: bool, disabled: bool, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from isotropy.cli.main import _finetune_settings, build_parser
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    args = build_parser().parse_args(["demo", *(["--no-progress"] if no_progress else [])])
+    assert _finetune_settings(args, tmp_path)["disable_tqdm"] is disabled
 
 
 def test_comparison_table_flags_a_collapsed_classifier() -> None:
@@ -491,6 +511,12 @@ def test_module_help_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     for word in ("stability", "measure", "demo", "examples:"):
         assert word in proc.stdout
+    # every command, one line each, and demo's fine-tuning named
+    listed = proc.stdout.split("commands")[1].split("\n\n")[0].splitlines()[1:]
+    assert [line.split()[0] for line in listed] == [
+        "stability", "measure", "train", "sweep", "report", "analyze", "demo"]
+    assert "fine-tuning" in listed[-1]
+    assert proc.stdout.startswith("usage: isotropy [-h] [--version] COMMAND ...\n")
     for cmd in ("stability", "measure", "demo"):
         with pytest.raises(SystemExit) as info:
             main([cmd, "--help"])

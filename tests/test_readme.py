@@ -55,6 +55,14 @@ def test_readme_has_the_examples():
     assert any("refresh_shrinkage" in b and "for batch in train_loader" in b for b in blocks)
 
 
+def test_command_line_section_says_how_to_reach_the_installed_command():
+    section = readme_text().split("## Command line\n", 1)[1].split("\n## ", 1)[0]
+    first = section.split("```", 1)[0]  # before the first example
+    assert ("`make` installs into `.venv`: run `. .venv/bin/activate` first, or call "
+            "`.venv/bin/isotropy`") in " ".join(first.split())
+    assert "VENV ?= .venv" in (README.parent / "Makefile").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_python_block_runs_as_written(index, monkeypatch, one_thread):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

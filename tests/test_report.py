@@ -366,6 +366,45 @@ def test_colours_are_fixed_per_method_and_distinct_within_a_figure(sweep_root: P
     assert len(set(fig5.values())) == len(fig5)
 
 
+def _error_bar_lengths(fig: Any) -> list[float]:
+    """The length of every error bar drawn (NaN bars, which matplotlib skips, left out)."""
+    from matplotlib.container import ErrorbarContainer
+
+    out = []
+    for ax in fig.axes:
+        for c in ax.containers:
+            if isinstance(c, ErrorbarContainer):
+                for coll in c.lines[2]:
+                    out += [float(np.abs(seg[1] - seg[0]).max()) for seg in coll.get_segments()
+                            if len(seg) == 2 and np.isfinite(seg).all()]
+    return out
+
+
+def test_one_seed_draws_no_error_bars(tmp_path: Path) -> None:
+    from isotropy.experiments.figures import _fig3, _fig4, _fig5, _fig6, _fig7, _fig8, _pe_fig1
+
+    root = tmp_path / "runs"
+    spec = [(s, [0.9, 0.05, 0.02, 0.3, 0.2, 0.1]) for s in range(10, 101, 10)]
+    make_run(root, seed=1, spectrum=spec)
+    make_run(root, reg="cosreg", seed=1, layer_shift=0.5)
+    make_run(root, reg="entropy", seed=1, spectrum=spec)
+    for lam in (-1.0, 1.0):
+        for zeta in (0.2, 0.4):
+            make_run(root, reg="istar", lam=lam, zeta=zeta, seed=1, metric=0.5 + lam / 10,
+                     iso=0.2 + zeta, layer_shift=lam * 0.2)
+    make_run(root, reg="istar", lam=-1.0, zeta=0.2, seed=1, metric=0.6, istar_layers="1")
+    cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+    key = ("rte", "minilm")
+    for draw in (_fig3, _fig4, _fig5, _fig6, _fig7, _fig8, _pe_fig1):
+        assert _error_bar_lengths(draw(key, cells, "final")) == [], draw.__name__
+    # a second seed of layer 2 only: its bar is drawn, layer 1's single seed gets none
+    for seed, m in ((1, 0.60), (2, 0.70)):
+        make_run(root, reg="istar", lam=-1.0, zeta=0.2, seed=seed, metric=m, istar_layers="2")
+    cells = group_cells(collect_runs(expand_inputs([str(root)]))[0])
+    assert _error_bar_lengths(_fig8(key, cells, "final")) == pytest.approx(
+        [2 * statistics.stdev([0.60, 0.70])])
+
+
 def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:
     from isotropy.experiments.figures import _fig3, _fig6, _Skip
 

@@ -216,7 +216,16 @@ def test_bad_specs_are_refused_with_one_line(data, message):
 
 
 @pytest.mark.parametrize(("keys", "message"), [
-    ({"grid": {"zeta": [0.2, 1.5]}}, r"grid \(point 2, seed default\): --zeta must be in"),
+    ({"grid": {"zeta": [0.2, 1.5]}},
+     r"grid \(point 2: zeta=1.5, seed default\): --zeta must be in"),
+    # values TrainingArguments itself accepts but training would reject or misuse
+    ({"grid": {"learning_rate": [-1, 1e-5]}},
+     r"grid \(point 1: learning_rate=-1, seed default\): --learning_rate must be >= 0"),
+    ({"grid": {"per_device_train_batch_size": [8, 0]}},
+     r"point 2: per_device_train_batch_size=0.*--per_device_train_batch_size must be >= 1"),
+    ({"points": [{"num_train_epochs": -1}]},
+     r"points\[0\] \(point 1: num_train_epochs=-1.*--num_train_epochs must be >= 0"),
+    ({"grid": {"tuning": [-1, float("nan")]}}, "tuning must be finite, got nan"),
     ({"base": {"learning_rate": "fast"}}, "base: learning_rate must be a number, got 'fast'"),
     ({"grid": {"regularizer": ["istra"]}}, "unknown regularizer 'istra'"),
     ({"points": [{"num_train_epochs": "two"}]}, "num_train_epochs must be a number"),
@@ -229,6 +238,32 @@ def test_bad_values_are_refused_before_any_run(tiny_model, glue, tmp_path, keys,
     with pytest.raises(ValueError, match=message):
         expand(spec)
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_refuses_a_bad_grid_value_naming_point_and_setting(tiny_model, glue, tmp_path,
+                                                                    capsys):
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "output_root": str(tmp_path / "out"), "base": tiny_base(tiny_model, glue),
+        "grid": {"learning_rate": [1e-5, -1]}}), encoding="utf-8")
+    err = _usage_error([spec_file, "--dry-run"], capsys)
+    assert "point 2: learning_rate=-1" in err and "--learning_rate must be >= 0, got -1" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_entropy_on_a_local_decoder_with_first_token_pooling_is_refused(glue, tmp_path):
+    from transformers import GPT2Config
+
+    gpt2 = tmp_path / "gpt2"
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50).save_pretrained(gpt2)
+    spec = spec_from_dict({"output_root": str(tmp_path / "out"),
+                           "base": {"task": "sst2", "model": str(gpt2), "data_dir": str(glue),
+                                    "regularizer": "entropy"},
+                           "grid": {"pooling": ["mean", "cls"]}}, source="test spec")
+    points = expand(spec)
+    with pytest.raises(ValueError, match=r"point 2 .*decoder-only model.*--pooling mean"):
+        check_inputs(points)
+    check_inputs(points[:1])
 
 
 def test_missing_model_and_data_are_found_before_any_run(tiny_model, glue, tmp_path):

@@ -242,6 +242,16 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--measure_zeta", "-0.1"], "--measure_zeta must be in [0, 1]"),
         (["--task", "sst2", "--split_dev_for_training", "1.0"], "fraction"),
         (["--task", "sst2", "--istar_layers", "x,y"], "istar_layers"),
+        # values TrainingArguments accepts that training would reject later or misuse
+        (["--task", "sst2", "--learning_rate", "-1"], "--learning_rate must be >= 0, got -1.0"),
+        (["--task", "sst2", "--per_device_train_batch_size", "0"],
+         "--per_device_train_batch_size must be >= 1, got 0"),
+        (["--task", "sst2", "--num_train_epochs", "-1"], "--num_train_epochs must be >= 0"),
+        (["--task", "sst2", "--gradient_accumulation_steps", "0"],
+         "--gradient_accumulation_steps must be >= 1"),
+        (["--task", "sst2", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1)"),
+        (["--task", "sst2", "--tuning", "nan"], "--tuning must be a finite number, got nan"),
+        (["--task", "sst2", "--weight_decay", "inf"], "--weight_decay must be a finite number"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(
@@ -310,6 +320,86 @@ def test_config_file_and_preset(tmp_path):
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
         parse_train_args(["--config", str(bad), "--output_dir", "x"])
+
+
+def test_malformed_yaml_config_is_one_line_with_its_position(tmp_path, capsys):
+    cfg = tmp_path / "settings.yaml"
+    cfg.write_text("task: sst2\nlearning_rate: 1e-5\n  zeta: 0.2\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        parse_train_args(["--config", str(cfg), "--output_dir", "x"])
+    assert str(info.value) == (f"config file {cfg} is not valid YAML: line 3, column 7: "
+                               "mapping values are not allowed here")
+    cfg.write_text("regularizer: [istar, cosreg\n", encoding="utf-8")
+    assert train_main(["--config", str(cfg), "--output_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"isotropy train: error: config file {cfg} is not valid YAML: line 2, "
+                          "column 1: expected ',' or ']'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tuning", "abc"], "argument --tuning: invalid float value: 'abc'"),
+    (["--per_device_train_batch_size", "x"], "argument --per_device_train_batch_size/"
+     "--per-device-train-batch-size: invalid int value: 'x'"),
+    (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+])
+def test_malformed_flag_is_one_line_without_the_usage(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_train_args(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"isotropy train: error: {message} (see isotropy train --help)\n"
+
+
+def test_help_lists_our_options_first_then_every_training_argument(capsys):
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    from isotropy.training.config import IsotropyArguments, build_parser
+
+    with pytest.raises(SystemExit) as info:
+        parse_train_args(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert "Every transformers.TrainingArguments option is accepted" in text.split("options:")[0]
+    ours_at, hf_at = text.index("\nisotropy options:\n"), text.index(
+        "\nHugging Face TrainingArguments:\n")
+    assert ours_at < hf_at
+    ours_part, hf_part = text[ours_at:hf_at], text[hf_at:text.index("\nexamples:\n")]
+    for f in fields(IsotropyArguments):
+        assert f"  --{f.name} " in ours_part or f"  --{f.name}," in ours_part, f.name
+    assert "--learning_rate" not in ours_part and "--learning_rate" in hf_part
+    assert "--tuning " not in hf_part
+    # every flag is still accepted, ours and Hugging Face's
+    parser = build_parser()
+    accepted = set(parser._option_string_actions)
+    assert {f"--{f.name}" for f in fields(TrainingArguments) if f.init} <= accepted
+    assert {f"--{f.name}" for f in fields(IsotropyArguments)} <= accepted
+    ns = parser.parse_args(["--tuning", "-3", "--bf16", "--learning_rate", "2e-5"])
+    assert vars(ns) == {"tuning": -3.0, "bf16": True, "learning_rate": 2e-5}
+
+
+def test_trainer_progress_bars_only_on_a_terminal(tmp_path, monkeypatch):
+    import sys
+
+    from isotropy.cli.train import bars_only_on_a_terminal
+    from isotropy.training.config import args_from_dict
+
+    def disabled(given):
+        return args_from_dict({"output_dir": "x", **bars_only_on_a_terminal(given)})[1] \
+            .disable_tqdm
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file
+    assert disabled({}) is True
+    assert disabled({"disable_tqdm": False}) is False  # asked for on the command line
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("disable_tqdm: false\n", encoding="utf-8")
+    assert disabled({"config": str(cfg)}) is False  # or in the config file
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal
+    assert disabled({}) is False
 
 
 def test_presets_are_the_papers_settings():
@@ -451,3 +541,109 @@ def test_layers_the_model_lacks_fail_before_the_run_directory_exists(tiny_model_
         _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--regularizer", "istar",
                    "--istar_layers", "99"))
     assert not out.exists()
+# --------------------------------------------------------------------------- console output
+
+
+def _eval_logs(**values):
+    """An evaluation log as the Trainer hands it to callbacks: some forty keys."""
+    logs = {f"eval_isoscore_star_layer_{i}": 0.1 * i for i in range(30)}
+    logs.update({"eval_loss": 0.69, "eval_accuracy": 0.8125, "eval_f1": 0.8,
+                 "eval_isoscore_star_union": 0.15321, "eval_collapsed": 0.0,
+                 "eval_majority_fraction": 0.6, "eval_runtime": 1.5, "epoch": 2.0})
+    logs.update(values)
+    return logs
+
+
+def test_console_prints_one_short_line_per_evaluation(capsys):
+    from transformers import PrinterCallback, TrainerControl, TrainerState, TrainingArguments
+
+    from isotropy.training.console import ConsoleLogCallback
+
+    args = TrainingArguments(output_dir="unused", report_to=[], disable_tqdm=True)
+    state, control = TrainerState(), TrainerControl()
+    state.global_step, state.epoch = 120, 2.0
+    cb = ConsoleLogCallback("accuracy", printer=PrinterCallback())
+    logs = _eval_logs()
+    kept = dict(logs)
+    cb.on_log(args, state, control, logs=logs)
+    assert capsys.readouterr().out == (
+        "eval step 120 (epoch 2.00): accuracy 0.8125, IsoScore* union 0.1532, collapsed no\n")
+    assert logs == kept  # the full log is left for metrics.jsonl and TensorBoard
+    cb.on_log(args, state, control, logs=_eval_logs(eval_collapsed=1.0))
+    assert capsys.readouterr().out.endswith(
+        "collapsed YES (every prediction is one class)\n")
+    # SQuAD: no collapsed flag; a missing value reads n/a
+    squad = ConsoleLogCallback("f1", printer=PrinterCallback())
+    squad.on_log(args, state, control, logs={"eval_f1": 41.5, "epoch": 1.0})
+    assert capsys.readouterr().out == "eval step 120 (epoch 1.00): f1 41.5000, " \
+                                      "IsoScore* union n/a\n"
+    # a training log still goes to the Trainer's printer, as a dict
+    cb.on_log(args, state, control, logs={"loss": 0.5, "learning_rate": 1e-4, "epoch": 1.5})
+    assert capsys.readouterr().out == \
+        "{'loss': '0.5', 'learning_rate': '0.0001', 'epoch': '1.5'}\n"
+    # only the main process prints
+    state.is_world_process_zero = False
+    cb.on_log(args, state, control, logs=_eval_logs())
+    assert capsys.readouterr().out == ""
+
+
+def test_console_replaces_the_trainers_printer_and_keeps_its_progress_bar(
+        tiny_model_dir, tmp_path, capsys):
+    from transformers import (
+        AutoModelForSequenceClassification,
+        PrinterCallback,
+        ProgressCallback,
+        Trainer,
+        TrainingArguments,
+    )
+
+    from isotropy.training.console import ConsoleLogCallback, use_console_log
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    for disable_tqdm in (True, False):
+        args = TrainingArguments(output_dir=str(tmp_path), report_to=[],
+                                 disable_tqdm=disable_tqdm, use_cpu=True)
+        trainer = Trainer(model=model, args=args)
+        console = use_console_log(trainer, "accuracy")
+        kinds = [type(cb) for cb in trainer.callback_handler.callbacks]
+        assert PrinterCallback not in kinds and ProgressCallback not in kinds
+        assert kinds.count(ConsoleLogCallback) == 1
+        assert isinstance(console.printer, PrinterCallback if disable_tqdm else ProgressCallback)
+        trainer.state.max_steps = 10
+        trainer.callback_handler.on_train_begin(args, trainer.state, trainer.control)
+        if not disable_tqdm:  # the bar's events reach the replaced ProgressCallback
+            assert console.printer.training_bar is not None
+        trainer.log(_eval_logs())
+        trainer.log({"loss": 0.25})
+        trainer.callback_handler.on_train_end(args, trainer.state, trainer.control)
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("eval step 0") and "accuracy 0.8125" in out[0]
+        assert out[1].startswith("{'loss': ") and len(out) == 2
+        assert trainer.state.log_history[-2]["eval_isoscore_star_layer_29"] == \
+            pytest.approx(2.9)
+
+
+# --------------------------------------------------------------------------- decoder models
+
+
+def _tiny_gpt2(root: Path) -> Path:
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50).save_pretrained(root / "gpt2")
+    return root / "gpt2"
+
+
+def test_entropy_refuses_first_token_pooling_of_a_decoder(tiny_model_dir, tmp_path):
+    from transformers import AutoConfig
+
+    from isotropy.training.model_kind import check_pooling, is_decoder_only
+
+    gpt2 = str(_tiny_gpt2(tmp_path))
+    assert is_decoder_only(AutoConfig.from_pretrained(gpt2))
+    assert not is_decoder_only(AutoConfig.from_pretrained(tiny_model_dir))
+    with pytest.raises(ValueError, match=r"--pooling cls takes the first token, but .*gpt2 is "
+                                         r"a decoder-only model \(gpt2\).*pass --pooling mean"):
+        check_pooling(gpt2, "cls", ["entropy"])
+    check_pooling(gpt2, "mean", ["entropy"])  # mean pooling: every token
+    check_pooling(gpt2, "cls", ["istar"])  # no pooled cloud in training
+    check_pooling(str(tiny_model_dir), "cls", ["entropy"])  # an encoder's [CLS]

@@ -1,4 +1,5 @@
-"""The ``isotropy`` command line: ``stability``, ``measure`` and ``demo``.
+"""The ``isotropy`` command line: ``stability``, ``measure`` and ``demo`` here; ``train``,
+``sweep``, ``report`` and ``analyze`` are handed to their own modules.
 
 Run ``isotropy --help`` or ``isotropy COMMAND --help`` for the options.
 """
@@ -22,14 +23,14 @@ _DESCRIPTION = """\
 Measure the geometry (isotropy, intrinsic dimension, topology) of transformer representations
 and reproduce the experiments of the I-STAR paper (Rudman & Eickhoff, ICLR 2024).
 
-commands:
-  stability  IsoScore* of Gaussian sub-samples of growing size for several shrinkage weights
-             zeta (the paper's Figure 2): writes stability.csv, stability.json, stability.png
-  measure    layer-wise IsoScore, participation ratio, average cosine similarity, partition
-             score, anisotropy spectrum, TwoNN and H0 persistent entropy of an encoder's token
-             and [CLS] clouds: writes measure.json and measure.csv
-  demo       both of the above with their defaults, then a fine-tuning comparison of the
-             regularizers on an SST-2 subset (four short fine-tuning runs)
+commands (isotropy COMMAND --help for each one's options):
+  stability  mini-batch stability of IsoScore* on Gaussian samples (I-STAR paper, Figure 2)
+  measure    layer-wise isotropy, intrinsic dimension and topology of an encoder's clouds
+  train      fine-tune an encoder with a regularizer: I-STAR, CosReg, persistent entropy
+  sweep      a grid of `isotropy train` runs, resumable, on local workers or on Ray
+  report     the papers' tables and figures from run directories
+  analyze    post-hoc measurements of a checkpoint on a task split (encoders and decoders)
+  demo       stability, measure, then four short fine-tuning runs comparing the regularizers
 """
 
 _EPILOG = """\
@@ -166,17 +167,20 @@ def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> N
                    help="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, "
                         "... (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (one is shown only when stderr is a terminal)")
+                   help="no progress bars (the measurement's and, in demo, the Trainer's; "
+                        "they are shown only when stderr is a terminal)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy`` argument parser with its subcommands."""
     from isotropy import __version__
 
-    parser = _Parser(prog="isotropy", description=_DESCRIPTION, epilog=_EPILOG,
-                     formatter_class=_Formatter)
+    parser = _Parser(prog="isotropy", usage="%(prog)s [-h] [--version] COMMAND ...",
+                     description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # the commands are listed, one line each, in the description
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                help=argparse.SUPPRESS)
 
     p = sub.add_parser(
         "stability", formatter_class=_Formatter,
@@ -226,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo", formatter_class=_Formatter,
-        help="run stability and measure with their defaults",
+        help="stability, measure, then a fine-tuning comparison of the regularizers",
         description=_wrap(
             "Run `stability` with its defaults, then `measure` on SST-2 dev from the local "
             "GLUE directory (or, if it is absent, on a built-in list of sentences) with the "
@@ -234,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
             "regularizer vs I-STAR (lambda=-1, zeta=0.2) vs CosReg vs persistent entropy, same "
             "data, seed and optimiser (fp32; skipped when the task's files are absent). "
             "Outputs go to DIR/stability, DIR/measure and DIR/finetune (one run directory per "
-            "method, comparison.md/.csv/.json); finished runs are reused.",
+            "method, comparison.md/.csv/.json); finished runs are reused unless --overwrite "
+            "is given.",
         ),
     )
     _add_measure_options(p, demo=True)
@@ -253,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epochs of each fine-tuning run (default: %(default)s)")
     p.add_argument("--no-finetune", action="store_true",
                    help="skip the fine-tuning comparison")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train the comparison's runs again, replacing finished ones in "
+                        "DIR/finetune (default: a finished run is reused)")
     p.set_defaults(func=_run_demo, subparser=p)
 
     # `isotropy train ...` is handed to isotropy.cli.train before this parser runs (its
@@ -440,10 +448,15 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finetune_problem = None if args.no_finetune else _finetune_problem(args)
     if not args.no_finetune and finetune_problem is None:
         _check_output_dir(parser, out / "finetune", _FINETUNE_FILES)
+        from isotropy.models.loading import resolve_model
         from isotropy.training.config import args_from_dict
+        from isotropy.training.model_kind import check_pooling
 
         try:
-            args_from_dict(_finetune_settings(args, out / "finetune"))
+            ours, _ = args_from_dict(_finetune_settings(args, out / "finetune"))
+            path = resolve_model(ours.model)
+            if Path(path).is_dir():  # the comparison's entropy run pools [CLS]
+                check_pooling(path, ours.pooling, ["entropy"])
         except ValueError as err:
             parser.error(str(err))
     source, label = _demo_source(args.data_dir)
@@ -478,8 +491,10 @@ def _finetune_settings(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "per_device_train_batch_size": 16, "per_device_eval_batch_size": 64,
         "warmup_steps": 0.1, "seed": args.seed, "logging_steps": 10,
         "shrinkage_tokens": 50_000,
-        "save_strategy": "no", "disable_tqdm": bool(args.no_progress),
-        "output_dir": str(out),
+        "save_strategy": "no",
+        # the Trainer's progress bars, like measure's, only on a terminal
+        "disable_tqdm": bool(args.no_progress) or not sys.stderr.isatty(),
+        "overwrite": bool(args.overwrite), "output_dir": str(out),
     }
 
 

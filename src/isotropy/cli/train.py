@@ -3,6 +3,9 @@
 Every ``transformers.TrainingArguments`` option is a flag in Hugging Face's spelling
 (``--learning_rate``, ``--per_device_train_batch_size``, ``--bf16``, ...), plus ours (``--task``,
 ``--model``, ``--regularizer``, ...). ``isotropy train --help`` lists them all.
+
+The Trainer's progress bars are shown only when stderr is a terminal, unless
+``--disable_tqdm`` is given (on the command line or in the ``--config`` file).
 """
 
 from __future__ import annotations
@@ -12,25 +15,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_train_parser", "main", "run_train"]
-
-_EXAMPLES = """\
-examples:
-  isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
-      --output_dir runs/rte-istar
-  isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
-  isotropy train --config settings.yaml --output_dir runs/x --resume
-"""
-
+__all__ = ["add_train_parser", "bars_only_on_a_terminal", "main", "run_train"]
 
 def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand, with every option of the training parser, to a
     ``subparsers`` object; its handler is :func:`run_train`."""
-    from isotropy.training.config import build_parser
+    from isotropy.training.config import HELP_DESCRIPTION, HELP_EXAMPLES, build_parser
 
     p = subparsers.add_parser(
         "train", help="fine-tune an encoder with a regularizer (Hugging Face Trainer)",
-        description=__doc__, epilog=_EXAMPLES,
+        description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for action in build_parser()._actions:
@@ -45,15 +39,29 @@ def run_train(args: argparse.Namespace) -> int:
     exit code (0 ok, 2 bad input)."""
     from isotropy.training.config import args_from_dict
 
-    return _run(lambda: args_from_dict(vars(args)))
+    return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(args))))
+
+
+def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:
+    """The settings given, with ``disable_tqdm`` true when stderr is not a terminal (a log
+    file would fill with the Trainer's progress bars) and neither the command line nor the
+    ``--config`` file sets it."""
+    from isotropy.training.config import _read_config_file
+
+    if "disable_tqdm" in given or sys.stderr.isatty():
+        return given
+    if given.get("config") and "disable_tqdm" in _read_config_file(given["config"]):
+        return given
+    return {**given, "disable_tqdm": True}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the flags, train, print where the run is; one-line errors."""
-    from isotropy.training.config import parse_train_args
+    from isotropy.training.config import args_from_dict, build_parser
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    return _run(lambda: parse_train_args(argv))
+    parser = build_parser()
+    return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(parser.parse_args(argv)))))
 
 
 def _run(parse: Any) -> int:

@@ -39,6 +39,7 @@ do not share a colour while the spare colours last.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -169,9 +170,18 @@ def _save(fig: Any, stem: Path) -> list[Path]:
     return out
 
 
-def _ms(values: Sequence[float]) -> tuple[float, float]:
-    m, s = mean_std(values)
-    return m, (0.0 if s is None else s)
+def _ms(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample std (``None`` for one value: no error bar)."""
+    return mean_std(values)
+
+
+def _err(stds: Sequence[float | None]) -> list[float] | None:
+    """``xerr``/``yerr`` of :meth:`~matplotlib.axes.Axes.errorbar`: ``None`` (no bars) when
+    no point has a std, else the stds with NaN, which draws no bar, where a point has one
+    seed. A zero-length bar would pretend to a spread of zero."""
+    if all(s is None for s in stds):
+        return None
+    return [math.nan if s is None else float(s) for s in stds]
 
 
 def _groups(cells: Sequence[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
@@ -252,8 +262,8 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
                      key=lambda c: c.method.get("istar_lambda"))
         xs = [_ms(c.values("isoscore_star_union", which)) for c in sub]
         ys = [_ms(c.values(c.main_metric, which)) for c in sub]
-        ax.errorbar([x[0] for x in xs], [y[0] for y in ys], xerr=[x[1] for x in xs],
-                    yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+        ax.errorbar([x[0] for x in xs], [y[0] for y in ys], xerr=_err([x[1] for x in xs]),
+                    yerr=_err([y[1] for y in ys]), fmt=_MARKERS[i % len(_MARKERS)] + "-",
                     color=colour, capsize=3, label=f"ζ={zeta:g}")
         for c, x, y in zip(sub, xs, ys, strict=True):
             ax.annotate(f"λ={c.method.get('istar_lambda'):g}", (x[0], y[0]),
@@ -263,7 +273,7 @@ def _fig3(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     if base is not None:
         (bx, bsx), (by, bsy) = (_ms(base.values("isoscore_star_union", which)),
                                 _ms(base.values(base.main_metric, which)))
-        ax.errorbar([bx], [by], xerr=[bsx], yerr=[bsy], fmt="*", markersize=12,
+        ax.errorbar([bx], [by], xerr=_err([bsx]), yerr=_err([bsy]), fmt="*", markersize=12,
                     color=BASE_COLOUR, capsize=3, label="no regularizer")
     metric = cells[0].main_metric
     ax.set(title=f"IsoScore* vs {metric} across I-STAR λ ({key[0]}, {key[1]})",
@@ -300,7 +310,7 @@ def _per_layer(key: tuple[str, str], group: Sequence[Cell], which: str,
     for i, (label, colour, pts) in enumerate(series):
         stats = [_ms(v) for _, v in pts]
         ax.errorbar([layer for layer, _ in pts], [s[0] for s in stats],
-                    yerr=[s[1] for s in stats], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    yerr=_err([s[1] for s in stats]), fmt=_MARKERS[i % len(_MARKERS)] + "-",
                     color=colour, capsize=3, label=label)
     ax.set(title=f"{title} ({key[0]}, {key[1]})", xlabel="layer (0 = embeddings)",
            ylabel=ylabel)
@@ -334,10 +344,11 @@ def _fig4(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
     for i, (label, colour, m) in enumerate(panels):
         ax = axes[i, 0]
         mean = m.mean(axis=0)
-        std = m.std(axis=0, ddof=1) if len(m) > 1 else np.zeros_like(mean)
         dims = np.arange(mean.size)
         ax.bar(dims, mean, width=1.0, color=colour, label=f"{label} (n={len(m)})")
-        ax.errorbar(dims, mean, yerr=std, fmt="none", ecolor="#000000", elinewidth=0.5)
+        if len(m) > 1:  # one seed: no error bars
+            ax.errorbar(dims, mean, yerr=m.std(axis=0, ddof=1), fmt="none", ecolor="#000000",
+                        elinewidth=0.5)
         ax.legend(loc="upper right", fontsize=8)
     axes[0, 0].set_title(f"Mean activation per dimension, last layer ({key[0]}, {key[1]})")
     axes[-1, 0].set_xlabel("hidden dimension (index)")
@@ -357,7 +368,7 @@ def _fig7(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
                      key=lambda c: c.method.get("istar_zeta"))
         ys = [_ms(c.values(c.main_metric, which)) for c in sub]
         ax.errorbar([c.method.get("istar_zeta") for c in sub], [y[0] for y in ys],
-                    yerr=[y[1] for y in ys], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    yerr=_err([y[1] for y in ys]), fmt=_MARKERS[i % len(_MARKERS)] + "-",
                     color=lambda_colour(lam, lams), capsize=3, label=f"λ={lam:g}")
     best = max(cells, key=lambda c: c.stat(c.main_metric, which)[0])  # type: ignore[index]
     ax.axvline(best.method.get("istar_zeta"), color="#555555", linestyle="--",
@@ -439,7 +450,7 @@ def _fig8(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
         ns = sorted({t[3] for t in d["layers"]})
         n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}-{ns[-1]}"
         ax.errorbar([t[0] for t in d["layers"]], [t[1] for t in d["layers"]],
-                    yerr=[t[2] or 0.0 for t in d["layers"]], fmt=_MARKERS[i % len(_MARKERS)] + "-",
+                    yerr=_err([t[2] for t in d["layers"]]), fmt=_MARKERS[i % len(_MARKERS)] + "-",
                     color=colour, capsize=3, label=f"one layer, {tag} (mean ± std, {n})")
         if d["global"] is None:
             ax.plot([], [], " ", label=f"(no all-layers run at {tag})")
@@ -489,7 +500,7 @@ def _pe_fig1(key: tuple[str, str], group: Sequence[Cell], which: str) -> Any:
                 name = f"cls_spectrum_{kind}_{k + 1}"
                 vals = np.array([[next(r[name] for r in lg if r["step"] == s) for s in steps]
                                  for lg in logs])
-                std = vals.std(axis=0, ddof=1) if len(vals) > 1 else np.zeros(len(steps))
+                std = vals.std(axis=0, ddof=1) if len(vals) > 1 else None  # no bars
                 ax.errorbar(steps, vals.mean(axis=0), yerr=std, color=colour,
                             linestyle=styles[k], errorevery=max(1, len(steps) // 10),
                             capsize=2, label=f"{label}, σ{k + 1}" if j == 0 else None)

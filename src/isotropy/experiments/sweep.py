@@ -571,16 +571,19 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
     raw = []
     for method, cell, where in _cells(spec):
         for seed in seeds:
-            settings = {**base, **_coerce_all(cell, f"{spec.source}: {where}")}
+            values = _coerce_all(cell, f"{spec.source}: {where}")
+            settings = {**base, **values}
             if seed is not None:
                 settings["seed"] = seed
-            raw.append((method, settings, where))
+            raw.append((method, settings, where, values))
     parsed = []
-    for i, (method, settings, where) in enumerate(raw):
+    for i, (method, settings, where, values) in enumerate(raw):
         try:
             ours, targs = args_from_dict(settings)
         except (ValueError, TypeError) as err:
-            raise ValueError(f"{spec.source}: {where} (point {i + 1}, seed "
+            shown = "".join(f"{k}={_text(v) if not isinstance(v, str) else v}, "
+                            for k, v in values.items())
+            raise ValueError(f"{spec.source}: {where} (point {i + 1}: {shown}seed "
                              f"{settings.get('seed', 'default')}): "
                              f"{' '.join(str(err).split())}") from None
         resolved = {**{k: _resolved(ours, targs, k) for k in given_keys},
@@ -628,22 +631,26 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
 
 def check_inputs(points: Sequence[SweepPoint]) -> None:
     """Every model directory and local data file the points need exists (else
-    ``FileNotFoundError``/``ValueError`` naming it); hub models and data are checked when
-    the runs load them."""
+    ``FileNotFoundError``/``ValueError`` naming it), and no point pools a local decoder-only
+    model's first token (:func:`isotropy.training.model_kind.check_pooling`); hub models and
+    data are checked when the runs load them."""
     from isotropy.data.glue import require_split
     from isotropy.models.loading import resolve_model
     from isotropy.training.config import args_from_dict
+    from isotropy.training.model_kind import check_pooling
 
     seen: set[tuple[Any, ...]] = set()
     for p in points:
         ours, _ = args_from_dict(p.settings)
         key = (ours.model, ours.task, ours.data_source, ours.data_dir,
-               ours.split_dev_for_training is None)
+               ours.split_dev_for_training is None, ours.pooling, tuple(ours.regularizers))
         if key in seen:
             continue
         seen.add(key)
         try:
-            resolve_model(ours.model)
+            path = resolve_model(ours.model)
+            if os.path.isdir(path):
+                check_pooling(path, ours.pooling, ours.regularizers)
             if ours.data_source == "local":
                 splits = ("dev",) if ours.split_dev_for_training is not None else ("train", "dev")
                 for split in splits:

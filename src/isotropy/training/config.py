@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
@@ -113,6 +114,7 @@ class IsotropyArguments:
         "help": "delete a previous run in output_dir and start again"})
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         self.task = get_task(self.task).name
         self.data_source = check_data_source(self.data_source)
         regs = [r.strip().lower() for r in self.regularizer]
@@ -165,6 +167,31 @@ class IsotropyArguments:
         return [r for r in self.regularizer if r != "none"]
 
 
+def _check_finite(args: Any) -> None:
+    """``ValueError`` naming the first float setting of a dataclass that is NaN or infinite."""
+    for f in fields(args):
+        value = getattr(args, f.name, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{f.name} must be a finite number, got {value}")
+
+
+def _check_training_values(targs: TrainingArguments) -> None:
+    """The ``TrainingArguments`` values the Trainer would only reject once training starts
+    (or never): NaN or infinite numbers, a negative learning rate or epoch count, batch sizes
+    and accumulation below 1, Adam betas outside [0, 1), a negative Adam epsilon."""
+    _check_finite(targs)
+    for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
+        if getattr(targs, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, got {getattr(targs, name)}")
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size",
+                 "gradient_accumulation_steps"):
+        if getattr(targs, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(targs, name)}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(targs, name) < 1.0:
+            raise ValueError(f"--{name} must be in [0, 1), got {getattr(targs, name)}")
+
+
 def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
     """``'all'``, ``'last'``, one index or a list of indices from a flag value.
 
@@ -210,6 +237,7 @@ class TrainArguments(TrainingArguments):
         "help": "TensorBoard event directory (default: <output_dir>/tensorboard)"})
 
     def __post_init__(self) -> None:
+        _check_training_values(self)
         if (self.bf16 or self.bf16_full_eval) and not torch.cuda.is_available():
             self.use_cpu = True
         if not torch.cuda.is_available():
@@ -325,7 +353,17 @@ def _read_config_file(path: str) -> dict[str, Any]:
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = (f"line {mark.line + 1}, column {mark.column + 1}: "
+                     if mark is not None else "")
+            what = getattr(err, "problem", None) or str(err)
+            context = getattr(err, "context", None)
+            what = f"{what} ({context})" if context else what
+            raise ValueError(f"config file {p} is not valid YAML: {where}"
+                             f"{' '.join(str(what).split())}") from None
     else:
         try:
             data = json.loads(text)
@@ -336,13 +374,62 @@ def _read_config_file(path: str) -> dict[str, Any]:
     return data
 
 
+HELP_DESCRIPTION = """\
+Fine-tune an encoder on a GLUE-style task (or SQuAD) with isotropy regularizers.
+
+Every transformers.TrainingArguments option is accepted as a flag in Hugging Face's spelling
+(--learning_rate, --per_device_train_batch_size, --bf16, ...). Our own options come first,
+under "isotropy options"; the Hugging Face ones follow under "Hugging Face TrainingArguments".
+"""
+
+HELP_EXAMPLES = """\
+examples:
+  isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
+      --output_dir runs/rte-istar
+  isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
+  isotropy train --config settings.yaml --output_dir runs/x --resume
+"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
+                     argparse.ArgumentDefaultsHelpFormatter):
+    """Keep the description's paragraphs; show defaults where argparse knows them."""
+
+
+class TrainParser(HfArgumentParser):
+    """``HfArgumentParser`` whose errors are one line, ``isotropy train: error: ... (see
+    isotropy train --help)``, exit status 2, without the usage message."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
     """The ``HfArgumentParser`` of :class:`IsotropyArguments` and :class:`TrainArguments`.
 
     With ``suppress_defaults`` a parsed namespace holds only the flags given, so a preset and
-    a config file can fill in the rest (:func:`args_from_dict`).
+    a config file can fill in the rest (:func:`args_from_dict`). The help lists our options
+    first (group "isotropy options"), then every ``TrainingArguments`` option.
     """
-    parser = HfArgumentParser((IsotropyArguments, TrainArguments), prog="isotropy train")
+    parser = TrainParser(
+        (IsotropyArguments, TrainArguments), prog="isotropy train",
+        usage="%(prog)s [--task TASK] [--model MODEL] [--regularizer R ...] [OPTIONS]",
+        description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES, formatter_class=_HelpFormatter,
+    )
+    ours_names = {f.name for f in fields(IsotropyArguments)}
+    ours = parser.add_argument_group(
+        "isotropy options", "what to fine-tune, on which data, with which regularizers")
+    hf = parser.add_argument_group(
+        "Hugging Face TrainingArguments",
+        "every option of transformers.TrainingArguments; the harness's own defaults are\n"
+        "those of --output_dir, --eval_strategy, --save_strategy, --logging_steps,\n"
+        "--save_total_limit, --report_to and --logging_dir")
+    for action in list(parser._optionals._group_actions):
+        if action.dest == "help":
+            continue
+        parser._optionals._group_actions.remove(action)
+        (ours if action.dest in ours_names else hf)._group_actions.append(action)
     if suppress_defaults:
         for action in parser._actions:
             if action.dest != "help":
@@ -426,7 +513,7 @@ def default_run_name(settings: Mapping[str, Any]) -> str:
 def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
     """Parse command-line flags (plus ``--config`` and ``--preset``) into the two dataclasses.
 
-    Malformed flags exit with argparse's usage message; bad values raise ``ValueError``.
+    Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``.
     """
     namespace = build_parser().parse_args(list(argv if argv is not None else []))
     return args_from_dict(vars(namespace))

@@ -63,11 +63,12 @@ from isotropy.models.shrinkage import (
 )
 from isotropy.runtime import RngState, fault_point, flush_denormals, set_rng_state
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.console import use_console_log
 from isotropy.training.eval_measures import (
     DEFAULT_TOP_K,
     EvalMeasures,
     cls_spectrum_logs,
-    first_token_rows,
+    pooled_rows,
     scalar_metrics,
 )
 from isotropy.training.features import (
@@ -75,6 +76,7 @@ from isotropy.training.features import (
     tokenize_examples,
     tokenize_squad,
 )
+from isotropy.training.model_kind import check_pooling, is_decoder_only
 from isotropy.training.run_dir import (
     CHECKPOINT_STATE,
     MEASUREMENT_FORMAT,
@@ -99,7 +101,7 @@ STATE_FILE = CHECKPOINT_STATE
 # ----------------------------------------------------------------------------- inputs
 
 
-def _check_model(path: str, ours: IsotropyArguments | None = None) -> None:
+def _check_model(path: str, ours: IsotropyArguments | None = None) -> Any:
     """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
     not have, fail before any work."""
     from transformers import AutoConfig, AutoTokenizer
@@ -123,6 +125,7 @@ def _check_model(path: str, ours: IsotropyArguments | None = None) -> None:
                     f"--istar_layers {ours.istar_layers}: layer {i} is out of range, the model "
                     f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
                     f"or -1..-{n_layers + 1})")
+    return config
 
 
 def _resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
@@ -322,7 +325,7 @@ class IsotropyTrainer(Trainer):
                  measure_top_k: int = DEFAULT_TOP_K, measure_zeta: float = 0.2,
                  shrinkage_loader: Callable[[int], Any] | None = None,
                  shrinkage_tokens: int = DEFAULT_N_TOKENS, run_dir: RunDirectory | None = None,
-                 **kwargs: Any) -> None:
+                 measure_pooling: str = "cls", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _point_tensorboard(self)
         self.measure_max_tokens = measure_max_tokens
@@ -331,6 +334,7 @@ class IsotropyTrainer(Trainer):
         self.shrinkage_loader = shrinkage_loader
         self.shrinkage_tokens = shrinkage_tokens
         self.run_dir = run_dir
+        self.measure_pooling = measure_pooling
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}
         self._cycle: list[Any] = []
@@ -473,7 +477,8 @@ class IsotropyTrainer(Trainer):
             self._add_logs(self.model.last_logs)
         hs = _hidden_states(outputs)
         if hs:
-            self._cycle_cls.append(first_token_rows(hs[-1], inputs.get("attention_mask")))
+            self._cycle_cls.append(pooled_rows(hs[-1], inputs.get("attention_mask"),
+                                               self.measure_pooling))
             if self._cycle_pos >= len(self._cycle):  # the cycle's last micro-batch
                 cloud = torch.cat(self._cycle_cls)
                 if self.accelerator.num_processes > 1:
@@ -501,7 +506,7 @@ class IsotropyTrainer(Trainer):
         self._acc = EvalMeasures(
             max_tokens=self.measure_max_tokens, top_k=self.measure_top_k, zeta=zeta,
             shrinkage=shrinkage, dataset_size=len(dataset) if has_length(dataset) else None,
-            sync=self.accelerator.num_processes > 1)
+            sync=self.accelerator.num_processes > 1, pooling=self.measure_pooling)
         self._acc_error = None
         handle = self._inner().register_forward_hook(self._collect, with_kwargs=True)
         try:
@@ -550,7 +555,8 @@ class IsotropyTrainer(Trainer):
             devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
             with torch.random.fork_rng(devices=devices):
                 shrinkage = collect_layer_shrinkage(self.model, self.shrinkage_loader(epoch),
-                                                    n_tokens=self.shrinkage_tokens)
+                                                    n_tokens=self.shrinkage_tokens,
+                                                    pooling=self.measure_pooling)
             cache = {"epoch": epoch, "shrinkage": shrinkage, "rows": shrinkage.describe(),
                      "seconds": time.perf_counter() - t0}
             self._shrinkage_cache = cache
@@ -832,7 +838,11 @@ def _run_training(
     _prepare_span_arguments(spec, targs)
     data = load_task_data(ours, targs.seed)
     model_path = resolve_model(ours.model)
-    _check_model(model_path, ours)
+    model_config = _check_model(model_path, ours)
+    check_pooling(model_path, ours.pooling, ours.regularizers)
+    # the evaluation's and the training spectrum's one row per example: [CLS] of an encoder,
+    # the last token of a decoder-only model (as isotropy analyze pools it)
+    measure_pooling = "last" if is_decoder_only(model_config) else "cls"
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if span:
         train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
@@ -935,7 +945,9 @@ def _run_training(
         callbacks=[state_cb, metrics_cb, *callbacks],
         measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
         shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
+        measure_pooling=measure_pooling,
     )
+    use_console_log(trainer, spec.main_metric)
     metrics_cb.trainer = trainer
     if predictor is not None:
         predictor.order = lambda: _eval_order(trainer, eval_ds)
