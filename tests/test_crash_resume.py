@@ -102,6 +102,11 @@ def reference(setup):
     out = root / "reference"
     res = run_cli(train_argv(root, model, out))
     assert res.returncode == 0, res.stderr[-3000:]
+    # the exact entropy's training forward replays the no-grad pass's dropout masks (the
+    # tiny BERT has dropout 0.1): identical embeddings at every step
+    logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    replay = [r["entropy/replay_max_abs_diff"] for r in logs if "loss" in r]
+    assert len(replay) == 8 and all(d == 0.0 for d in replay)
     return run_files(out)
 
 

@@ -247,6 +247,8 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--per_device_train_batch_size", "0"],
          "--per_device_train_batch_size must be >= 1, got 0"),
         (["--task", "sst2", "--num_train_epochs", "-1"], "--num_train_epochs must be >= 0"),
+        (["--task", "sst2", "--num_train_epochs", "0"],
+         "--num_train_epochs 0 (without --max_steps) trains nothing"),
         (["--task", "sst2", "--gradient_accumulation_steps", "0"],
          "--gradient_accumulation_steps must be >= 1"),
         (["--task", "sst2", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1)"),
@@ -430,9 +432,7 @@ def test_presets_are_the_papers_settings():
     assert (targs.learning_rate, targs.num_train_epochs) == (1e-5, 4)
     assert (targs.adam_epsilon, targs.weight_decay, targs.max_grad_norm) == (1e-6, 0.0, 0.0)
     assert targs.lr_scheduler_type == "constant" and targs.warmup_steps == 0
-    from isotropy.runtime import cpu_has_native_bf16
-
-    assert targs.fp16 is gpu and targs.bf16 is (not gpu and cpu_has_native_bf16())
+    assert targs.fp16 is gpu and not (gpu and targs.bf16)  # bf16 only without a GPU (below)
     ours, _ = parse_train_args(["--preset", "istar", "--task", "squad", "--output_dir", "x"])
     assert ours.max_seq_length == 384
 
@@ -647,3 +647,13 @@ def test_entropy_refuses_first_token_pooling_of_a_decoder(tiny_model_dir, tmp_pa
     check_pooling(gpt2, "mean", ["entropy"])  # mean pooling: every token
     check_pooling(gpt2, "cls", ["istar"])  # no pooled cloud in training
     check_pooling(str(tiny_model_dir), "cls", ["entropy"])  # an encoder's [CLS]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_istar_preset_takes_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, native):
+    import isotropy.training.config as config
+
+    monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(config.torch.cuda, "is_available", lambda: False)
+    values = config.preset_values("istar", "rte")
+    assert (values["fp16"], values["bf16"]) == (False, native)

@@ -183,6 +183,9 @@ def _check_training_values(targs: TrainingArguments) -> None:
     for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
         if getattr(targs, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(targs, name)}")
+    if targs.max_steps <= 0 and targs.num_train_epochs == 0:
+        raise ValueError("--num_train_epochs 0 (without --max_steps) trains nothing: give at "
+                         "least a fraction of an epoch")
     for name in ("per_device_train_batch_size", "per_device_eval_batch_size",
                  "gradient_accumulation_steps"):
         if getattr(targs, name) < 1:
