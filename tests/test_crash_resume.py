@@ -152,6 +152,31 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(setup, reference, fau
     assert_same_run(out, reference)
 
 
+@pytest.fixture(scope="module")
+def reference_6_steps(setup):
+    """The run ended by --max_steps 6, in the middle of its second epoch."""
+    root, model = setup
+    out = root / "reference-6"
+    res = run_cli(train_argv(root, model, out, "--max_steps", "6"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return run_files(out)
+
+
+@pytest.mark.parametrize("fault", ["checkpoint_written@3", "results_writing"])
+def test_a_run_ending_mid_epoch_resumes_from_its_final_checkpoint(setup, reference_6_steps,
+                                                                   fault):
+    """--max_steps 6 ends mid-epoch: the final checkpoint comes after the final evaluation,
+    and resuming from it trains no further step."""
+    root, model = setup
+    out = root / f"six-{fault.replace('@', '-')}"
+    argv = train_argv(root, model, out, "--max_steps", "6")
+    assert run_cli(argv, fault=fault).returncode == -signal.SIGKILL
+    resumed = run_cli([*argv, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["train"]["global_step"] == 6
+    assert_same_run(out, reference_6_steps)
+
+
 def test_a_run_stopped_before_any_checkpoint_starts_again(setup, reference):
     """Nothing to continue: the rerun (with or without --resume) starts again, says so, and
     equals the uninterrupted run."""

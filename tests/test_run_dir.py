@@ -44,6 +44,7 @@ def test_the_same_run_without_a_checkpoint_starts_again(tmp_path):
     rd = make(tmp_path, metrics=3, checkpoints={2: False})  # only an incomplete checkpoint
     assert rd.last_checkpoint() is None
     assert rd.prepare(resume=False, overwrite=False, same_settings=same) == "restart"
+    assert list(rd.path.iterdir()) == []
 
 
 def test_another_run_that_logged_work_is_refused(tmp_path):
@@ -65,13 +66,34 @@ def test_a_complete_checkpoint_is_resumed_and_an_incomplete_one_is_not(tmp_path)
     assert [p.name for p in rd.checkpoints()] == ["checkpoint-2"]
 
 
-def test_records_are_kept_by_count_and_a_cut_line_is_not_counted(tmp_path):
-    rd = make(tmp_path, metrics=4)
+def steps(rd):
+    return [json.loads(x)["step"] for x in rd.file("metrics.jsonl").read_text().splitlines()]
+
+
+def cut(rd):
     with rd.file("metrics.jsonl").open("a") as f:
         f.write('{"step": 5, "lo')  # cut short by a kill
+
+
+def test_records_are_kept_by_count_and_a_cut_line_is_not_counted(tmp_path):
+    rd = make(tmp_path, metrics=4)
+    cut(rd)
     assert rd.record_counts()["metrics.jsonl"] == 4
     rd.keep_records({"metrics.jsonl": 2})
-    lines = rd.file("metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1, 2]
-    rd.truncate_metrics(10)  # by step: the cut line would be dropped too
-    assert len(rd.read_metrics()) == 2
+    assert steps(rd) == [1, 2]
+
+
+def test_a_count_larger_than_the_file_keeps_its_whole_records_only(tmp_path):
+    rd = make(tmp_path, metrics=4)
+    cut(rd)
+    rd.keep_records({"metrics.jsonl": 9})  # the file was edited since the checkpoint
+    assert steps(rd) == [1, 2, 3, 4]
+    rd.append_metrics({"step": 5, "loss": 0.1})  # the next record is not glued to a fragment
+    assert steps(rd) == [1, 2, 3, 4, 5]
+
+
+def test_truncating_by_step_drops_a_cut_line(tmp_path):
+    rd = make(tmp_path, metrics=4)
+    cut(rd)
+    rd.truncate_metrics(10)
+    assert steps(rd) == [1, 2, 3, 4]

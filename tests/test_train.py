@@ -657,3 +657,16 @@ def test_istar_preset_takes_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, nat
     monkeypatch.setattr(config.torch.cuda, "is_available", lambda: False)
     values = config.preset_values("istar", "rte")
     assert (values["fp16"], values["bf16"]) == (False, native)
+
+
+@pytest.mark.parametrize("save", ["steps", "epoch"])
+def test_eval_delay_never_loses_a_checkpoint(tiny_model_dir, glue_dir, tmp_path, save):
+    """An epoch's checkpoint waits for its evaluation only when one follows: with the
+    evaluation delayed past every epoch, the checkpoints are written as without the wait."""
+    out = tmp_path / "run"
+    res = _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--max_train_samples",
+                     "32", "--eval_delay", "5", "--save_strategy", save, "--save_steps", "2",
+                     "--save_total_limit", "10"))
+    assert res.status == "trained"
+    steps = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert steps == ([2, 4, 6, 8] if save == "steps" else [4, 8])

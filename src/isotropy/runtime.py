@@ -22,8 +22,10 @@ def fault_point(name: str) -> None:
 
     ``ISOTROPY_FAULT=<name>[@<n>][:<kill|int>]``: at the ``n``-th time (default 1) the point
     ``name`` is reached, send this process ``SIGKILL`` (``kill``, the default: no cleanup at
-    all, as a lost machine) or ``SIGINT`` (``int``: Ctrl-C). Used by the crash tests to stop a
-    real run at a named place; without the variable it does nothing.
+    all, as a killed process) or raise ``KeyboardInterrupt`` right here (``int``: what Ctrl-C
+    does when Python gets the signal at this point; raised, not signalled, so that it lands
+    exactly here). Used by the crash tests to stop a real run at a named place; without the
+    variable it does nothing.
 
     >>> fault_point("checkpoint_written")  # ISOTROPY_FAULT unset: nothing happens
     """
@@ -37,7 +39,9 @@ def fault_point(name: str) -> None:
     _fault_hits[name] = _fault_hits.get(name, 0) + 1
     if _fault_hits[name] != (int(nth) if nth else 1):
         return
-    os.kill(os.getpid(), signal.SIGINT if how == "int" else signal.SIGKILL)
+    if how == "int":
+        raise KeyboardInterrupt(f"{FAULT_ENV}={spec}")
+    os.kill(os.getpid(), signal.SIGKILL)
 
 RngState = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

@@ -251,12 +251,14 @@ class RunDirectory:
         return {METRICS: self._whole_lines(METRICS), MEASUREMENTS: self._whole_lines(MEASUREMENTS)}
 
     def keep_records(self, counts: Mapping[str, int]) -> None:
-        """Keep the first ``counts[name]`` records of each file (rewritten atomically)."""
+        """Keep the first ``counts[name]`` records of each file (rewritten atomically); never
+        a line cut short (a file that holds fewer whole records than counted keeps those)."""
         from isotropy.io import write_text_atomic
 
         for name, n in counts.items():
             path = self.file(name)
             if path.is_file():
+                n = min(n, self._whole_lines(name))
                 lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]
                 write_text_atomic(path, "".join(lines))
 

@@ -128,23 +128,30 @@ def _check_model(path: str, ours: IsotropyArguments | None = None) -> Any:
     return config
 
 
+def _check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
+    """The ``--resume_from_checkpoint`` folder, if it is a complete checkpoint of the run
+    directory; ``ValueError`` otherwise (checked before anything is changed)."""
+    chosen = Path(requested).resolve()
+    if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
+            or not chosen.name.rsplit("-", 1)[-1].isdigit() or not RunDirectory.is_complete(chosen):
+        raise ValueError(
+            f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
+            f"{run_dir.path} (choose one of: "
+            f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
+    return chosen
+
+
 def _resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
     """Make the checkpoint to resume from the last complete one: incomplete checkpoints (the
     run stopped while writing them) are deleted, and with ``--resume_from_checkpoint`` (a
     complete checkpoint of this run) the later ones too. Returns what to tell the user."""
     said = []
+    chosen = _check_resume_point(run_dir, requested) if requested else None
     last_complete = run_dir.last_checkpoint()
     for p in run_dir.drop_checkpoints(incomplete=True):
         said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
                     f"resuming from {last_complete.name if last_complete else 'the start'}")
-    if requested:
-        chosen = Path(requested).resolve()
-        if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
-                or not RunDirectory.is_complete(chosen):
-            raise ValueError(
-                f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
-                f"{run_dir.path} (choose one of: "
-                f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
+    if chosen is not None:
         later = run_dir.drop_checkpoints(incomplete=False, after=_checkpoint_step(chosen))
         if later:
             said.append(f"resuming from {chosen.name}: the later "
@@ -261,6 +268,15 @@ def read_checkpoint_state(checkpoint: str | Path) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def _sync_folder(folder: Path) -> None:
+    """Flush every file of a checkpoint folder to the disk (the Trainer does not), so that its
+    last file marks a checkpoint that survives a lost machine too."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+
+
 def _write_checkpoint_state(folder: Path, payload: Mapping[str, Any]) -> None:
     """``isotropy_state.pt`` written aside, synced, then renamed into place: the last file of
     a checkpoint, whose presence marks it complete."""
@@ -270,6 +286,11 @@ def _write_checkpoint_state(folder: Path, payload: Mapping[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, folder / STATE_FILE)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -341,7 +362,7 @@ class IsotropyTrainer(Trainer):
         self._cycle_pos = 0
         self._cycle_rng: list[RngState] = []
         self._cycle_cls: list[torch.Tensor] = []
-        self._save_after_evaluation = False
+        self._deferred_save_step: int | None = None
         self._cycle_items: Any = None
         self.resumed_eval_step: int | None = None  # the last evaluation before the checkpoint
         self.record_evaluations = True
@@ -374,6 +395,14 @@ class IsotropyTrainer(Trainer):
             self._shrinkage_cache = state.get("measure_shrinkage")
             self.resumed_eval_step = state.get("last_eval_step")
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
+        resumed from its final checkpoint mid-epoch would otherwise train one more step)."""
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _save_rng_state(self, output_dir):
         fault_point("checkpoint_partial")  # the model and optimizer are written, not the rest
         return super()._save_rng_state(output_dir)
@@ -389,9 +418,13 @@ class IsotropyTrainer(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()  # every rank's files (its RNG state) are written
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
+            if (folder / "training_args.bin").is_file():  # with the real save_total_limit
+                torch.save(self.args, folder / "training_args.bin")
+            _sync_folder(folder)
             _write_checkpoint_state(folder, self._checkpoint_payload())
             fault_point("checkpoint_written")
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
@@ -404,15 +437,20 @@ class IsotropyTrainer(Trainer):
         epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
         the same step): a checkpoint then never precedes an evaluation it should hold, so a
         run stopped between the two resumes to the uninterrupted result."""
-        at_epoch_end = self.state.epoch is not None and \
-            abs(self.state.epoch - round(self.state.epoch)) < 1e-9
-        if (self.control.should_save and not self.control.should_evaluate and at_epoch_end
-                and self.args.eval_strategy == IntervalStrategy.EPOCH):
+        step, epoch_now = self.state.global_step, self.state.epoch or 0.0
+        # the step loop's last call of an epoch (or of training, which then ends the epoch),
+        # when that epoch's evaluation will follow in the epoch-end call at the same step
+        last_of_epoch = abs(epoch_now - round(epoch_now)) < 1e-9 or \
+            self.control.should_training_stop
+        evaluation_follows = self.args.eval_strategy == IntervalStrategy.EPOCH and \
+            self.args.eval_delay <= epoch_now
+        if (self.control.should_save and not self.control.should_evaluate and last_of_epoch
+                and evaluation_follows and self._deferred_save_step != step):
             self.control.should_save = False
-            self._save_after_evaluation = True
-        elif self._save_after_evaluation and self.control.should_evaluate:
+            self._deferred_save_step = step
+        elif self._deferred_save_step == step:  # the epoch-end call: evaluate, then save
             self.control.should_save = True
-            self._save_after_evaluation = False
+            self._deferred_save_step = None
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, start_time,
                                          learning_rate=learning_rate)
@@ -889,6 +927,8 @@ def _run_training(
             run_dir.truncate_measurements(step)
         return status, said
 
+    if targs.resume_from_checkpoint:
+        _check_resume_point(run_dir, targs.resume_from_checkpoint)
     status, said = on_main_process(prepare)
     if status == "finished":
         echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
