@@ -416,8 +416,8 @@ def analyze_model(
                 sigma = collect_layer_shrinkage(
                     model, _batches(tok, inputs.train_texts, **kw), n_tokens=shrinkage_tokens,
                     pooling=inputs.pooling, sync_dist=False)
-            shrinkage_info = {"source": "training split", **sigma.describe(),
-                              "n_rows": sigma.describe()["union_rows"],
+            rows = sigma.describe()
+            shrinkage_info = {"source": "training split", **rows, "n_rows": rows["union_rows"],
                               "requested_rows": shrinkage_tokens,
                               "seconds": time.perf_counter() - t1,
                               "notes": [str(w.message) for w in caught]}

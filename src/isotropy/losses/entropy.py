@@ -257,14 +257,7 @@ class PersistentEntropyLoss(Regularizer):
         ``hidden_states`` is the ``outputs.hidden_states`` tuple; a single ``(batch, seq, dim)``
         tensor is taken as a one-layer tuple.
         """
-        if isinstance(hidden_states, torch.Tensor):
-            hidden_states = (hidden_states,)
-        states = tuple(hidden_states)
-        if not states:
-            raise ValueError(
-                "hidden_states is empty: call the model with output_hidden_states=True"
-            )
-        return self.forward_embeddings(self.embed(states, attention_mask), labels)
+        return self.forward_embeddings(self.embed(hidden_states, attention_mask), labels)
 
     def forward_embeddings(
         self, embeddings: ArrayLike, labels: ArrayLike | None = None

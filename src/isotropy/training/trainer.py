@@ -95,7 +95,6 @@ __all__ = [
     "run_training",
 ]
 
-STATE_FILE = CHECKPOINT_STATE
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -218,22 +217,19 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 
     def __init__(self, istar: Sequence[IStarLoss], entropy: Sequence[PersistentEntropyLoss],
                  make_loader: Callable[[int], Any], n_tokens: int,
-                 resume_from: str | None = None) -> None:
+                 resume_state: Mapping[str, Any] | None = None) -> None:
         super().__init__(losses=list(istar) or None, n_tokens=n_tokens)
         self.istar = list(istar)
         self.entropy = list(entropy)
         self.make_loader = make_loader
-        self.resume_from = resume_from
         self.shrinkage_epoch: int | None = None
-        self._restored: dict[str, Any] | None = None
+        self._restored = resume_state  # the resumed checkpoint's isotropy_state.pt
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-        if self.resume_from:
-            self._restored = read_checkpoint_state(self.resume_from)
-            if self._restored is not None:
-                for loss, window in zip(self.entropy, self._restored["entropy_windows"],
-                                        strict=True):
-                    loss.load_window_state(window)
+        if self._restored is not None:
+            for loss, window in zip(self.entropy, self._restored["entropy_windows"],
+                                    strict=True):
+                loss.load_window_state(window)
         return control
 
     def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
@@ -262,7 +258,7 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 
 def read_checkpoint_state(checkpoint: str | Path) -> dict[str, Any] | None:
     """The ``isotropy_state.pt`` of a checkpoint folder (``None`` if absent)."""
-    path = Path(checkpoint) / STATE_FILE
+    path = Path(checkpoint) / CHECKPOINT_STATE
     if not path.is_file():
         return None
     return torch.load(path, map_location="cpu", weights_only=False)
@@ -280,12 +276,12 @@ def _sync_folder(folder: Path) -> None:
 def _write_checkpoint_state(folder: Path, payload: Mapping[str, Any]) -> None:
     """``isotropy_state.pt`` written aside, synced, then renamed into place: the last file of
     a checkpoint, whose presence marks it complete."""
-    tmp = folder / f".{STATE_FILE}.tmp"
+    tmp = folder / f".{CHECKPOINT_STATE}.tmp"
     with tmp.open("wb") as f:
         torch.save(dict(payload), f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, folder / STATE_FILE)
+    os.replace(tmp, folder / CHECKPOINT_STATE)
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself
@@ -364,6 +360,7 @@ class IsotropyTrainer(Trainer):
         self._cycle_cls: list[torch.Tensor] = []
         self._deferred_save_step: int | None = None
         self._cycle_items: Any = None
+        self._exact: list[PersistentEntropyLoss] | None = None
         self.resumed_eval_step: int | None = None  # the last evaluation before the checkpoint
         self.record_evaluations = True
         self._acc: EvalMeasures | None = None
@@ -388,12 +385,18 @@ class IsotropyTrainer(Trainer):
             payload["records"] = self.run_dir.record_counts()
         return payload
 
-    def restore_checkpoint_state(self, checkpoint: str | Path) -> None:
-        """Take the measurements' Sigma_S of a resumed checkpoint (when it holds one)."""
-        state = read_checkpoint_state(checkpoint)
-        if state is not None:
-            self._shrinkage_cache = state.get("measure_shrinkage")
-            self.resumed_eval_step = state.get("last_eval_step")
+    def restore_checkpoint_state(self, state: Mapping[str, Any]) -> None:
+        """Take the measurements' Sigma_S and last evaluation step of a resumed checkpoint's
+        ``isotropy_state.pt`` (:func:`read_checkpoint_state`)."""
+        self._shrinkage_cache = state.get("measure_shrinkage")
+        self.resumed_eval_step = state.get("last_eval_step")
+
+    def _exact_losses(self) -> list[PersistentEntropyLoss]:
+        """The exact persistent-entropy losses of the model (found once)."""
+        if self._exact is None:
+            self._exact = (exact_cycle_losses(self.model)
+                           if isinstance(self.model, RegularizedModel) else [])
+        return self._exact
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
@@ -467,9 +470,8 @@ class IsotropyTrainer(Trainer):
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         self._cycle, self._cycle_pos, self._cycle_rng, self._cycle_cls = list(batches), 0, [], []
         self._cycle_items = num_items
-        if isinstance(self.model, RegularizedModel):
-            for loss in exact_cycle_losses(self.model):
-                loss.reset()  # nothing of an earlier cycle is ever consumed
+        for loss in self._exact_losses():
+            loss.reset()  # nothing of an earlier cycle is ever consumed
         return batches, num_items
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -477,8 +479,7 @@ class IsotropyTrainer(Trainer):
         pass, and before each micro-batch its replayed random state (class doc)."""
         pos = self._cycle_pos
         accumulating = len(self._cycle) > 1 or self.args.gradient_accumulation_steps > 1
-        if pos == 0 and self._cycle and accumulating and \
-                isinstance(self.model, RegularizedModel) and exact_cycle_losses(self.model):
+        if pos == 0 and self._cycle and accumulating and self._exact_losses():
             self.model.train()
 
             def autocast() -> Any:
@@ -938,6 +939,7 @@ def _run_training(
     for note in notes:
         echo(f"note: {note}")
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
+    resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
 
     set_seed(targs.seed)
     verbosity = hf_logging.get_verbosity()
@@ -974,7 +976,7 @@ def _run_training(
         [r for r in regs.values() if isinstance(r, IStarLoss)],
         [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
         make_loader, ours.shrinkage_tokens,
-        resume_from=str(resume_from) if resume_from else None)
+        resume_state=resume_state)
     metrics_cb = MetricsFileCallback(run_dir)
     predictor = (SpanPredictor(eval_ds, n_best=ours.n_best_size,
                                max_answer_length=ours.max_answer_length) if span else None)
@@ -991,8 +993,8 @@ def _run_training(
     metrics_cb.trainer = trainer
     if predictor is not None:
         predictor.order = lambda: _eval_order(trainer, eval_ds)
-    if resume_from is not None:
-        trainer.restore_checkpoint_state(resume_from)
+    if resume_state is not None:
+        trainer.restore_checkpoint_state(resume_state)
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.perf_counter() - t0
