@@ -670,3 +670,22 @@ def test_eval_delay_never_loses_a_checkpoint(tiny_model_dir, glue_dir, tmp_path,
     assert res.status == "trained"
     steps = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
     assert steps == ([2, 4, 6, 8] if save == "steps" else [4, 8])
+
+
+def test_subset_seed_keeps_one_subset_across_training_seeds(tiny_model_dir, glue_dir, tmp_path):
+    """--subset_seed fixes the --max_*_samples subsets whatever --seed; without it the subsets
+    follow --seed (seeds seed and seed + 1)."""
+    def run(name, *extra):
+        out = tmp_path / name
+        _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                   "--max_train_samples", "8", "--max_eval_samples", "8", *extra))
+        config = json.loads((out / "config.json").read_text())
+        guids = [line.split(",")[0] for line in
+                 (out / "eval_predictions.csv").read_text().splitlines()[1:]]
+        return config["data"]["subset_seeds"], sorted(guids)
+
+    a = run("a", "--seed", "1", "--subset_seed", "5")
+    b = run("b", "--seed", "2", "--subset_seed", "5")
+    c = run("c", "--seed", "2")
+    assert a == b and a[0] == [5, 6]
+    assert c[0] == [2, 3] and c[1] != a[1]

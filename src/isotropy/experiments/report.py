@@ -91,7 +91,7 @@ _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
 # and 6 check the measurement ζ themselves).
 COMPARED_SETTINGS = (
     # isotropy train's own
-    "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples",
+    "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples", "subset_seed",
     "split_dev_for_training", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
     "group_by_length", "n_best_size", "max_answer_length",
     # TrainingArguments that change what is trained

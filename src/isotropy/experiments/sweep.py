@@ -86,7 +86,8 @@ _SHORT = {
     "learning_rate": "lr", "per_device_train_batch_size": "bs", "num_train_epochs": "ep",
     "gradient_accumulation_steps": "ga", "weight_decay": "wd", "warmup_ratio": "wr",
     "warmup_steps": "ws", "max_seq_length": "len", "max_train_samples": "ntrain",
-    "max_eval_samples": "neval", "in_cluster_weight": "g", "pooling": "pool",
+    "max_eval_samples": "neval", "subset_seed": "dseed", "in_cluster_weight": "g",
+    "pooling": "pool",
     "shrinkage_tokens": "sT", "entropy_window": "win", "lr_scheduler_type": "sched",
     "entropy_accumulation": "acc", "include_padding": "pad",
 }

@@ -64,6 +64,10 @@ class IsotropyArguments:
         "help": "train on a seeded random subset of this many examples"})
     max_eval_samples: int | None = field(default=None, metadata={
         "help": "evaluate on a seeded random subset of this many examples"})
+    subset_seed: int | None = field(default=None, metadata={
+        "help": "seed of the --max_train_samples / --max_eval_samples subsets and of "
+                "--split_dev_for_training (default: --seed), to keep one data subset across "
+                "training seeds"})
     split_dev_for_training: float | None = field(default=None, metadata={
         "help": "FRACTION of the dev split used for training, the rest for evaluation "
                 "(seeded, disjoint; for tasks whose train file is absent; SQuAD: a fraction of "

@@ -875,7 +875,7 @@ def _run_training(
         raise ValueError("--prediction_loss_only leaves no predictions for the task metrics "
                          "and eval_predictions.csv")
     _prepare_span_arguments(spec, targs)
-    data = load_task_data(ours, targs.seed)
+    data = load_task_data(ours, targs.seed if ours.subset_seed is None else ours.subset_seed)
     model_path = resolve_model(ours.model)
     model_config = _check_model(model_path, ours)
     check_pooling(model_path, ours.pooling, ours.regularizers)
