@@ -32,9 +32,11 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py

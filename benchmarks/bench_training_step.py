@@ -52,11 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_time  # noqa: E402
 
+from isotropy.clouds import token_cloud  # noqa: E402
 from isotropy.losses.base import Regularizer, RegularizerOutput  # noqa: E402
 from isotropy.losses.cosreg import CosRegLoss  # noqa: E402
 from isotropy.losses.istar import IStarLoss  # noqa: E402
 from isotropy.measures.covariance import CovarianceStats  # noqa: E402
-from isotropy.models.hidden_states import token_cloud  # noqa: E402
 from isotropy.models.regularized import RegularizedModel  # noqa: E402
 from isotropy.models.shrinkage import _batch_rows, collect_covariance  # noqa: E402
 

@@ -14,8 +14,8 @@ import torch
 from _models import save_tiny_bert
 
 from isotropy.cli.main import main as cli_main
-from isotropy.experiments.analyze import analyze, analyze_model, locate_checkpoint, prepare_analyze
-from isotropy.training.eval_measures import pooled_rows
+from isotropy.probing.analyze import analyze, analyze_model, locate_checkpoint, prepare_analyze
+from isotropy.probing.eval_measures import pooled_rows
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad",
          "movie", "film", "plot", "actor", "story", "the", "a", "is", "was", "very", "not"]

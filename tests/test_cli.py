@@ -68,8 +68,8 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.fixture()
 def no_compute(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make the two computations fail the test if they start; returns the calls seen."""
-    import isotropy.experiments.layerwise as measure_module
-    import isotropy.experiments.stability as stability
+    import isotropy.paper.stability as stability
+    import isotropy.probing.layerwise as measure_module
 
     calls: list[str] = []
 
@@ -131,7 +131,7 @@ def test_measure_command_task(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
 def test_demo_command(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
                       monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str]) -> None:
-    import isotropy.experiments.stability as stability
+    import isotropy.paper.stability as stability
 
     real = stability.run_stability
 
@@ -163,7 +163,7 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
     import csv
     import json
 
-    import isotropy.experiments.stability as stability
+    import isotropy.paper.stability as stability
 
     real = stability.run_stability
 
@@ -225,7 +225,7 @@ def test_demo_trainer_progress_bars_only_on_a_terminal(
 
 
 def test_comparison_table_flags_a_collapsed_classifier() -> None:
-    from isotropy.experiments.comparison import ComparisonResult, format_comparison_table
+    from isotropy.paper.demo import ComparisonResult, format_comparison_table
 
     def row(method, collapsed, majority):
         return {"method": method, "metric": "accuracy", "value": 0.5, "collapsed": collapsed,
@@ -295,7 +295,7 @@ def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path,
 def test_failure_while_computing_returns_1(tiny_dir: Path, texts_file: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    import isotropy.experiments.layerwise as measure_module
+    import isotropy.probing.layerwise as measure_module
 
     def fails(*args, **kwargs):
         raise RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB")
@@ -435,7 +435,7 @@ def test_bad_data_file_fails_before_stability(tiny_dir: Path, glue_dir: Path, tm
 def test_measure_options_reach_the_computation(tiny_dir: Path, texts_file: Path,
                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                ) -> None:
-    import isotropy.experiments.layerwise as measure_module
+    import isotropy.probing.layerwise as measure_module
 
     real = measure_module.measure_model
     seen: dict = {}
@@ -485,7 +485,7 @@ def test_seed_changes_the_token_sample(tiny_dir: Path, texts_file: Path, tmp_pat
 def test_stability_seed_reaches_the_computation(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    import isotropy.experiments.stability as stability
+    import isotropy.paper.stability as stability
 
     real = stability.run_stability
     seen: list[dict] = []

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from isotropy.experiments.layerwise import (
+from isotropy.clouds import layer_token_clouds
+from isotropy.measures.cosine import avg_cosine_similarity
+from isotropy.measures.isoscore import isoscore, participation_ratio
+from isotropy.measures.partition import partition_score
+from isotropy.measures.spectrum import anisotropy_spectrum
+from isotropy.measures.twonn import twonn
+from isotropy.models.loading import load_model
+from isotropy.probing.layerwise import (
     BUILTIN_SENTENCES,
     format_measure_table,
     load_texts,
@@ -19,13 +26,6 @@ from isotropy.experiments.layerwise import (
     measure_model,
     write_measure,
 )
-from isotropy.measures.cosine import avg_cosine_similarity
-from isotropy.measures.isoscore import isoscore, participation_ratio
-from isotropy.measures.partition import partition_score
-from isotropy.measures.spectrum import anisotropy_spectrum
-from isotropy.measures.twonn import twonn
-from isotropy.models.hidden_states import layer_token_clouds
-from isotropy.models.loading import load_model
 
 WORDS = ["the", "a", "an", "cat", "dog", "bird", "sat", "on", "mat", "runs", "fast", "slow",
     "red", "blue", "big", "small", "and", "or", "is", "was", "good", "bad", "movie", "film",
@@ -153,7 +153,7 @@ def _near_constant(n: int = 7, d: int = 5) -> torch.Tensor:
 
 
 def test_near_constant_cloud_is_undefined_whatever_the_functions_return() -> None:
-    from isotropy.experiments.layerwise import _cls_row, _token_row, _TokenAccumulator
+    from isotropy.probing.layerwise import _cls_row, _token_row, _TokenAccumulator
 
     x = _near_constant()
     assert float(isoscore(x.double())) > 0.1  # the library scores the rounding noise
@@ -178,11 +178,11 @@ def test_near_constant_cloud_is_undefined_whatever_the_functions_return() -> Non
 
 
 def test_measure_errors_are_recorded_per_cell(monkeypatch: pytest.MonkeyPatch) -> None:
-    from isotropy.experiments.layerwise import _cls_row
+    from isotropy.probing.layerwise import _cls_row
 
-    # the modules (``isotropy.measures.isoscore`` as an attribute is the re-exported function)
-    iso_mod = importlib.import_module("isotropy.measures.isoscore")
-    twonn_mod = importlib.import_module("isotropy.measures.twonn")
+    # the modules whose names _cls_row calls (layerwise's IsoScore; TwoNN through measures.cloud)
+    iso_mod = importlib.import_module("isotropy.probing.layerwise")
+    twonn_mod = importlib.import_module("isotropy.measures.cloud")
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
     def zero_variance(*args, **kwargs):
@@ -272,7 +272,7 @@ def test_pairs_reach_the_model_with_token_type_ids(tiny) -> None:
 
 
 def test_max_length_below_special_tokens_is_rejected(tiny) -> None:
-    from isotropy.experiments.layerwise import min_max_length
+    from isotropy.probing.layerwise import min_max_length
 
     model, tok = tiny
     pairs = [(a, b) for a, b in zip(TEXTS[:4], TEXTS[4:8], strict=True)]

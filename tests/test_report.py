@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from isotropy.experiments.report import (
+from isotropy.reporting.report import (
     collect_runs,
     expand_inputs,
     group_cells,
@@ -266,7 +266,7 @@ ONE_LAYER = {"3": [0.70, 0.74], "1": [0.52], "2": [0.66, 0.60, 0.62]}  # layer -
 
 
 def test_fig8_numbers_and_table2_ignore_one_layer_runs(sweep_root: Path) -> None:
-    from isotropy.experiments.figures import fig8_data
+    from isotropy.reporting.figures import fig8_data
 
     # at (-1, 0.4): not the first global cell in (λ, ζ) order, so matching the global line on
     # λ alone or on ζ alone would pick another cell
@@ -326,7 +326,7 @@ def _series_colours(fig: Any) -> dict[str, str]:
 
 def test_colours_are_fixed_per_method_and_distinct_within_a_figure(sweep_root: Path,
                                                                    tmp_path: Path) -> None:
-    from isotropy.experiments.figures import (
+    from isotropy.reporting.figures import (
         ENTROPY_COLOURS,
         _fig5,
         _fig7,
@@ -381,7 +381,7 @@ def _error_bar_lengths(fig: Any) -> list[float]:
 
 
 def test_one_seed_draws_no_error_bars(tmp_path: Path) -> None:
-    from isotropy.experiments.figures import _fig3, _fig4, _fig5, _fig6, _fig7, _fig8, _pe_fig1
+    from isotropy.reporting.figures import _fig3, _fig4, _fig5, _fig6, _fig7, _fig8, _pe_fig1
 
     root = tmp_path / "runs"
     spec = [(s, [0.9, 0.05, 0.02, 0.3, 0.2, 0.1]) for s in range(10, 101, 10)]
@@ -406,7 +406,7 @@ def test_one_seed_draws_no_error_bars(tmp_path: Path) -> None:
 
 
 def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:
-    from isotropy.experiments.figures import _fig3, _fig6, _Skip
+    from isotropy.reporting.figures import _fig3, _fig6, _Skip
 
     root = tmp_path / "runs"
     make_run(root, seed=1)
@@ -510,7 +510,7 @@ def test_cli_report(sweep_root: Path, tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_pe_table2_averages_the_evaluations_of_the_last_30_percent(tmp_path: Path) -> None:
-    from isotropy.experiments.report import pe_table2_rows
+    from isotropy.reporting.report import pe_table2_rows
 
     root = tmp_path / "runs"
     # 100 steps: the window is steps >= 70. Step 100 is logged twice (the best model evaluated
@@ -552,7 +552,7 @@ def test_pe_table2_averages_the_evaluations_of_the_last_30_percent(tmp_path: Pat
 
 
 def test_pe_table2_total_steps_fall_back_to_the_last_logged_step(tmp_path: Path) -> None:
-    from isotropy.experiments.report import tail_evaluations
+    from isotropy.reporting.report import tail_evaluations
 
     d = make_run(tmp_path, evals=[(10, 0.1), (25, 0.2), (30, 0.4)])  # no train.global_step
     (run,), _ = collect_runs([d])
@@ -567,7 +567,7 @@ def test_pe_table2_total_steps_fall_back_to_the_last_logged_step(tmp_path: Path)
 def test_pe_fig2_mean_and_band_over_seeds(tmp_path: Path) -> None:
     from matplotlib.collections import PolyCollection
 
-    from isotropy.experiments.figures import ENTROPY_COLOURS, _pe_fig2, pe_fig2_data
+    from isotropy.reporting.figures import ENTROPY_COLOURS, _pe_fig2, pe_fig2_data
 
     root = tmp_path / "runs"
     make_run(root, reg="entropy", seed=1, global_step=100, evals=[(50, 0.6), (100, 0.8)])
@@ -595,7 +595,7 @@ def test_pe_fig2_mean_and_band_over_seeds(tmp_path: Path) -> None:
     assert {"pe_fig2_rte_minilm.png", "pe_fig2_rte_minilm.svg"} <= {f.name for f in res["files"]}
     assert png_size(tmp_path / "out" / "figures" / "pe_fig2_rte_minilm.png") == FIG_PIXELS
     only_istar = group_cells(collect_runs([next(root.glob("*istar*"))])[0])
-    from isotropy.experiments.figures import _Skip
+    from isotropy.reporting.figures import _Skip
 
     with pytest.raises(_Skip, match="no base or entropy run"):
         _pe_fig2(("rte", "minilm"), only_istar, "final")
@@ -634,7 +634,7 @@ def test_table1_squad_shows_f1_and_em(tmp_path: Path) -> None:
 
 
 def test_measurement_format_is_read_from_config(tmp_path: Path) -> None:
-    from isotropy.experiments.report import measurement_format
+    from isotropy.reporting.report import measurement_format
 
     assert measurement_format({}) == 1
     assert measurement_format({"measurement_format": 1}) == 1
@@ -785,7 +785,7 @@ def test_pick_best_over_a_tuning_grid(tmp_path: Path) -> None:
 
 
 def test_pick_best_over_keeps_other_settings_apart_and_minimises_a_loss(tmp_path: Path) -> None:
-    from isotropy.experiments.report import lower_is_better, pick_best
+    from isotropy.reporting.report import lower_is_better, pick_best
 
     root = tmp_path / "runs"
     _grid(root, {"max_seq_length": 128})
@@ -846,7 +846,7 @@ def test_entropy_accumulation_and_padding_are_part_of_the_method(tmp_path):
     """A persistent-entropy run without entropy_accumulation (written before it existed) used
     the sliding window: labelled so, never pooled with an exact one; include_padding marks
     I-STAR and CosReg methods; the base run is shared by all."""
-    from isotropy.experiments.report import collect_runs, expand_inputs
+    from isotropy.reporting.report import collect_runs, expand_inputs
 
     make_run(tmp_path, reg="entropy", seed=1, accumulation=None)
     make_run(tmp_path, reg="entropy", seed=2, accumulation="exact")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from isotropy.training.run_dir import CHECKPOINT_STATE, TRAINER_STATE, RunDirectory
+from isotropy.rundir import CHECKPOINT_STATE, TRAINER_STATE, RunDirectory
 
 
 def make(tmp_path, *, metrics: int = 0, checkpoints: dict[int, bool] | None = None):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from isotropy import isoscore_from_covariance
-from isotropy.experiments.stability import (
+from isotropy.paper.stability import (
     figure2_variances,
     format_stability_table,
     run_stability,

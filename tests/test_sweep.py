@@ -20,17 +20,17 @@ import numpy as np
 import pytest
 import yaml
 from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
-from test_train import _Crash
+from _training import Crash as _Crash
 
 from isotropy.cli.sweep import main as sweep_main
-from isotropy.experiments.engines import (
+from isotropy.sweeps.engines import (
     LocalEngine,
     cell_summary,
     exit_reason,
     make_engine,
     run_sweep,
 )
-from isotropy.experiments.sweep import (
+from isotropy.sweeps.spec import (
     SweepStatus,
     check_inputs,
     expand,
@@ -409,7 +409,7 @@ def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, gl
 
 
 def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_path, capsys):
-    from isotropy.experiments.engines import _sweep_lock, sweep_in_progress
+    from isotropy.sweeps.engines import _sweep_lock, sweep_in_progress
 
     root = tmp_path / "out"
     spec_file = tmp_path / "spec.yaml"
@@ -437,7 +437,7 @@ def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_pa
 def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeypatch):
     import fcntl
 
-    from isotropy.experiments import engines
+    from isotropy.sweeps import engines
 
     root = tmp_path / "out"
     root.mkdir()
@@ -530,7 +530,7 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
     import signal
     import threading
 
-    from isotropy.experiments.engines import _sweep_lock
+    from isotropy.sweeps.engines import _sweep_lock
 
     spec = _spec(tiny_model, glue, tmp_path / "out")
     (point,) = expand(spec)

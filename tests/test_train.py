@@ -12,18 +12,16 @@ import numpy as np
 import pytest
 import torch
 from _models import save_tiny_bert
+from _training import WORDS
+from _training import Crash as _Crash
+from _training import run_train as _run
+from _training import sentence as _sentence
+from _training import train_argv as _argv
 from scipy.stats import pearsonr
-from transformers import TrainerCallback
 
 from isotropy.cli.train import main as train_main
 from isotropy.data.glue import default_glue_dir
 from isotropy.training.config import parse_train_args
-from isotropy.training.trainer import run_training
-
-WORDS = [
-    "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",
-    "film", "plot", "actor", "story", "the", "a", "is", "was", "very", "not",
-]
 
 
 @pytest.fixture(autouse=True)
@@ -35,11 +33,6 @@ def _one_thread(one_thread):
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny random BERT encoder with a WordPiece tokenizer over ``WORDS``."""
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), WORDS)
-
-
-def _sentence(rng: random.Random, label: int) -> str:
-    cue = rng.choice(["good", "great", "nice", "happy"] if label else ["bad", "awful", "poor"])
-    return " ".join([*rng.choices(WORDS[9:], k=rng.randint(2, 8)), cue])
 
 
 @pytest.fixture(scope="module")
@@ -63,24 +56,6 @@ def glue_dir(tmp_path_factory):
                         f"{_sentence(rng, 0)}\t{s:.3f}")
         (root / "STS-B" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
-
-
-def _argv(model_dir, glue, out, *extra):
-    return [
-        "--model", str(model_dir), "--data_dir", str(glue), "--output_dir", str(out),
-        "--max_seq_length", "24", "--per_device_train_batch_size", "8",
-        "--per_device_eval_batch_size", "16", "--num_train_epochs", "2",
-        "--learning_rate", "1e-3", "--logging_steps", "2", "--seed", "3",
-        "--disable_tqdm", "true", "--report_to", "none", "--use_cpu", "true",
-        "--shrinkage_tokens", "300", *extra,
-    ]
-
-
-def _run(argv, callbacks=()):
-    ours, targs = parse_train_args(argv)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return run_training(ours, targs, callbacks=callbacks, echo=lambda s: None)
 
 
 def _check_run_dir(out, task_metric):
@@ -162,18 +137,6 @@ def _stsb_pair(glue_dir, index):
         rows = list(csv.DictReader(f, delimiter="\t"))
     row = next(r for r in rows if r["index"] == str(index))
     return row["sentence1"], row["sentence2"]
-
-
-class _Crash(TrainerCallback):
-    """Simulate a crash after optimizer step ``at``."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.at:
-            raise RuntimeError("simulated crash")
-        return control
 
 
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):

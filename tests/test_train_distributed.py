@@ -13,7 +13,7 @@ against a plain PyTorch loop); the persistent-entropy window (``entropy_window``
 steps) scores, at the last micro-step of a cycle, exactly the cycle's ``2 B`` points.
 
 Evaluation measurements: two processes measure the whole evaluation set, as one process does
-(:class:`~isotropy.training.eval_measures.EvalMeasures` synced): the same record to float
+(:class:`~isotropy.probing.eval_measures.EvalMeasures` synced): the same record to float
 tolerance, also for an odd evaluation set (Accelerate pads the last batches with duplicates)
 and a token cap that falls inside rank 1's first batch; checked on the accumulator alone, with
 Accelerate's own evaluation sharding, against NumPy/scikit-dimension on the concatenated set.
@@ -41,11 +41,11 @@ import pytest
 import torch
 from _distributed import RunResults, StepError, guarded, require_gloo
 from _models import save_tiny_bert
-from test_train_measures import iota, mean_cosine, skdim_twonn, spd, spectrum
+from _reference import iota, mean_cosine, skdim_twonn, spd, spectrum
 from transformers import TrainerCallback
 
+from isotropy.probing.eval_measures import OTHER_RANK, EvalMeasures
 from isotropy.training.config import parse_train_args
-from isotropy.training.eval_measures import OTHER_RANK, EvalMeasures
 from isotropy.training.trainer import run_training
 
 WORLD = 2

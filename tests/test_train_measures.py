@@ -13,15 +13,20 @@ import numpy as np
 import pytest
 import torch
 from _models import save_tiny_bert
-from test_train import WORDS, _argv, _Crash, _run, _sentence
+from _reference import iota, mean_cosine, skdim_twonn, spd, spectrum
+from _training import WORDS
+from _training import Crash as _Crash
+from _training import run_train as _run
+from _training import sentence as _sentence
+from _training import train_argv as _argv
 
-from isotropy.training.eval_measures import (
+from isotropy.probing.eval_measures import (
     NONFINITE,
     EvalMeasures,
     cls_spectrum_logs,
     scalar_metrics,
 )
-from isotropy.training.run_dir import RunDirectory
+from isotropy.rundir import RunDirectory
 
 
 @pytest.fixture(autouse=True)
@@ -55,42 +60,6 @@ def sst2_dir(tmp_path_factory):
             rows.append(f"{_sentence(rng, y)}\t{y}")
         (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
-
-
-# ----------------------------------------------------------------------------- independent routes
-
-
-def iota(cov: np.ndarray) -> float:
-    """IsoScore of a covariance from its eigenvalues: ((sum l)^2 / sum l^2 - 1) / (d - 1)."""
-    lam = np.linalg.eigvalsh(cov)
-    return float((lam.sum() ** 2 / (lam**2).sum() - 1) / (lam.size - 1))
-
-
-def mean_cosine(x: np.ndarray) -> float:
-    """Mean cosine similarity over all ordered pairs i != j (explicit pairwise matrix)."""
-    u = x / np.linalg.norm(x, axis=1, keepdims=True)
-    g = u @ u.T
-    n = len(x)
-    return float((g.sum() - np.trace(g)) / (n * (n - 1)))
-
-
-def spectrum(x: np.ndarray, k: int, center: bool) -> np.ndarray:
-    """sigma_i^2 / sum sigma^2 from NumPy's SVD."""
-    y = x - x.mean(0) if center else x
-    s = np.linalg.svd(y, compute_uv=False) ** 2
-    return s[:k] / s.sum()
-
-
-def skdim_twonn(x: np.ndarray) -> float:
-    skdim = pytest.importorskip("skdim")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(skdim.id.TwoNN().fit(x).dimension_)
-
-
-def spd(d: int, seed: int) -> np.ndarray:
-    a = np.random.default_rng(seed).standard_normal((d, 2 * d))
-    return a @ a.T / (2 * d)
 
 
 def _batches(d: int = 6, n_states: int = 3, seed: int = 0):

@@ -1,4 +1,5 @@
-"""Write ``specs/istar.yaml`` (phase A) from the learning rates picked on ``istar-lr``.
+"""Write ``specs/istar.yaml`` (phase A) and ``specs/zeta.yaml`` (phase C) from the learning
+rates picked on ``istar-lr``.
 
 Reads ``picks.csv`` of ``isotropy report <istar-lr root> --pick-best-over learning_rate``
 (the rate of higher dev main metric on seed 0 of the run without a regularizer, per task)
@@ -7,6 +8,9 @@ and writes one point per task and method, every method at its task's rate:
 - no regularizer; CosReg lambda = 1;
 - I-STAR at the I-STAR paper's best BERT setting for the task (its Table 2);
 - I-STAR lambda = +1 and a milder lambda = -0.3, at that setting's zeta.
+
+Phase C: I-STAR lambda = -1 at zeta in {0, 0.2, ..., 1} on CoLA (the I-STAR paper's Fig. 7),
+in phase A's output root, so that its point at CoLA's zeta 0.8 is phase A's run.
 
 Usage: python make_istar_spec.py PICKS_CSV [OUT_YAML]
 """
@@ -55,6 +59,18 @@ def main(picks_csv: str, out: str) -> None:
             + "\nseeds: [0, 1, 2]\norder: seed-major\n")
     Path(out).write_text(text, encoding="utf-8")
     print(f"wrote {out}")
+    lr = float(picks["cola"]["picked"].split("=", 1)[1])
+    zetas = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    zeta_text = ("# Phase C: I-STAR lambda = -1, zeta in {0, 0.2, ..., 1} on CoLA at its phase-A learning\n"
+                 "# rate (written by make_istar_spec.py), in phase A's output root: the zeta = 0.8 point\n"
+                 "# is phase A's run. 6 cells x 3 seeds, seed-major.\n"
+                 f"output_root:{head}\npoints:\n"
+                 + "\n".join(f"  - {{task: cola, learning_rate: {lr:.1e}, regularizer: istar, "
+                             f"tuning: -1, zeta: {z}}}" for z in zetas)
+                 + "\nseeds: [0, 1, 2]\norder: seed-major\n")
+    zeta_out = Path(out).with_name("zeta.yaml")
+    zeta_out.write_text(zeta_text, encoding="utf-8")
+    print(f"wrote {zeta_out}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ for root in "$RUNS"/*/; do
         for f in "${KEEP[@]}"; do
             [ -f "$run/$f" ] && cp "$run/$f" "$out/"
         done
-        rm -rf "$run"/checkpoint-* "$run"/model.safetensors "$run"/pytorch_model.bin "$run"/optimizer.pt
+        rm -rf "$run"/checkpoint-* "$run"/model
     done
 done
 echo "synced $(find "$HERE/runs" -name results.json | wc -l) finished runs into $HERE/runs"

@@ -6,6 +6,7 @@ IsoScore code used the transpose). Functions accept torch tensors and NumPy arra
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import Any
 
 from isotropy.losses import (
@@ -34,7 +35,10 @@ from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
 from isotropy.measures.twonn import twonn
 
-__version__ = "0.1.0"
+try:  # the one place the version is read: the installed package's metadata (pyproject.toml)
+    __version__ = _metadata.version("isotropy")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 # Names whose modules import transformers: loaded on first use to keep `import isotropy` light.
 _LAZY = {

@@ -52,7 +52,7 @@ def _zeta(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy analyze`` argument parser."""
-    from isotropy.experiments import analyze as a
+    from isotropy.probing import analyze as a
 
     p = _Parser(prog="isotropy analyze", description=__doc__, epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,9 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from isotropy.experiments import analyze as a
-    from isotropy.experiments.layerwise import _resolve_device
     from isotropy.io import output_dir_problem
+    from isotropy.probing import analyze as a
+    from isotropy.probing.layerwise import _resolve_device
 
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -101,7 +101,7 @@ def _flatten(values: list[list[Any]] | None) -> list[Any] | None:
 
 
 def _add_stability_options(p: argparse.ArgumentParser) -> None:
-    from isotropy.experiments.stability import (
+    from isotropy.paper.stability import (
         DEFAULT_DIM,
         DEFAULT_REPEATS,
         DEFAULT_SHRINKAGE_POINTS,
@@ -126,7 +126,7 @@ def _add_stability_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_measure_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
-    from isotropy.experiments.layerwise import (
+    from isotropy.probing.layerwise import (
         DEFAULT_BATCH_SIZE,
         DEFAULT_MAX_LENGTH,
         DEFAULT_MAX_TEXTS,
@@ -299,7 +299,7 @@ def _check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
 
 
 def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
-    from isotropy.experiments.layerwise import _resolve_device
+    from isotropy.probing.layerwise import _resolve_device
 
     try:
         _resolve_device(device)
@@ -334,8 +334,8 @@ def _check_stability_args(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def _prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, **source: Any) -> Any:
     """Read the texts, load the model and tokenizer and check ``--max-length`` against it
-    (:func:`isotropy.experiments.layerwise.prepare_measure`); a failure is a usage error."""
-    from isotropy.experiments.layerwise import prepare_measure
+    (:func:`isotropy.probing.layerwise.prepare_measure`); a failure is a usage error."""
+    from isotropy.probing.layerwise import prepare_measure
 
     try:
         return prepare_measure(args.model, data_dir=args.data_dir, max_texts=args.max_texts,
@@ -353,7 +353,7 @@ def _print_paths(paths: dict[str, Path]) -> None:
 
 
 def _stability(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
-    from isotropy.experiments import stability
+    from isotropy.paper import stability
 
     sizes = _flatten(getattr(args, "sizes", None)) or list(stability.DEFAULT_SIZES)
     zetas = _flatten(getattr(args, "zetas", None)) or list(stability.DEFAULT_ZETAS)
@@ -371,7 +371,7 @@ def _stability(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
 
 
 def _measure(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str, Path]:
-    from isotropy.experiments import layerwise as m
+    from isotropy.probing import layerwise as m
 
     progress = (not args.no_progress) and sys.stderr.isatty()
     result = m.measure_model(
@@ -428,7 +428,7 @@ def _run_measure(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 def _demo_source(data_dir: Path | None) -> tuple[dict[str, Any], str]:
     """SST-2 dev from the GLUE directory if present, else the built-in sentences."""
     from isotropy.data.glue import require_split
-    from isotropy.experiments.layerwise import BUILTIN_SENTENCES
+    from isotropy.probing.layerwise import BUILTIN_SENTENCES
 
     try:
         require_split("sst2", "dev", data_dir)
@@ -511,7 +511,7 @@ def _finetune_problem(args: argparse.Namespace) -> str | None:
 
 
 def _finetune(args: argparse.Namespace, out: Path) -> dict[str, Path]:
-    from isotropy.experiments.comparison import (
+    from isotropy.paper.demo import (
         format_comparison_table,
         run_comparison,
         write_comparison,
@@ -532,7 +532,7 @@ def _finetune(args: argparse.Namespace, out: Path) -> dict[str, Path]:
     print()
     print(format_comparison_table(result))
     paths = write_comparison(result, out, notes)
-    from isotropy.experiments.report import write_report
+    from isotropy.reporting.report import write_report
 
     report = write_report([r["run_dir"] for r in result.rows], out / "report")
     paths["report"] = Path(out / "report" / "report.md")

@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _settings(text: str) -> tuple[str, ...]:
     """``--pick-best-over`` as a tuple of setting names, each a setting that tells runs
     apart."""
-    from isotropy.experiments.report import COMPARED_SETTINGS
+    from isotropy.reporting.report import COMPARED_SETTINGS
 
     names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     if not names:
@@ -86,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pathlib import Path
 
-    from isotropy.experiments.report import collect_runs, expand_inputs, write_report
     from isotropy.io import output_dir_problem
+    from isotropy.reporting.report import collect_runs, expand_inputs, write_report
 
     out = Path(args.output_dir)
     try:

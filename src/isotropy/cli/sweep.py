@@ -56,8 +56,8 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy sweep`` argument parser."""
-    from isotropy.experiments.engines import ENGINES
-    from isotropy.experiments.sweep import ORDERS, PRESETS
+    from isotropy.sweeps.engines import ENGINES
+    from isotropy.sweeps.spec import ORDERS, PRESETS
 
     p = _Parser(prog="isotropy sweep", description=__doc__, epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,7 +119,7 @@ def _grid_values(text: str) -> list[Any]:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from isotropy.experiments.sweep import PRESETS, load_spec, override, preset_spec
+    from isotropy.sweeps.spec import PRESETS, load_spec, override, preset_spec
 
     if args.spec and args.preset:
         raise ValueError("give a sweep file or --preset, not both")
@@ -156,19 +156,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from isotropy.experiments.engines import (
+    from isotropy.io import output_dir_problem
+    from isotropy.sweeps.engines import (
         make_engine,
         plan,
         run_sweep,
         sweep_in_progress,
     )
-    from isotropy.experiments.sweep import (
+    from isotropy.sweeps.spec import (
         SweepStatus,
         check_finished_runs,
         check_inputs,
         expand,
     )
-    from isotropy.io import output_dir_problem
 
     try:
         spec = _load(args)

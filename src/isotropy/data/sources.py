@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from isotropy.data.glue import Example, get_task, load_split, require_split
+from isotropy.data.splits import seeded_subset, split_examples
 
-if TYPE_CHECKING:
-    from isotropy.training.config import IsotropyArguments
-
-__all__ = ["DATA_SOURCES", "TaskData", "check_data_source", "load_splits", "load_task_data"]
+__all__ = ["DATA_SOURCES", "DataSettings", "TaskData", "check_data_source", "load_splits",
+           "load_task_data"]
 
 DATA_SOURCES = ("local", "hub")
 
@@ -79,11 +78,21 @@ def load_splits(
     return examples, info, {s: str(p) for s, p in paths.items()}
 
 
-def load_task_data(ours: IsotropyArguments, seed: int) -> TaskData:
+class DataSettings(Protocol):
+    """The data settings :func:`load_task_data` reads (``isotropy train``'s
+    :class:`~isotropy.training.config.IsotropyArguments` has them)."""
+
+    task: str
+    data_source: str
+    data_dir: str | None
+    split_dev_for_training: float | None
+    max_train_samples: int | None
+    max_eval_samples: int | None
+
+
+def load_task_data(ours: DataSettings, seed: int) -> TaskData:
     """The train and eval examples of ``ours.task`` from ``ours.data_source``, with the seeded
     dev split and subsets of the module docstring."""
-    from isotropy.training.features import seeded_subset, split_examples
-
     spec = get_task(ours.task)
     split_dev = ours.split_dev_for_training is not None
     examples, source, where = load_splits(spec.name, ("dev",) if split_dev else ("dev", "train"),

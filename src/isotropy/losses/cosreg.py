@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 
 from isotropy._validation import accumulation_dtype
+from isotropy.clouds import token_cloud
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
 from isotropy.losses.istar import check_hidden_states, check_tuning
-from isotropy.models.hidden_states import token_cloud
 
 __all__ = ["CosRegLoss"]
 

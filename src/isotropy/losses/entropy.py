@@ -28,10 +28,10 @@ from isotropy._validation import (
     as_point_cloud,
     check_finite_float,
 )
+from isotropy.clouds import pool, select_layers
 from isotropy.distributed import gather_rows
 from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
-from isotropy.models.hidden_states import pool, select_layers
 
 __all__ = ["PersistentEntropyLoss"]
 

@@ -30,9 +30,9 @@ from isotropy._validation import (
     check_finite_float,
     check_zeta,
 )
+from isotropy.clouds import Layers, token_cloud
 from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
 from isotropy.measures.isoscore import _isoscore_star
-from isotropy.models.hidden_states import Layers, token_cloud
 
 __all__ = ["IStarLoss"]
 

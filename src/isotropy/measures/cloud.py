@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.twonn import twonn
 
 __all__ = [
     "ZERO_VARIANCE",
@@ -155,6 +156,5 @@ def spectrum_from_moment(moment: torch.Tensor, k: int) -> list[float]:
 def twonn_of_distinct(x: torch.Tensor) -> float:
     """TwoNN (:func:`isotropy.measures.twonn.twonn`) of the distinct rows of ``x``
     (duplicates have no nearest-neighbour ratio)."""
-    from isotropy.measures.twonn import twonn
 
     return float(twonn(torch.unique(x, dim=0)))

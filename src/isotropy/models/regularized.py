@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
+from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
-from isotropy.models.hidden_states import get_hidden_states
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
 __all__ = ["RegularizedModel", "exact_cycle_losses", "prepare_exact_cycle"]

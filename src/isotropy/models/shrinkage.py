@@ -30,10 +30,7 @@ import torch
 from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from isotropy.distributed import all_reduce_sum, is_distributed
-from isotropy.losses.istar import IStarLoss, check_layers
-from isotropy.measures.covariance import CovarianceStats
-from isotropy.models.hidden_states import (
+from isotropy.clouds import (
     POOLINGS,
     Layers,
     get_hidden_states,
@@ -41,6 +38,10 @@ from isotropy.models.hidden_states import (
     select_layers,
     token_mask,
 )
+from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.losses.istar import IStarLoss, check_layers
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.models.regularized import RegularizedModel
 
 __all__ = [
     "collect_covariance",
@@ -61,7 +62,6 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     A DDP wrapper is bypassed on purpose: its forward may synchronise buffers across ranks,
     and ranks may run different numbers of batches here.
     """
-    from isotropy.models.regularized import RegularizedModel
 
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     for _ in range(8):
@@ -238,7 +238,7 @@ class LayerShrinkage:
     ``token[i]`` and ``pooled[i]`` hold the covariance statistics of hidden state ``i``
     (0 = embedding output, ``1..L`` = transformer layers) of the training data: its token rows
     and its pooled rows (one per example, ``pooling`` as in
-    :func:`~isotropy.models.hidden_states.pooled_rows`). ``union`` merges the token statistics
+    :func:`~isotropy.clouds.pooled_rows`). ``union`` merges the token statistics
     of layers ``1..L``: the :math:`\tilde X` of I-STAR, the same rows :func:`collect_covariance`
     uses with ``layers="all"``. :func:`collect_layer_shrinkage` says which rows are counted.
     """

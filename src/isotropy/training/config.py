@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 
+from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
 from isotropy.runtime import cpu_has_native_bf16
@@ -199,26 +200,6 @@ def _check_training_values(targs: TrainingArguments) -> None:
             raise ValueError(f"--{name} must be in [0, 1), got {getattr(targs, name)}")
 
 
-def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
-    """``'all'``, ``'last'``, one index or a list of indices from a flag value.
-
-    >>> parse_layers("all"), parse_layers("3"), parse_layers("1,2,-1")
-    ('all', 3, [1, 2, -1])
-    """
-    if isinstance(text, int) or (isinstance(text, Sequence) and not isinstance(text, str)):
-        return text if isinstance(text, int) else list(text)
-    t = str(text).strip().lower()
-    if t in ("all", "last"):
-        return t
-    try:
-        values = [int(v) for v in t.split(",") if v.strip()]
-    except ValueError as err:
-        raise ValueError(
-            f"--istar_layers must be all, last, an index or a comma-separated list, got {text!r}"
-        ) from err
-    if not values:
-        raise ValueError("--istar_layers is empty")
-    return values[0] if len(values) == 1 else values
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Task examples -> tokenised features (a torch ``Dataset``), seeded subsets and dev splits.
+"""Task examples -> tokenised features (a torch ``Dataset``).
 
 Features are unpadded lists of token ids; batches are padded per batch by
 ``transformers.DataCollatorWithPadding`` (dynamic padding), so length-bucketed sampling
@@ -12,14 +12,14 @@ character offsets) for post-processing.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from isotropy.data.glue import Example, TaskSpec
+from isotropy.data.splits import seeded_subset, split_examples  # noqa: F401 (re-exported)
 from isotropy.data.squad import SquadFeatures, squad_features
 
 __all__ = [
@@ -29,56 +29,6 @@ __all__ = [
     "tokenize_examples",
     "tokenize_squad",
 ]
-
-
-def seeded_subset(examples: Sequence[Example], k: int | None, seed: int) -> list[Example]:
-    """``k`` examples drawn without replacement with ``seed``, in their original order
-    (all of them when ``k`` is ``None`` or at least ``len(examples)``).
-
-    >>> ex = [Example(str(i), "t", None, 0) for i in range(10)]
-    >>> [e.guid for e in seeded_subset(ex, 3, seed=0)] == [e.guid for e in seeded_subset(ex, 3, 0)]
-    True
-    """
-    if k is None or k >= len(examples):
-        return list(examples)
-    idx = np.sort(np.random.default_rng(seed).permutation(len(examples))[:k])
-    return [examples[i] for i in idx]
-
-
-def split_examples(
-    examples: Sequence[Example], train_fraction: float, seed: int,
-    groups: Sequence[Hashable] | None = None,
-) -> tuple[list[Example], list[Example]]:
-    """A seeded, disjoint split: ``round(train_fraction * n)`` examples for training, the rest
-    for evaluation (each part keeps the original order). With ``groups`` (one key per
-    example), whole groups go to one side: ``round(train_fraction * n_groups)`` groups for
-    training, so no group is in both parts (SQuAD: questions on one context paragraph).
-
-    >>> ex = [Example(str(i), "t", None, 0) for i in range(10)]
-    >>> a, b = split_examples(ex, 0.7, seed=1)
-    >>> len(a), len(b), set(e.guid for e in a).isdisjoint(e.guid for e in b)
-    (7, 3, True)
-    >>> a, b = split_examples(ex, 0.5, seed=1, groups=[i // 4 for i in range(10)])
-    >>> sorted({int(e.guid) // 4 for e in a} & {int(e.guid) // 4 for e in b})
-    []
-    """
-    n = len(examples)
-    if groups is not None and len(groups) != n:
-        raise ValueError(f"{len(groups)} group keys for {n} examples")
-    keys = list(dict.fromkeys(groups)) if groups is not None else list(range(n))
-    k = int(round(train_fraction * len(keys)))
-    if k < 1 or k >= len(keys):
-        unit = "groups" if groups is not None else "examples"
-        raise ValueError(
-            f"--split_dev_for_training {train_fraction} of {len(keys)} {unit} leaves an empty "
-            "part"
-        )
-    perm = np.random.default_rng(seed).permutation(len(keys))
-    train_keys = {keys[i] for i in perm[:k]}
-    member = groups if groups is not None else range(n)
-    train = [e for e, g in zip(examples, member, strict=True) if g in train_keys]
-    evaluation = [e for e, g in zip(examples, member, strict=True) if g not in train_keys]
-    return train, evaluation
 
 
 @dataclass

@@ -7,7 +7,7 @@ unit for STS-B regression) or, for SQuAD, ``AutoModelForQuestionAnswering`` wrap
 :class:`IsotropyTrainer`, which adds the task
 loss, every regularizer's logs and the batch [CLS] spectrum (averaged over the logging
 interval) to the Trainer's logs, and the task metrics and the representation measurements of
-the evaluation set (:mod:`isotropy.training.eval_measures`) to every evaluation.
+the evaluation set (:mod:`isotropy.probing.eval_measures`) to every evaluation.
 
 SQuAD trains on windows of the contexts (``--max_seq_length``, ``--doc_stride``) with
 start/end labels; every evaluation maps the windows' start/end logits back to answer texts
@@ -48,6 +48,7 @@ from isotropy.data.task_metrics import (
     predictions_from_logits,
 )
 from isotropy.distributed import gather_rows, is_distributed, on_main_process, world_size
+from isotropy.io import write_csv_atomic
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.models.loading import resolve_model
 from isotropy.models.regularized import (
@@ -61,23 +62,14 @@ from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
     collect_layer_shrinkage,
 )
-from isotropy.runtime import RngState, fault_point, flush_denormals, set_rng_state
-from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
-from isotropy.training.console import use_console_log
-from isotropy.training.eval_measures import (
+from isotropy.probing.eval_measures import (
     DEFAULT_TOP_K,
     EvalMeasures,
     cls_spectrum_logs,
     pooled_rows,
     scalar_metrics,
 )
-from isotropy.training.features import (
-    TaskDataset,
-    tokenize_examples,
-    tokenize_squad,
-)
-from isotropy.training.model_kind import check_pooling, is_decoder_only
-from isotropy.training.run_dir import (
+from isotropy.rundir import (
     CHECKPOINT_STATE,
     MEASUREMENT_FORMAT,
     PREDICTIONS,
@@ -85,6 +77,15 @@ from isotropy.training.run_dir import (
     git_commit,
     library_versions,
 )
+from isotropy.runtime import RngState, fault_point, flush_denormals, set_rng_state
+from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.console import use_console_log
+from isotropy.training.features import (
+    TaskDataset,
+    tokenize_examples,
+    tokenize_squad,
+)
+from isotropy.training.model_kind import check_pooling, is_decoder_only
 
 __all__ = [
     "IsotropyTrainer",
@@ -321,7 +322,7 @@ class IsotropyTrainer(Trainer):
     gradients, under the training autocast), and each micro-batch's forward then replays the
     random state of its no-grad forward, so that dropout draws the same masks.
 
-    The evaluation measurements (:class:`~isotropy.training.eval_measures.EvalMeasures`: per
+    The evaluation measurements (:class:`~isotropy.probing.eval_measures.EvalMeasures`: per
     layer IsoScore, IsoScore*, TwoNN of [CLS], cosine; spectra; per-dimension mean and std)
     come from a forward hook on the inner model; their scalars join the evaluation metrics
     (``eval_isoscore_last``, ``eval_isoscore_star_union``, ``eval_twonn_cls_layer3``, ...) and
@@ -1016,7 +1017,6 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
                predictor: SpanPredictor | None, features: dict[str, int],
                notes: list[str]) -> dict[str, Any]:
     """Predictions, model and ``results.json`` into the run directory; returns the results."""
-    from isotropy.io import write_csv_atomic
 
     final = dict(trainer.last_eval.metrics)
     if predictor is not None:

@@ -1,0 +1,272 @@
+"""The numbers behind docs/results.md: each claim's measure per task, seed-paired differences to
+the reference cell with a 95% bootstrap interval, and a verdict by a fixed rule.
+
+    python docs/results/verdict.py docs/results/runs > docs/results/verdict.md
+
+Runs are read with ``isotropy.reporting`` (the same reader as ``isotropy report``), one cell per
+task and method. A difference pairs the runs of two cells by seed (same seed: same data order
+and head initialisation) and resamples the per-seed differences (``scipy.stats.bootstrap``,
+percentile interval, 10,000 resamples, fixed random state). With 3 seeds the interval is coarse:
+the mean of 3 values resampled with replacement takes at most 10 values, so it spans most of
+the range of the differences.
+
+Verdict rule, for a claim that predicts a sign: *supported* when the interval excludes 0 on the
+predicted side, *contradicted* when it excludes 0 on the other side, *inconclusive* otherwise
+(and with fewer than 2 paired seeds).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from isotropy.reporting.cells import collect_runs
+from isotropy.reporting.runs import Run, expand_inputs, tail_evaluations
+from isotropy.reporting.tables import spectrum_tail_means
+
+# I-STAR paper, Table 2 (BERT): the best I-STAR (lambda, zeta) per task, and the paper's Table 1
+# (BERT) task metrics for base, CosReg and I-STAR.
+ISTAR_BEST = {"sst2": (-5.0, 0.2), "rte": (-1.0, 0.8), "mrpc": (-1.0, 0.6),
+              "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
+TASKS = ("cola", "stsb", "sst2", "mrpc", "rte")
+RESAMPLES = 10_000
+
+
+@dataclass
+class Diff:
+    """Seed-paired difference ``b - a`` of one value over two cells."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def verdict(self, sign: int) -> str:
+        if self.n < 2 or math.isnan(self.low):
+            return "inconclusive"
+        if (sign > 0 and self.low > 0) or (sign < 0 and self.high < 0):
+            return "supported"
+        if (sign > 0 and self.high < 0) or (sign < 0 and self.low > 0):
+            return "contradicted"
+        return "inconclusive"
+
+    def text(self, digits: int = 4) -> str:
+        if self.n < 2:
+            return f"{self.mean:+.{digits}f} (n={self.n})"
+        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] (n={self.n})"
+
+
+def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
+    """``value(b) - value(a)`` over the seeds both cells ran, with a 95% bootstrap interval."""
+    va = {r.seed: value(r) for r in a}
+    vb = {r.seed: value(r) for r in b}
+    d = np.array([vb[s] - va[s] for s in sorted(set(va) & set(vb))
+                  if va[s] is not None and vb[s] is not None], dtype=float)
+    if d.size == 0:
+        return None
+    if d.size < 2 or np.ptp(d) == 0:
+        return Diff(float(d.mean()), float(d.min()), float(d.max()), int(d.size))
+    res = stats.bootstrap((d,), np.mean, n_resamples=RESAMPLES, method="percentile",
+                          confidence_level=0.95, random_state=np.random.default_rng(0))
+    ci = res.confidence_interval
+    return Diff(float(d.mean()), float(ci.low), float(ci.high), int(d.size))
+
+
+def mean_std(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
+    v = [x for r in runs if (x := value(r)) is not None]
+    if not v:
+        return "–"
+    if len(v) == 1:
+        return f"{v[0]:.4f} (n=1)"
+    return f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f} (n={len(v)})"
+
+
+def main_metric(r: Run) -> float | None:
+    return r.value(r.main_metric)
+
+
+def isoscore_star(r: Run) -> float | None:
+    return r.value("isoscore_star_union")
+
+
+def twonn_cls_last(r: Run) -> float | None:
+    return r.value("twonn_cls_last")
+
+
+def mean_abs_token_mean(r: Run) -> float | None:
+    """Mean over dimensions of |mean activation| of the last layer's token cloud (I-STAR
+    Fig. 4's quantity, one number: CosReg is said to centre it)."""
+    m = ((r.last_measurement or {}).get("last") or {}).get("token_mean")
+    return float(np.mean(np.abs(m))) if m else None
+
+
+def tail_metric(r: Run) -> float | None:
+    """The main metric averaged over the evaluations of the last 30% of training (the
+    persistent-entropy paper's Table 2)."""
+    total = r.total_steps
+    v = tail_evaluations(r.evaluations, total) if total else []
+    return float(np.mean(v)) if v else None
+
+
+def tail_top1(r: Run) -> float | None:
+    """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
+    m = spectrum_tail_means(r.spectrum_logs)
+    return m["cls_spectrum_raw_1"] if m else None
+
+
+def first_top1(r: Run) -> float | None:
+    """Top-1 share of the raw [CLS] spectrum at the first training log."""
+    logs = r.spectrum_logs
+    return logs[0]["cls_spectrum_raw_1"] if logs else None
+
+
+def spectrum_growth(r: Run) -> float | None:
+    a, b = first_top1(r), tail_top1(r)
+    return None if a is None or b is None else b - a
+
+
+def main(paths: Sequence[str]) -> None:
+    runs, skipped = collect_runs(expand_inputs(paths))
+    cells: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        cells.setdefault((r.task, r.method.label), []).append(r)
+    out: list[str] = ["# Per-claim numbers (generated by docs/results/verdict.py)", ""]
+    out += [f"{len(runs)} finished runs read; {len(skipped)} directories skipped.", ""]
+
+    def get(task: str, label: str) -> list[Run]:
+        return cells.get((task, label), [])
+
+    def istar(lam: float, zeta: float) -> str:
+        return f"istar λ={lam:g} ζ={zeta:g}"
+
+    # ---------------------------------------------------------------- I-STAR (phase A)
+    out += ["## I-STAR (phase A)", "",
+            "| task | method | metric mean ± std | Δ metric vs base [95% CI] | verdict (C1: Δ > 0) "
+            "| IsoScore* | Δ IsoScore* vs base | TwoNN [CLS] last | Δ TwoNN vs base |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for task in TASKS:
+        base = get(task, "none")
+        if not base:
+            continue
+        lam, zeta = ISTAR_BEST[task]
+        for label in ("none", "cosreg λ=1", istar(lam, zeta), istar(-0.3, zeta), istar(1, zeta)):
+            rs = get(task, label)
+            if not rs:
+                continue
+            dm = paired(base, rs, main_metric) if label != "none" else None
+            di = paired(base, rs, isoscore_star) if label != "none" else None
+            dt = paired(base, rs, twonn_cls_last) if label != "none" else None
+            c1 = dm.verdict(+1) if dm and label.startswith("istar λ=-") else ""
+            out.append(f"| {task} | {label} | {mean_std(rs, main_metric)} | "
+                       f"{dm.text() if dm else ''} | {c1} | {mean_std(rs, isoscore_star)} | "
+                       f"{di.text() if di else ''} | {mean_std(rs, twonn_cls_last)} | "
+                       f"{dt.text(2) if dt else ''} |")
+    out += ["", "### C1 against CosReg: Δ metric of I-STAR (paper's λ) minus CosReg", "",
+            "| task | Δ [95% CI] | verdict (Δ > 0) |", "|---|---|---|"]
+    for task in TASKS:
+        lam, zeta = ISTAR_BEST[task]
+        d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), main_metric)
+        if d:
+            out.append(f"| {task} | {d.text()} | {d.verdict(+1)} |")
+
+    # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
+    # IsoScore* and the metric over runs; bootstrap over seeds (all cells of a seed together).
+    out += ["", "### C2: Spearman ρ(IsoScore*, metric) over the runs of λ ∈ {paper's λ, -0.3, "
+            "0 (base), +1}", "", "| task | runs | ρ | 95% CI (seeds resampled) | verdict (ρ < 0) |",
+            "|---|---|---|---|---|"]
+    for task in TASKS:
+        lam, zeta = ISTAR_BEST[task]
+        group = [r for label in ("none", istar(lam, zeta), istar(-0.3, zeta), istar(1, zeta))
+                 for r in get(task, label)]
+        pts = [(r.seed, isoscore_star(r), main_metric(r)) for r in group]
+        pts = [p for p in pts if p[1] is not None and p[2] is not None]
+        if len(pts) < 4:
+            continue
+        rho = float(stats.spearmanr([p[1] for p in pts], [p[2] for p in pts]).statistic)
+        seeds = sorted({p[0] for p in pts})
+        rng = np.random.default_rng(0)
+        boots = []
+        for _ in range(2000):
+            pick = rng.choice(seeds, size=len(seeds), replace=True)
+            sample = [p for s in pick for p in pts if p[0] == s]
+            x, y = [p[1] for p in sample], [p[2] for p in sample]
+            if np.ptp(x) > 0 and np.ptp(y) > 0:
+                boots.append(float(stats.spearmanr(x, y).statistic))
+        lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(seeds) > 1 and boots
+                  else (float("nan"), float("nan")))
+        d = Diff(rho, float(lo), float(hi), len(seeds))
+        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                   f"{d.verdict(-1)} |")
+
+    # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
+    out += ["", "### C3: CosReg minus base", "",
+            "| task | Δ IsoScore* [95% CI] | verdict (no rise: Δ < 0) | Δ mean abs activation "
+            "(last layer) | verdict (Δ < 0) |", "|---|---|---|---|---|"]
+    for task in TASKS:
+        a, b = get(task, "none"), get(task, "cosreg λ=1")
+        di, dz = paired(a, b, isoscore_star), paired(a, b, mean_abs_token_mean)
+        if di:
+            out.append(f"| {task} | {di.text()} | {di.verdict(-1)} | "
+                       f"{dz.text() if dz else '–'} | {dz.verdict(-1) if dz else ''} |")
+
+    # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.
+    out += ["", "### C4: TwoNN dimension of [CLS], last layer, minus base", "",
+            "| task | λ | Δ TwoNN [95% CI] | verdict |", "|---|---|---|---|"]
+    for task in TASKS:
+        lam, zeta = ISTAR_BEST[task]
+        for la, sign in ((lam, -1), (-0.3, -1), (1.0, +1)):
+            d = paired(get(task, "none"), get(task, istar(la, zeta)), twonn_cls_last)
+            if d:
+                out.append(f"| {task} | {la:g} | {d.text(2)} | {d.verdict(sign)} |")
+
+    # ---------------------------------------------------------------- entropy (phase B)
+    sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
+    out += ["", "## Persistent entropy (phase B)", "",
+            "| task | method | metric, last 30% mean | Δ vs base [95% CI] | verdict (P2: Δ > 0) "
+            "| top-1 [CLS] spectrum, last 30% | Δ vs base | verdict (P1: Δ < 0) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for task in ("mrpc", "cola"):
+        base = get(task, "none")
+        if not base:
+            continue
+        for label in ("none", sel, allbars):
+            rs = get(task, label)
+            if not rs:
+                continue
+            dm = paired(base, rs, tail_metric) if label != "none" else None
+            ds = paired(base, rs, tail_top1) if label != "none" else None
+            out.append(f"| {task} | {label} | {mean_std(rs, tail_metric)} | "
+                       f"{dm.text() if dm else ''} | {dm.verdict(+1) if dm else ''} | "
+                       f"{mean_std(rs, tail_top1)} | {ds.text() if ds else ''} | "
+                       f"{ds.verdict(-1) if ds else ''} |")
+    out += ["", "### P1: growth of the top-1 raw [CLS] spectrum without a regularizer "
+            "(last 30% mean minus first log)", "",
+            "| task | runs | growth mean ± std | verdict (> 0 in every run) |", "|---|---|---|---|"]
+    for task in ("mrpc", "cola"):
+        base = get(task, "none")
+        g = [x for r in base if (x := spectrum_growth(r)) is not None]
+        if g:
+            verdict = ("supported" if all(x > 0 for x in g) and len(g) > 1 else
+                       "contradicted" if all(x < 0 for x in g) and len(g) > 1 else "inconclusive")
+            sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
+            out.append(f"| {task} | {len(g)} | {np.mean(g):+.4f}{sd} | {verdict} |")
+    out += ["", "### P3: feature selection: selected bars minus all bars", "",
+            "| task | Δ metric, last 30% [95% CI] | Δ top-1 spectrum, last 30% [95% CI] |",
+            "|---|---|---|"]
+    for task in ("mrpc", "cola"):
+        dm = paired(get(task, allbars), get(task, sel), tail_metric)
+        ds = paired(get(task, allbars), get(task, sel), tail_top1)
+        if dm or ds:
+            out.append(f"| {task} | {dm.text() if dm else '–'} | {ds.text() if ds else '–'} |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1:])

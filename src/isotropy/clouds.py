@@ -1,0 +1,195 @@
+"""Turn a Hugging Face encoder's hidden states into point clouds.
+
+Layer indices follow ``outputs.hidden_states``: index 0 is the embedding-layer output and
+``1 .. L`` are the transformer layers' outputs; negative indices count from the end
+(``-1`` is the last layer). ``"all"`` means every transformer layer, ``1 .. L``, without the
+embedding output (as in the I-STAR paper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+__all__ = [
+    "get_hidden_states",
+    "parse_layers",
+    "select_layers",
+    "token_cloud",
+    "token_mask",
+    "layer_token_clouds",
+    "pool",
+    "POOLINGS",
+    "first_token_rows",
+    "pooled_rows",
+]
+
+Layers = Literal["all", "last"] | int | Sequence[int]
+Pooling = Literal["cls", "mean"]
+# the one row per example of a pooled cloud (measurements; decoders have no [CLS])
+POOLINGS = ("cls", "last", "mean")
+
+
+def get_hidden_states(outputs: Any) -> tuple[torch.Tensor, ...]:
+    """The ``hidden_states`` tuple of a model output, with a clear error when it is missing."""
+    hs = getattr(outputs, "hidden_states", None)
+    if hs is None and isinstance(outputs, dict):
+        hs = outputs.get("hidden_states")
+    if hs is None:
+        raise ValueError(
+            "the model output has no hidden states: call the model with "
+            "output_hidden_states=True (or set model.config.output_hidden_states = True)"
+        )
+    return tuple(hs)
+
+
+def _layer_indices(n_states: int, layers: Layers) -> list[int]:
+    n_layers = n_states - 1
+    if layers == "all":
+        return list(range(1, n_states))
+    if layers == "last":
+        return [n_states - 1]
+    idx = [layers] if isinstance(layers, int) else list(layers)
+    if not idx:
+        raise ValueError("layers is empty: give 'all', 'last', an index or a list of indices")
+    out = []
+    for i in idx:
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"layer indices must be integers, got {i!r}")
+        j = i + n_states if i < 0 else i
+        if not 0 <= j < n_states:
+            raise ValueError(
+                f"layer index {i} is out of range: the model has {n_layers} transformer layers "
+                f"(valid: 0 = embeddings, 1..{n_layers}, or -1..-{n_states})"
+            )
+        out.append(j)
+    return out
+
+
+def select_layers(
+    hidden_states: Sequence[torch.Tensor], layers: Layers = "all"
+) -> list[torch.Tensor]:
+    """The chosen hidden-state tensors, each of shape ``(batch, seq, dim)``."""
+    return [hidden_states[j] for j in _layer_indices(len(hidden_states), layers)]
+
+
+def token_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The ``(batch, seq)`` boolean mask of real tokens of hidden states ``h`` (all ``True``
+    without an ``attention_mask``); wrong shapes raise ``ValueError``.
+
+    >>> token_mask(torch.zeros(2, 3, 4), torch.tensor([[1, 1, 0], [1, 0, 0]])).sum().item()
+    3
+    """
+    if h.ndim != 3:
+        raise ValueError(f"hidden states must have shape (batch, seq, dim), got {tuple(h.shape)}")
+    if attention_mask is None:
+        return torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+    if tuple(attention_mask.shape) != tuple(h.shape[:2]):
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden states "
+            f"{tuple(h.shape[:2])}"
+        )
+    return attention_mask.to(h.device).bool()
+
+
+def _check_finite(t: torch.Tensor, what: str) -> None:
+    if not bool(torch.isfinite(t.detach()).all()):
+        raise ValueError(f"{what} contain NaN or infinite values (diverged training or overflow?)")
+
+
+def layer_token_clouds(
+    hidden_states: Sequence[torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    layers: Layers = "all",
+) -> list[torch.Tensor]:
+    """Per chosen layer, the non-padding token states as a ``(n_tokens, dim)`` cloud."""
+    clouds = []
+    for h in select_layers(hidden_states, layers):
+        m = token_mask(h, attention_mask)
+        cloud = h[m]
+        _check_finite(cloud, "hidden states")
+        clouds.append(cloud)
+    return clouds
+
+
+def token_cloud(
+    hidden_states: Sequence[torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    layers: Layers = "all",
+) -> torch.Tensor:
+    """Union over the chosen layers of the non-padding token states.
+
+    Shape ``(n_layers * n_tokens, dim)``.
+    """
+    clouds = layer_token_clouds(hidden_states, attention_mask, layers)
+    return clouds[0] if len(clouds) == 1 else torch.cat(clouds, dim=0)
+
+
+def pool(
+    hidden: torch.Tensor, attention_mask: torch.Tensor | None = None, pooling: Pooling = "cls"
+) -> torch.Tensor:
+    """Sentence embeddings ``(batch, dim)``: the first ([CLS]) token or the non-padding mean."""
+    m = token_mask(hidden, attention_mask)
+    if pooling == "cls":
+        out = hidden[:, 0]
+    elif pooling == "mean":
+        w = m.to(hidden.dtype).unsqueeze(-1)
+        count = w.sum(1)
+        if bool((count == 0).any()):
+            raise ValueError("a sequence has no non-padding token: mean pooling is undefined")
+        out = (hidden * w).sum(1) / count
+    else:
+        raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
+    _check_finite(out, "pooled embeddings")
+    return out
+
+
+def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
+    tokenizer pads on the left), detached."""
+    mask = token_mask(hidden, attention_mask)
+    first = mask.int().argmax(dim=1)
+    return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
+
+
+def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                pooling: str = "cls") -> torch.Tensor:
+    r"""``(batch, dim)``: one row per example, detached. ``cls``: the first non-padding token
+    (:func:`first_token_rows`); ``last``: the last non-padding token (the right-most position
+    whose mask is 1, so left and right padding give the same row); ``mean``:
+    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions (a row without any is
+    0)."""
+    if pooling == "cls":
+        return first_token_rows(hidden, attention_mask)
+    mask = token_mask(hidden, attention_mask)
+    h = hidden.detach()
+    if pooling == "last":
+        last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
+        return h[torch.arange(h.shape[0], device=h.device), last]
+    if pooling == "mean":
+        m = mask.to(h.dtype).unsqueeze(-1)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+
+def parse_layers(text: str | int | Sequence[int]) -> str | int | list[int]:
+    """``'all'``, ``'last'``, one index or a list of indices from a flag value.
+
+    >>> parse_layers("all"), parse_layers("3"), parse_layers("1,2,-1")
+    ('all', 3, [1, 2, -1])
+    """
+    if isinstance(text, int) or (isinstance(text, Sequence) and not isinstance(text, str)):
+        return text if isinstance(text, int) else list(text)
+    t = str(text).strip().lower()
+    if t in ("all", "last"):
+        return t
+    try:
+        values = [int(v) for v in t.split(",") if v.strip()]
+    except ValueError as err:
+        raise ValueError(
+            f"--istar_layers must be all, last, an index or a comma-separated list, got {text!r}"
+        ) from err
+    if not values:
+        raise ValueError("--istar_layers is empty")
+    return values[0] if len(values) == 1 else values

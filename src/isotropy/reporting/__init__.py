@@ -1,0 +1,2 @@
+"""``isotropy report``: ``report`` (run directories -> cells -> the papers' tables) and
+``figures`` (the papers' figures)."""

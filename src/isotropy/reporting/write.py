@@ -1,0 +1,171 @@
+"""``isotropy report``'s outputs: ``report.md``, the CSV tables and the figures, written
+atomically into one directory (:func:`write_report`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from isotropy.io import write_csv_atomic, write_text_atomic
+from isotropy.reporting.cells import collect_runs, group_cells, pick_best
+from isotropy.reporting.figures import make_figures
+from isotropy.reporting.runs import SPECTRUM_KEYS, _fmt, _num, expand_inputs
+from isotropy.reporting.tables import (
+    _format_note,
+    _md_table,
+    _pe_table2_md,
+    _table1_md,
+    _with_setting,
+    format_refusals,
+    pe_table2_rows,
+    setting_tags,
+    table1_rows,
+    table2_rows,
+    table3_rows,
+)
+
+__all__ = [
+    "write_report",
+]
+
+
+def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+                 which: str = "final", figures: bool = True,
+                 pick_best_over: Sequence[str] = ()) -> dict[str, Any]:
+    """Read the runs (:func:`expand_inputs`), write ``report.md``, ``table1.csv``,
+    ``table2.csv``, ``table3.csv``, ``pe_table2.csv``, ``runs.csv`` (and ``picks.csv`` with
+    ``pick_best_over``) and the figures (``figures/*.png`` and ``.svg``) into ``output_dir``.
+
+    ``pick_best_over``: settings of a tuning grid (e.g. ``learning_rate``); within each cell
+    only the runs of the value of best mean main metric are kept (:func:`pick_best`).
+    Outputs of :data:`FORMAT_BOUND_OUTPUTS` are not made when the runs' measurement formats
+    differ (:func:`format_refusals`).
+
+    Returns ``{"runs", "skipped", "cells", "files", "skipped_figures", "refused", "picks"}``.
+    ``ValueError`` when no run is usable (nothing is written then).
+    """
+    if which not in ("final", "best"):
+        raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+    runs, skipped = collect_runs(expand_inputs(map(str, paths)), which, pick_best_over)
+    if not runs:
+        first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
+    picks: list[dict[str, Any]] = []
+    if pick_best_over:
+        runs, picks = pick_best(runs, which)
+    refused = format_refusals(runs)
+    out = Path(output_dir)
+    cells = group_cells(runs)
+    t1, t2 = table1_rows(cells, which), table2_rows(cells, which)
+    t3 = [] if "table3" in refused else table3_rows(cells)
+    pt2 = pe_table2_rows(cells)
+    files: list[Path] = []
+    files.append(write_csv_atomic(out / "table1.csv", t1, list(t1[0])))
+    t2_fields = ["task", "model", "setting", "metric", "lambda", "zeta", "mean", "std",
+                 "n_seeds", "n_istar_cells"]
+    files.append(write_csv_atomic(out / "table2.csv", t2, t2_fields))
+    t3_fields = ["task", "model", "setting", "method", "n_seeds"] + [
+        f"{k.removeprefix('cls_spectrum_')}_{s}" for k in SPECTRUM_KEYS for s in ("mean", "std")]
+    files.append(write_csv_atomic(out / "table3.csv", t3, t3_fields))
+    pt2_fields = ["task", "model", "setting", "method", "metric", "mean", "std", "n_seeds",
+                  "seeds", "n_evals", "few_evals", "n_no_evals"]
+    files.append(write_csv_atomic(out / "pe_table2.csv", pt2, pt2_fields))
+    if pick_best_over:
+        files.append(write_csv_atomic(out / "picks.csv", picks, list(picks[0])))
+    run_rows = [{"path": str(r.path), "task": r.task, "model": r.model,
+                 "setting": r.setting, "method": r.method.label, "seed": r.seed,
+                 "metric": r.main_metric, "value": r.value(r.main_metric, which),
+                 "measurement_format": r.measurement_format,
+                 **({"picked": r.tuned} if pick_best_over else {})} for r in runs]
+    files.append(write_csv_atomic(out / "runs.csv", run_rows))
+
+    fig_files: list[Path] = []
+    fig_skipped: list[tuple[str, str]] = []
+    if figures:
+
+        fig_files, fig_skipped = make_figures(cells, out / "figures", which, refused=refused)
+    files += fig_files
+
+    md = [f"# Report of {len(runs)} runs in {len(cells)} cells",
+          "",
+          f"Values are the `{which}` evaluation of each run (`results.json`), mean ± sample "
+          "standard deviation (ddof=1) over seeds; n = number of seeds.",
+          *(["\nSome runs of one task and model differ in settings that define the experiment; "
+             "they are kept apart, with the setting in brackets (figure files tagged "
+             + "; ".join(f"`{tag}`: `{s}`" for s, tag in setting_tags(cells).items()) + ")."]
+            if any(c.setting for c in cells) else []),
+          "", *_format_note(runs)]
+    if refused:
+        md += ["", *(f"- {why}" for why in refused.values())]
+    if pick_best_over:
+        over = ", ".join(f"`{k}`" for k in pick_best_over)
+        md += ["", f"## Settings picked over {over}", "",
+               f"Within each cell, the runs that differ only in {over} were compared and the "
+               "setting of best mean main metric over seeds kept (greater is better, less for "
+               "a loss); every table and figure below uses only the kept runs.", "",
+               _md_table(["task", "model", "method", "picked", "metric", "mean", "n",
+                          "candidates"],
+                         [[p["task"], _with_setting(p["model"], p), p["method"], p["picked"],
+                           p["metric"], f"{p['mean']:.4f}", p["n_seeds"], p["n_candidates"]]
+                          for p in picks])]
+    md += ["", "## Table 1: main metric per task, model and method", "", _table1_md(t1), "",
+           "## Table 2: best I-STAR λ and ζ per task and model (I-STAR on all layers)", ""]
+    if t2:
+        md.append(_md_table(
+            ["task", "model", "metric", "λ", "ζ", "mean ± std", "n", "I-STAR cells"],
+            [[r["task"], _with_setting(r["model"], r),
+              r["metric"], _num(r["lambda"]), _num(r["zeta"]),
+              _fmt(r["mean"], r["std"]), r["n_seeds"], r["n_istar_cells"]] for r in t2]))
+    else:
+        md.append("No runs of I-STAR on all layers.")
+    md += ["", "## Table 3: top-3 anisotropy spectrum of [CLS], last 30% of training", ""]
+    if "table3" in refused:
+        md.append(refused["table3"] + ".")
+    elif t3:
+        md.append(_md_table(
+            ["task", "model", "method", "n", *(k.removeprefix("cls_spectrum_")
+                                                 for k in SPECTRUM_KEYS)],
+            [[r["task"], r["model"], _with_setting(r["method"], r), r["n_seeds"],
+              *(_fmt(r[f"{k.removeprefix('cls_spectrum_')}_mean"],
+                     r[f"{k.removeprefix('cls_spectrum_')}_std"], 3) for k in SPECTRUM_KEYS)]
+             for r in t3]))
+    else:
+        md.append("No run logged `cls_spectrum_*` training values.")
+    md += ["", "## Persistent-entropy Table 2: main metric over the last 30% of training", "",
+           "Per run, the main metric averaged over the evaluations of `metrics.jsonl` at steps "
+           "≥ 0.7 × the run's training steps (`results.json` `train.global_step`); then mean ± "
+           "sample std over seeds. The last column gives the number of evaluations averaged "
+           "per run, in seed order.", ""]
+    if pt2:
+        md.append(_pe_table2_md(pt2))
+        few = [r for r in pt2 if r["few_evals"]]
+        if few:
+            md += ["", f"Note: in {len(few)} of {len(pt2)} cells a run had fewer than 2 "
+                   "evaluations in the last 30% of training, so its value is one evaluation, "
+                   "not an average (evaluate more often, e.g. `--eval_strategy steps`)."]
+    else:
+        md.append("No run has evaluations of its main metric in `metrics.jsonl` in the last "
+                  "30% of training.")
+    if figures:
+        md += ["", "## Figures", ""]
+        for f in fig_files:
+            if f.suffix == ".png":
+                md.append(f"![{f.stem}](figures/{f.name})")
+                md.append("")
+        if fig_skipped or refused:
+            md += ["Figures not drawn:", ""]
+            md += [f"- {refused[name]}" for name in refused if name != "table3"]
+            md += [f"- {name}: {why}" for name, why in fig_skipped]
+    for r in runs:  # read both files of every run, so that every cut is noted
+        _ = r.metrics_records, r.measurement_records
+    read_in_part = [(r.path, note) for r in runs for note in r.read_notes]
+    if read_in_part:
+        md += ["", "## Runs read in part", ""]
+        md += [f"- `{p}`: {note}" for p, note in read_in_part]
+    md += ["", "## Skipped run directories", ""]
+    md += [f"- `{p}`: {why}" for p, why in skipped] if skipped else ["None."]
+    files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
+    return {"runs": runs, "skipped": skipped, "cells": cells, "files": files,
+            "skipped_figures": fig_skipped, "refused": refused, "picks": picks}

@@ -1,0 +1,52 @@
+"""Shared pieces of the training tests: the tiny vocabulary and sentences, ``isotropy train``
+arguments for tiny runs, an in-process run, and a callback that simulates a crash."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+from transformers import TrainerCallback
+
+from isotropy.training.config import parse_train_args
+from isotropy.training.trainer import run_training
+
+WORDS = [
+    "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",
+    "film", "plot", "actor", "story", "the", "a", "is", "was", "very", "not",
+]
+
+
+def sentence(rng: random.Random, label: int) -> str:
+    cue = rng.choice(["good", "great", "nice", "happy"] if label else ["bad", "awful", "poor"])
+    return " ".join([*rng.choices(WORDS[9:], k=rng.randint(2, 8)), cue])
+
+
+def train_argv(model_dir, glue, out, *extra):
+    return [
+        "--model", str(model_dir), "--data_dir", str(glue), "--output_dir", str(out),
+        "--max_seq_length", "24", "--per_device_train_batch_size", "8",
+        "--per_device_eval_batch_size", "16", "--num_train_epochs", "2",
+        "--learning_rate", "1e-3", "--logging_steps", "2", "--seed", "3",
+        "--disable_tqdm", "true", "--report_to", "none", "--use_cpu", "true",
+        "--shrinkage_tokens", "300", *extra,
+    ]
+
+
+def run_train(argv, callbacks=()):
+    ours, targs = parse_train_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_training(ours, targs, callbacks=callbacks, echo=lambda s: None)
+
+
+class Crash(TrainerCallback):
+    """Simulate a crash after optimizer step ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise RuntimeError("simulated crash")
+        return control
