@@ -23,21 +23,13 @@ from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
 from _training import Crash as _Crash
 
 from isotropy.cli.sweep import main as sweep_main
-from isotropy.sweeps.engines import (
-    LocalEngine,
-    cell_summary,
-    exit_reason,
-    make_engine,
-    run_sweep,
-)
-from isotropy.sweeps.spec import (
-    SweepStatus,
-    check_inputs,
-    expand,
-    load_spec,
-    preset_spec,
-    spec_from_dict,
-)
+from isotropy.sweeps.driver import cell_summary, make_engine, run_sweep
+from isotropy.sweeps.local_engine import LocalEngine
+from isotropy.sweeps.points import check_inputs, expand
+from isotropy.sweeps.presets import preset_spec
+from isotropy.sweeps.spec import load_spec, spec_from_dict
+from isotropy.sweeps.state import SweepStatus
+from isotropy.sweeps.worker import exit_reason
 
 
 @pytest.fixture(scope="module")
@@ -409,7 +401,7 @@ def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, gl
 
 
 def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_path, capsys):
-    from isotropy.sweeps.engines import _sweep_lock, sweep_in_progress
+    from isotropy.sweeps.lock import _sweep_lock, sweep_in_progress
 
     root = tmp_path / "out"
     spec_file = tmp_path / "spec.yaml"
@@ -437,12 +429,12 @@ def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_pa
 def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeypatch):
     import fcntl
 
-    from isotropy.sweeps import engines
+    from isotropy.sweeps import lock
 
     root = tmp_path / "out"
     root.mkdir()
     fds_before = len(os.listdir("/proc/self/fd"))
-    assert not engines.sweep_in_progress(root) and not (root / ".sweep.lock").exists()
+    assert not lock.sweep_in_progress(root) and not (root / ".sweep.lock").exists()
     (root / ".sweep.lock").touch()
     probe = os.open(root / ".sweep.lock", os.O_RDONLY)
     fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe caught mid-way
@@ -452,19 +444,19 @@ def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeyp
         waits.append(seconds)
         os.close(probe)
 
-    monkeypatch.setattr(engines.time, "sleep", probe_ends)
-    with engines._sweep_lock(root):
+    monkeypatch.setattr(lock.time, "sleep", probe_ends)
+    with lock._sweep_lock(root):
         assert waits == [0.1]
-        assert engines.sweep_in_progress(root)
-    assert not engines.sweep_in_progress(root)
+        assert lock.sweep_in_progress(root)
+    assert not lock.sweep_in_progress(root)
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
     holder = os.open(root / ".sweep.lock", os.O_RDONLY)  # a probe that does not end
     fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    monkeypatch.setattr(engines.time, "sleep", lambda seconds: waits.append(seconds))
+    monkeypatch.setattr(lock.time, "sleep", lambda seconds: waits.append(seconds))
     try:
         with pytest.raises(ValueError, match="another sweep is running"), \
-                engines._sweep_lock(root):
+                lock._sweep_lock(root):
             pass
     finally:
         os.close(holder)
@@ -530,7 +522,7 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
     import signal
     import threading
 
-    from isotropy.sweeps.engines import _sweep_lock
+    from isotropy.sweeps.lock import _sweep_lock
 
     spec = _spec(tiny_model, glue, tmp_path / "out")
     (point,) = expand(spec)

@@ -9,8 +9,10 @@ from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs ray (pip install 'isotropy[ray]')")
 
-from isotropy.sweeps.engines import RayEngine, run_sweep  # noqa: E402
-from isotropy.sweeps.spec import expand, spec_from_dict  # noqa: E402
+from isotropy.sweeps.driver import run_sweep  # noqa: E402
+from isotropy.sweeps.points import expand  # noqa: E402
+from isotropy.sweeps.ray_engine import RayEngine  # noqa: E402
+from isotropy.sweeps.spec import spec_from_dict  # noqa: E402
 
 
 @pytest.fixture

@@ -23,17 +23,18 @@ from typing import Any
 __all__ = ["moved"]
 
 
-def moved(old: str, new: str) -> Callable[[str], Any]:
-    """Warn that module ``old`` is now ``new``; returns the ``__getattr__`` for ``old``."""
-    warnings.warn(f"{old} is deprecated: import {new} instead", DeprecationWarning,
+def moved(old: str, *new: str) -> Callable[[str], Any]:
+    """Warn that module ``old`` is now the module(s) ``new``; returns the ``__getattr__`` for
+    ``old``, which looks a name up in each of them in turn."""
+    where = " or ".join(new)
+    warnings.warn(f"{old} is deprecated: import {where} instead", DeprecationWarning,
                   stacklevel=3)
-    target = importlib.import_module(new)
+    targets = [importlib.import_module(n) for n in new]
 
     def __getattr__(name: str) -> Any:
-        try:
-            return getattr(target, name)
-        except AttributeError:
-            raise AttributeError(f"module {old!r} (now {new!r}) has no attribute {name!r}")\
-                from None
+        for target in targets:
+            if hasattr(target, name):
+                return getattr(target, name)
+        raise AttributeError(f"module {old!r} (now {where}) has no attribute {name!r}")
 
     return __getattr__

@@ -56,8 +56,9 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy sweep`` argument parser."""
-    from isotropy.sweeps.engines import ENGINES
-    from isotropy.sweeps.spec import ORDERS, PRESETS
+    from isotropy.sweeps.driver import ENGINES
+    from isotropy.sweeps.presets import PRESETS
+    from isotropy.sweeps.spec import ORDERS
 
     p = _Parser(prog="isotropy sweep", description=__doc__, epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,7 +120,8 @@ def _grid_values(text: str) -> list[Any]:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from isotropy.sweeps.spec import PRESETS, load_spec, override, preset_spec
+    from isotropy.sweeps.presets import PRESETS, override, preset_spec
+    from isotropy.sweeps.spec import load_spec
 
     if args.spec and args.preset:
         raise ValueError("give a sweep file or --preset, not both")
@@ -157,18 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from isotropy.io import output_dir_problem
-    from isotropy.sweeps.engines import (
-        make_engine,
-        plan,
-        run_sweep,
-        sweep_in_progress,
-    )
-    from isotropy.sweeps.spec import (
-        SweepStatus,
-        check_finished_runs,
-        check_inputs,
-        expand,
-    )
+    from isotropy.sweeps.driver import make_engine, plan, run_sweep
+    from isotropy.sweeps.lock import sweep_in_progress
+    from isotropy.sweeps.points import check_finished_runs, check_inputs, expand
+    from isotropy.sweeps.state import SweepStatus
 
     try:
         spec = _load(args)

@@ -7,12 +7,12 @@ from typing import Any
 
 from isotropy._deprecated import moved
 
-_paper_getattr = None
+_PAPER_NAMES = ("StabilityResult", "figure2_variances", "format_stability_table",
+                "plot_stability", "run_stability", "write_stability")
 
 
 def __getattr__(name: str) -> Any:
     """The names this package exported before (I-STAR Fig. 2): now in :mod:`isotropy.paper`."""
-    global _paper_getattr
-    if _paper_getattr is None:
-        _paper_getattr = moved(__name__, "isotropy.paper")
-    return _paper_getattr(name)
+    if name not in _PAPER_NAMES:  # a submodule: the import system loads it
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved(__name__, "isotropy.paper")(name)
