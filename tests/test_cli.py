@@ -217,7 +217,8 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
 def test_demo_trainer_progress_bars_only_on_a_terminal(
         no_progress: bool, terminal: bool, disabled: bool, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from isotropy.cli.main import _finetune_settings, build_parser
+    from isotropy.cli.demo import _finetune_settings
+    from isotropy.cli.main import build_parser
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     args = build_parser().parse_args(["demo", *(["--no-progress"] if no_progress else [])])
