@@ -105,7 +105,12 @@ def _metric(case: dict, rank: int) -> dict:
     metric.sync()
     synced = (metric.stats.count, float(metric.compute()), float(metric.compute(sync_dist=True)))
     metric.unsync()
-    return {"global": global_value, "synced": synced, "local_count": metric.stats.count}
+    # torchmetrics' own sync (Lightning's route): gather the packed states, merge them
+    tm = IsoScoreMetric(case["zeta"], case["s"], dim=case["x"].shape[1], sync_on_compute=True)
+    tm.update(case["x"][_local(case, rank)])
+    torchmetrics_value = float(tm.compute())
+    return {"global": global_value, "synced": synced, "local_count": metric.stats.count,
+            "torchmetrics": torchmetrics_value, "torchmetrics_count": tm.stats.count}
 
 
 def _bad_input(rank: int) -> list[str]:
@@ -191,6 +196,8 @@ def test_all_reduced_statistics_and_metric(ranks, name):
         # synced state + sync_dist: the rows are not all-reduced a second time
         assert synced_value_sync_dist == pytest.approx(expected, abs=1e-10)
         assert m["local_count"] == case["sizes"][rank]
+        assert m["torchmetrics"] == pytest.approx(expected, abs=1e-10)
+        assert m["torchmetrics_count"] == case["sizes"][rank]  # unsynced after compute
 
 
 def test_bad_input_on_one_rank_raises_everywhere(ranks):

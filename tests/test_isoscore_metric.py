@@ -211,3 +211,29 @@ def test_shrinkage_that_is_not_psd_is_refused_where_it_enters():
     stats = isoscore_star_update(torch.randn(10, 6))
     with pytest.raises(ValueError, match="smallest eigenvalue is -1 "):
         isoscore_star_compute(stats, 0.5, bad)
+
+
+def test_a_torchmetrics_metric_in_a_collection_and_merge_state():
+    """A torchmetrics.Metric: MetricCollection's update / compute / forward and
+    Metric.merge_state give the scores of the eigenvalue route."""
+    from torchmetrics import Metric, MetricCollection
+
+    parts = batches([7, 9], 4, seed=9)
+    x = np.concatenate(parts)
+    coll = MetricCollection({"iso": IsoScoreMetric(0.2), "iso0": IsoScoreMetric(0.0)})
+    assert isinstance(coll["iso"], Metric)
+    for b in parts:
+        coll.update(torch.tensor(b))
+    out = coll.compute()
+    assert float(out["iso"]) == pytest.approx(eig_route(x, 0.2, None), abs=1e-10)
+    assert float(out["iso0"]) == pytest.approx(eig_route(x, 0.0, None), abs=1e-10)
+    coll.reset()
+    batch = coll(torch.tensor(parts[1]))
+    assert float(batch["iso"]) == pytest.approx(eig_route(parts[1], 0.2, None), abs=1e-10)
+    a, b = IsoScoreMetric(0.2, dim=4), IsoScoreMetric(0.2, dim=4)
+    a.update(parts[0])
+    b.update(parts[1])
+    a.merge_state(b)
+    assert a.stats.count == len(x)
+    assert float(a.compute()) == pytest.approx(eig_route(x, 0.2, None), abs=1e-10)
+

@@ -10,16 +10,20 @@ exact whatever the batching:
            \lVert\Sigma_\zeta\rVert_F^2 - 1}{d - 1}.
 
 Functional form: :func:`isoscore_star_update` (a batch's statistics) and
-:func:`isoscore_star_compute` (the score of statistics); module form: :class:`IsoScoreMetric`
-(``update`` / ``compute`` / ``reset`` / ``merge`` / ``sync``). Under ``torch.distributed`` the
-statistics are all-reduced (:meth:`CovarianceStats.all_reduce`), giving the score of the union
-of every rank's rows. Computed in float64; no gradient flows (use
+:func:`isoscore_star_compute` (the score of statistics); module form: :class:`IsoScoreMetric`,
+a ``torchmetrics.Metric`` (``update`` / ``compute`` / ``reset`` / ``merge`` / ``sync``), so it
+works in a ``MetricCollection`` and with Lightning's ``self.log``. Its one state packs
+:math:`(n, \mu, M)`; states of several ranks or batches are merged exactly (Chan et al.'s
+pairwise update, :meth:`CovarianceStats.merge`), never as raw sums of :math:`x x^\top`. Under
+``torch.distributed`` the statistics are all-reduced, giving the score of the union of every
+rank's rows. Computed in float64; no gradient flows (use
 :func:`isotropy.measures.isoscore.isoscore_star` for a differentiable score).
 """
 
 from __future__ import annotations
 
 import torch
+from torchmetrics import Metric
 
 from isotropy._validation import ArrayLike, as_covariance, as_square_matrix, check_zeta
 from isotropy.measures.covariance import CovarianceStats
@@ -95,7 +99,36 @@ def isoscore_star_compute(
     return (tr * tr / fro - 1.0) / (d - 1)
 
 
-class IsoScoreMetric(torch.nn.Module):
+def _pack(stats: CovarianceStats) -> torch.Tensor:
+    """``[n, mu (d), M (d*d)]`` as one float64 vector (the metric's state)."""
+    return torch.cat([stats.mean.new_tensor([float(stats.count)]), stats.mean,
+                      stats.comoment.reshape(-1)])
+
+
+def _unpack(packed: torch.Tensor) -> CovarianceStats:
+    """The statistics of a vector made by :func:`_pack`: ``d`` solves ``1 + d + d^2 = len``."""
+    d = int(round((-1.0 + (4.0 * packed.numel() - 3.0) ** 0.5) / 2.0))
+    return CovarianceStats(int(round(float(packed[0]))), packed[1:1 + d].clone(),
+                           packed[1 + d:].reshape(d, d).clone())
+
+
+def _merge_packed(stacked: torch.Tensor) -> torch.Tensor:
+    """The merge of stacked packed states (``(k, 1 + d + d^2)``): torchmetrics' reduction of the
+    state across ranks (``sync``) and across batches (``forward``, ``merge_state``).
+
+    >>> a = CovarianceStats.from_batch(torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
+    >>> b = CovarianceStats.from_batch(torch.tensor([[0.0, 2.0], [2.0, 2.0]]))
+    >>> _unpack(_merge_packed(torch.stack([_pack(a), _pack(b)]))).covariance()
+    tensor([[1.3333, 0.0000],
+            [0.0000, 1.3333]], dtype=torch.float64)
+    """
+    merged = _unpack(stacked[0])
+    for row in stacked[1:]:
+        merged = merged.merge(_unpack(row))
+    return _pack(merged)
+
+
+class IsoScoreMetric(Metric):
     r"""IsoScore* of every row passed to :meth:`update`, exact across batches and ranks.
 
     ``update(x, mask)`` adds the rows of ``x`` (``(..., d)``, e.g. ``(batch, seq, d)`` token
@@ -105,6 +138,10 @@ class IsoScoreMetric(torch.nn.Module):
     rank that saw no rows take part in ``compute(sync_dist=True)``. ``shrinkage`` is checked
     once, here: symmetric positive semi-definite (``ValueError`` naming its smallest
     eigenvalue otherwise).
+
+    A ``torchmetrics.Metric``: other keyword arguments go to it. ``compute()`` scores this
+    rank's rows unless asked (``compute(sync_dist=True)``, :meth:`sync`, or
+    ``sync_on_compute=True``, which Lightning's logging uses): then the rows of every rank.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> metric = IsoScoreMetric(zeta=0.0)
@@ -116,10 +153,18 @@ class IsoScoreMetric(torch.nn.Module):
     2000
     """
 
+    is_differentiable = False
+    higher_is_better = None
+    full_state_update = False
+    packed: torch.Tensor
+
     def __init__(
-        self, zeta: float = 0.0, shrinkage: ArrayLike | None = None, *, dim: int | None = None
+        self, zeta: float = 0.0, shrinkage: ArrayLike | None = None, *, dim: int | None = None,
+        **kwargs: object,
     ) -> None:
-        super().__init__()
+        kwargs.setdefault("sync_on_compute", False)
+        kwargs.setdefault("compute_with_cache", False)  # compute(sync_dist=...) differs per call
+        super().__init__(**kwargs)
         self.zeta = check_zeta(zeta)
         self.shrinkage = _shrinkage(shrinkage, copy=True)
         if self.shrinkage is not None:
@@ -129,20 +174,24 @@ class IsoScoreMetric(torch.nn.Module):
         if dim is not None and dim < 2:
             raise ValueError(f"dim must be >= 2, got {dim}")
         self.dim = dim
-        self._stats: CovarianceStats | None = None
-        self._local: CovarianceStats | None = None  # the rank's own statistics while synced
+        self.add_state("packed", default=self._empty(), dist_reduce_fx=_merge_packed)
+        self._local: torch.Tensor | None = None  # the rank's own state while synced
+
+    def _empty(self) -> torch.Tensor:
+        d = self.dim
+        if d is None:  # no dimension yet: the first update fixes it
+            return torch.zeros(0, dtype=torch.float64)
+        return _pack(CovarianceStats.empty(d))
 
     @property
     def stats(self) -> CovarianceStats:
         """The accumulated statistics (empty ones of dimension ``dim`` before any update)."""
-        if self._stats is not None:
-            return self._stats
-        if self.dim is None:
+        if self.packed.numel() == 0:
             raise ValueError(
                 "IsoScoreMetric has no rows yet and no dim: call update() first, or pass dim "
                 "or shrinkage to the constructor"
             )
-        return CovarianceStats.empty(self.dim)
+        return _unpack(self.packed)
 
     @property
     def synced(self) -> bool:
@@ -154,8 +203,12 @@ class IsoScoreMetric(torch.nn.Module):
             raise RuntimeError("IsoScoreMetric is synced: call unsync() or reset() before adding")
         if self.dim is not None and stats.dim != self.dim:
             raise ValueError(f"the rows have dimension {stats.dim}, the metric {self.dim}")
-        self.dim = stats.dim
-        self._stats = stats if self._stats is None else self._stats.merge(stats)
+        if self.dim is None:
+            self.dim = stats.dim
+            self._defaults["packed"] = self._empty()
+            self.packed = self._empty().to(self.packed.device)
+        merged = self.stats.merge(stats)
+        self.packed = _pack(merged).to(self.packed.device)
 
     def update(self, x: ArrayLike, mask: ArrayLike | None = None) -> None:
         r"""Add the rows of ``x`` (``(..., d)``) where ``mask`` is true (padding excluded).
@@ -194,10 +247,11 @@ class IsoScoreMetric(torch.nn.Module):
         """
         batch = isoscore_star_update(x, mask)
         self._add(batch)
+        self._update_count += 1
         return isoscore_star_compute(batch, self.zeta, self.shrinkage)
 
     def reset(self) -> None:
-        """Forget every row (and leave the synced state).
+        """Forget every row (and leave the synced state); the dimension seen is kept.
 
         >>> m = IsoScoreMetric(dim=2)
         >>> m.update(torch.randn(4, 2))
@@ -205,7 +259,7 @@ class IsoScoreMetric(torch.nn.Module):
         >>> m.stats.count
         0
         """
-        self._stats = None
+        super().reset()
         self._local = None
 
     def merge(self, other: IsoScoreMetric | CovarianceStats) -> IsoScoreMetric:
@@ -222,35 +276,49 @@ class IsoScoreMetric(torch.nn.Module):
             raise TypeError(f"cannot merge a {type(other).__name__} into an IsoScoreMetric")
         if stats.count:
             self._add(stats)
+            self._update_count += 1
         return self
 
-    def sync(self, process_group: object | None = None) -> IsoScoreMetric:
+    def sync(self, process_group: object | None = None, *,  # type: ignore[override]
+             dist_sync_fn: object | None = None, should_sync: bool | None = None,
+             distributed_available: object | None = None) -> IsoScoreMetric | None:
         r"""Replace the state by the statistics of all ranks' rows (all-reduce); returns ``self``.
 
         Every rank must call it. The rank's own statistics are kept for :meth:`unsync`;
         :meth:`update` is refused until then (so no rows are counted twice). Without
-        ``torch.distributed`` the state is unchanged.
+        ``torch.distributed`` the state is unchanged. (Called by torchmetrics itself, with
+        ``should_sync``, it is ``torchmetrics.Metric.sync``.)
 
         >>> m = IsoScoreMetric()
         >>> m.update(torch.randn(6, 3))
         >>> m.sync().synced, m.unsync().synced
         (True, False)
         """
+        if should_sync is not None:
+            super().sync(dist_sync_fn=dist_sync_fn, process_group=process_group,  # type: ignore[arg-type]
+                         should_sync=should_sync,
+                         distributed_available=distributed_available)  # type: ignore[arg-type]
+            return None
         if self.synced:
             raise RuntimeError("IsoScoreMetric is already synced: call unsync() first")
-        local = self.stats
-        self._stats = local.all_reduce(process_group)
+        local = self.packed
+        self.packed = _pack(self.stats.all_reduce(process_group)).to(local.device)
         self._local = local
         return self
 
-    def unsync(self) -> IsoScoreMetric:
-        """Return to this rank's own statistics after :meth:`sync`; returns ``self``."""
+    def unsync(self, should_unsync: bool | None = None) -> IsoScoreMetric | None:  # type: ignore[override]
+        """Return to this rank's own statistics after :meth:`sync`; returns ``self``. (Called by
+        torchmetrics itself, with ``should_unsync``, it is ``torchmetrics.Metric.unsync``.)"""
+        if should_unsync is not None:
+            super().unsync(should_unsync=should_unsync)
+            return None
         if not self.synced:
             raise RuntimeError("IsoScoreMetric is not synced")
-        self._stats, self._local = self._local, None
+        assert self._local is not None
+        self.packed, self._local = self._local, None
         return self
 
     def extra_repr(self) -> str:
         s = "identity" if self.shrinkage is None else f"{tuple(self.shrinkage.shape)}"
-        n = 0 if self._stats is None else self._stats.count
+        n = 0 if self.packed.numel() == 0 else int(round(float(self.packed[0])))
         return f"zeta={self.zeta}, shrinkage={s}, dim={self.dim}, rows={n}"
