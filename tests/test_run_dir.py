@@ -97,3 +97,25 @@ def test_truncating_by_step_drops_a_cut_line(tmp_path):
     cut(rd)
     rd.truncate_metrics(10)
     assert steps(rd) == [1, 2, 3, 4]
+
+
+def test_one_rule_for_a_damaged_line_reading_and_resuming(tmp_path):
+    """Reading (report, RunDirectory) and resuming (truncation) stop at the first line that is
+    not a whole JSON object: records after damage are never read nor kept."""
+    from isotropy.reporting.runs import read_jsonl_whole as report_reader
+    from isotropy.rundir import METRICS, RunDirectory, read_jsonl_whole
+
+    assert report_reader is read_jsonl_whole
+    run = RunDirectory(tmp_path)
+    path = tmp_path / METRICS
+    path.write_text('{"step": 1}\n{"step": 2}\n{"ste\n{"step": 3}\n', encoding="utf-8")
+    records, note = read_jsonl_whole(path)
+    assert [r["step"] for r in records] == [1, 2] and "line 3 of 4" in note
+    assert run.read_metrics() == records
+    assert run.record_counts()[METRICS] == 2
+    run.truncate_metrics(max_step=10)
+    assert path.read_text(encoding="utf-8") == '{"step": 1}\n{"step": 2}\n'
+    path.write_text('{"step": 1}\n{"step": 2}', encoding="utf-8")  # no newline: not appendable
+    assert run.record_counts()[METRICS] == 1
+    run.keep_records({METRICS: 5})
+    assert path.read_text(encoding="utf-8") == '{"step": 1}\n'

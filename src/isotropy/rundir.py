@@ -31,13 +31,25 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from isotropy.io import output_dir_problem, to_jsonable, write_json_atomic, write_text_atomic
+from isotropy.io import (
+    output_dir_problem,
+    read_text_utf8,
+    to_jsonable,
+    write_json_atomic,
+    write_text_atomic,
+)
 
-__all__ = ["MEASUREMENT_FORMAT", "RunDirectory", "library_versions", "git_commit"]
+__all__ = [
+    "MEASUREMENT_FORMAT",
+    "RunDirectory",
+    "git_commit",
+    "library_versions",
+    "read_jsonl_whole",
+]
 
 MEASUREMENT_FORMAT = 2
 
@@ -75,6 +87,55 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+
+def _whole_records(text: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line index, line, record)`` of a JSONL text's lines up to the first that is not a whole
+    JSON object (blank lines skipped): the one rule by which run files are read."""
+    for i, line in enumerate(text.splitlines(keepends=True)):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(rec, dict):
+            return
+        yield i, line, rec
+
+
+def read_jsonl_whole(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    r"""The records of a JSONL file up to its first line that is not a whole JSON object (a
+    line cut short by a crash, or damage), and a note saying what was left out (``None`` when
+    the file is whole or absent): records after a cut are never used.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.jsonl"
+    >>> _ = p.write_text('{"step": 1}\n{"step": 2}\n{"ste')
+    >>> records, note = read_jsonl_whole(p)
+    >>> records
+    [{'step': 1}, {'step': 2}]
+    >>> note.split("; ")
+    ['m.jsonl: line 3 of 3 is cut short or unreadable', 'the 2 whole records before it are used']
+    """
+    try:
+        text = read_text_utf8(path)
+    except (OSError, ValueError) as err:
+        if not path.exists():
+            return [], None
+        return [], f"{path.name}: unreadable ({err}); none of it is used"
+    lines = text.splitlines(keepends=True)
+    out: list[dict[str, Any]] = []
+    last = -1
+    for i, _, rec in _whole_records(text):
+        out.append(rec)
+        last = i
+    bad = next((i for i in range(last + 1, len(lines)) if lines[i].strip()), None)
+    if bad is None:
+        return out, None
+    return out, (f"{path.name}: line {bad + 1} of {len(lines)} is cut short or "
+                 f"unreadable; the {len(out)} whole records before it are used")
 
 
 class RunDirectory:
@@ -212,20 +273,14 @@ class RunDirectory:
             os.fsync(f.fileno())
 
     def _truncate_jsonl(self, name: str, max_step: int) -> None:
-        """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically); a
-        line cut short by a crash (written after the last checkpoint) is dropped too."""
+        """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically), never
+        past a line cut short by a crash or damaged (:func:`read_jsonl_whole`'s rule)."""
         path = self.file(name)
         if not path.is_file():
             return
-        kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and rec.get("step", 0) <= max_step:
-                kept.append(line)
-
+        text = path.read_text(encoding="utf-8")
+        kept = [line.rstrip("\n") for _, line, rec in _whole_records(text)
+                if rec.get("step", 0) <= max_step]
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def _whole_lines(self, name: str) -> int:
@@ -234,12 +289,8 @@ class RunDirectory:
         if not path.is_file():
             return 0
         n = 0
-        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-            if not line.endswith("\n"):
-                break
-            try:
-                json.loads(line)
-            except json.JSONDecodeError:
+        for _, line, _ in _whole_records(path.read_text(encoding="utf-8")):
+            if not line.endswith("\n"):  # appending after it would join two records
                 break
             n += 1
         return n
@@ -257,14 +308,14 @@ class RunDirectory:
             path = self.file(name)
             if path.is_file():
                 n = min(n, self._whole_lines(name))
-                lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]
-                write_text_atomic(path, "".join(lines))
+                records = _whole_records(path.read_text(encoding="utf-8"))
+                write_text_atomic(path, "".join(line for _, line, _ in list(records)[:n]))
 
     def _read_jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.file(name)
         if not path.is_file():
             return []
-        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        return read_jsonl_whole(path)[0]
 
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` (flushed and synced)."""

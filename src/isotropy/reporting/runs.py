@@ -18,7 +18,7 @@ import numpy as np
 
 from isotropy.clouds import parse_layers
 from isotropy.io import read_text_utf8
-from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS
+from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS, read_jsonl_whole
 
 __all__ = [
     "COMPARED_SETTINGS",
@@ -308,40 +308,6 @@ def measurement_format(config: Mapping[str, Any]) -> int:
     return fmt
 
 
-def read_jsonl_whole(path: Path) -> tuple[list[dict[str, Any]], str | None]:
-    r"""The records of a JSONL file up to its first line that is not a whole JSON object (a
-    line cut short by a crash, or damage), and a note saying what was left out (``None`` when
-    the file is whole or absent): records after a cut are never used.
-
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.jsonl"
-    >>> _ = p.write_text('{"step": 1}\n{"step": 2}\n{"ste')
-    >>> records, note = read_jsonl_whole(p)
-    >>> records
-    [{'step': 1}, {'step': 2}]
-    >>> note.split("; ")
-    ['m.jsonl: line 3 of 3 is cut short or unreadable', 'the 2 whole records before it are used']
-    """
-    try:
-        text = read_text_utf8(path)
-    except (OSError, ValueError) as err:
-        if not path.exists():
-            return [], None
-        return [], f"{path.name}: unreadable ({err}); none of it is used"
-    lines = text.splitlines(keepends=True)
-    out: list[dict[str, Any]] = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if not isinstance(rec, dict):
-            return out, (f"{path.name}: line {i + 1} of {len(lines)} is cut short or "
-                         f"unreadable; the {len(out)} whole records before it are used")
-        out.append(rec)
-    return out, None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
