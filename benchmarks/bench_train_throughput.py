@@ -7,7 +7,7 @@ Same process, model, data, batch size and ``TrainingArguments`` for every config
 
 * plain Trainer: ``transformers.Trainer`` on ``AutoModelForSequenceClassification`` (no
   hidden states requested, no wrapper, no callbacks of ours);
-* ``isotropy train`` (:func:`isotropy.training.trainer.run_training`) with ``--regularizer``
+* ``isotropy train`` (:func:`isotropy.training.run.run_training`) with ``--regularizer``
   none, istar (lambda=-1, zeta=0.2, all layers, Sigma_S estimated before the epoch from up to
   250,000 union rows), cosreg, entropy (64 [CLS] points: batch 32, window 2).
 
@@ -66,12 +66,13 @@ def common_settings(examples: int, workdir: Path) -> dict[str, Any]:
 
 def run_isotropy(name: str, settings: dict[str, Any]) -> dict[str, float]:
     """One ``run_training``; returns the training-loop seconds and the Sigma_S seconds."""
-    import isotropy.training.trainer as trainer_module
+    import isotropy.training.callbacks as callbacks_module
+    import isotropy.training.run as run_module
     from isotropy.training.config import args_from_dict
 
     ours, targs = args_from_dict({**settings, **CONFIGS[name], "overwrite": True})
     spent = {"shrinkage": 0.0}
-    cls = trainer_module.IsotropyStateCallback
+    cls = callbacks_module.IsotropyStateCallback
     original = cls.on_epoch_begin
 
     def timed(self, *args, **kwargs):
@@ -94,7 +95,7 @@ def run_isotropy(name: str, settings: dict[str, Any]) -> dict[str, float]:
     cls.on_epoch_begin = timed
     shrinkage_module.collect_covariance = counted
     try:
-        result = trainer_module.run_training(ours, targs, echo=lambda _: None)
+        result = run_module.run_training(ours, targs, echo=lambda _: None)
     finally:
         cls.on_epoch_begin = original
         shrinkage_module.collect_covariance = collect

@@ -9,7 +9,7 @@ import warnings
 from transformers import TrainerCallback
 
 from isotropy.training.config import parse_train_args
-from isotropy.training.trainer import run_training
+from isotropy.training.run import run_training
 
 WORDS = [
     "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",

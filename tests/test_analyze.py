@@ -267,7 +267,7 @@ def test_decoder_defaults_to_last_token_and_writes_like_measure(decoder_dirs, gl
 
 def test_run_directory_gives_its_task_and_encoder(bert_dir, glue_dir, tmp_path):
     from isotropy.training.config import parse_train_args
-    from isotropy.training.trainer import run_training
+    from isotropy.training.run import run_training
 
     run = tmp_path / "run"
     ours, targs = parse_train_args([

@@ -46,7 +46,7 @@ from transformers import TrainerCallback
 
 from isotropy.probing.eval_measures import OTHER_RANK, EvalMeasures
 from isotropy.training.config import parse_train_args
-from isotropy.training.trainer import run_training
+from isotropy.training.run import run_training
 
 WORLD = 2
 B = 4  # per-device batch of the two-process runs and micro-batch of the accumulation runs

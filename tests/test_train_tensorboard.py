@@ -13,7 +13,7 @@ import pytest
 from _models import save_tiny_bert
 
 from isotropy.training.config import parse_train_args
-from isotropy.training.trainer import run_training
+from isotropy.training.run import run_training
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor", "movie", "film", "the", "a", "is"]
 

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(parse: Any) -> int:
-    from isotropy.training.trainer import run_training
+    from isotropy.training.run import run_training
 
     try:
         ours, targs = parse()

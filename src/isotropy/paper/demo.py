@@ -1,6 +1,6 @@
 """Fine-tune one model with each regularizer on the same data and compare the results.
 
-:func:`run_comparison` trains one run per method with :func:`isotropy.training.trainer.run_training`
+:func:`run_comparison` trains one run per method with :func:`isotropy.training.run.run_training`
 (same data subset, seed and optimiser settings; only the regularizer differs) and tabulates,
 per method, the task's main metric, the evaluation set's IsoScore* of the last layer and of the
 union of layers (:math:`\\zeta` and :math:`\\Sigma_S` from the training data), TwoNN of the
@@ -20,7 +20,7 @@ from typing import Any
 
 from isotropy.io import write_csv_atomic, write_json_atomic, write_text_atomic
 from isotropy.training.config import args_from_dict
-from isotropy.training.trainer import run_training
+from isotropy.training.run import run_training
 
 __all__ = [
     "DEMO_METHODS",

@@ -46,7 +46,7 @@ def run_point(settings: Mapping[str, Any], threads: int | None = None) -> dict[s
 
     if threads:
         torch.set_num_threads(int(threads))
-    from isotropy.training.trainer import run_training
+    from isotropy.training.run import run_training
 
     ours, targs = args_from_dict({**settings, "resume": True})
     result = run_training(ours, targs)

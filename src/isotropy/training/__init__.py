@@ -13,7 +13,7 @@ from isotropy.training.config import (
     TrainArguments,
     parse_train_args,
 )
-from isotropy.training.trainer import TrainResult, run_training
+from isotropy.training.run import TrainResult, run_training
 
 __all__ = [
     "PRESETS",

@@ -1,0 +1,149 @@
+"""The ``Trainer`` callbacks of ``isotropy train``: the run's ``metrics.jsonl``, and the
+harness's own state saved with every checkpoint (written last, atomically, as the mark of a
+whole checkpoint) and restored on resume; TensorBoard's event directory."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from isotropy.losses import IStarLoss, PersistentEntropyLoss
+from isotropy.models.shrinkage import (
+    ShrinkageRefreshCallback,
+)
+from isotropy.rundir import (
+    CHECKPOINT_STATE,
+    RunDirectory,
+)
+from isotropy.runtime import fault_point
+
+__all__ = [
+    "IsotropyStateCallback",
+    "MetricsFileCallback",
+    "read_checkpoint_state",
+]
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Append every Trainer log, with its step and epoch, to ``metrics.jsonl``."""
+
+    def __init__(self, run_dir: RunDirectory, trainer: Any = None) -> None:
+        self.run_dir = run_dir
+        self.trainer = trainer  # an IsotropyTrainer whose record_evaluations may switch it off
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
+        if self.trainer is not None and not self.trainer.record_evaluations:
+            return control
+        if state.is_world_process_zero and logs:
+            self.run_dir.append_metrics({"step": state.global_step, "epoch": state.epoch, **logs})
+            evaluation = any(k.startswith("eval_") for k in logs)
+            fault_point("evaluation_logged" if evaluation else "training_logged")
+        return control
+
+
+class IsotropyStateCallback(ShrinkageRefreshCallback):
+    r"""Sigma_S before every epoch from a seeded pass over the training set, and the state a
+    resumed run needs saved with every checkpoint.
+
+    The Sigma_S pass reads the training set in an order drawn from its own generator
+    (seed + epoch), so it leaves the global random state, and hence training, untouched.
+    ``isotropy_state.pt`` in each checkpoint (:meth:`payload`, written by
+    :meth:`IsotropyTrainer._save_checkpoint`) holds Sigma_S (and the epoch it was estimated
+    for) and the persistent-entropy windows: resuming mid-epoch reuses that epoch's Sigma_S
+    instead of estimating it from the mid-epoch model.
+    """
+
+    def __init__(self, istar: Sequence[IStarLoss], entropy: Sequence[PersistentEntropyLoss],
+                 make_loader: Callable[[int], Any], n_tokens: int,
+                 resume_state: Mapping[str, Any] | None = None) -> None:
+        super().__init__(losses=list(istar) or None, n_tokens=n_tokens)
+        self.istar = list(istar)
+        self.entropy = list(entropy)
+        self.make_loader = make_loader
+        self.shrinkage_epoch: int | None = None
+        self._restored = resume_state  # the resumed checkpoint's isotropy_state.pt
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        if self._restored is not None:
+            for loss, window in zip(self.entropy, self._restored["entropy_windows"],
+                                    strict=True):
+                loss.load_window_state(window)
+        return control
+
+    def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
+        epoch = int(math.floor(state.epoch + 1e-9)) if state.epoch else 0
+        restored = self._restored
+        self._restored = None
+        if restored is not None and restored["shrinkage_epoch"] == epoch and self.istar:
+            for loss, cov in zip(self.istar, restored["shrinkage"], strict=True):
+                loss.set_shrinkage(cov)
+            self.shrinkage_epoch = epoch
+            return control
+        if self.istar:
+            self.dataloader = self.make_loader(epoch)
+            super().on_epoch_begin(args, state, control, **kwargs)
+            self.shrinkage_epoch = epoch
+        return control
+
+    def payload(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the regularizers' state."""
+        return {
+            "shrinkage_epoch": self.shrinkage_epoch,
+            "shrinkage": [loss.shrinkage for loss in self.istar],
+            "entropy_windows": [loss.window_state() for loss in self.entropy],
+        }
+
+
+def read_checkpoint_state(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The ``isotropy_state.pt`` of a checkpoint folder (``None`` if absent)."""
+    path = Path(checkpoint) / CHECKPOINT_STATE
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush every file of a checkpoint folder to the disk (the Trainer does not), so that its
+    last file marks a checkpoint that survives a lost machine too."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+
+
+def _write_checkpoint_state(folder: Path, payload: Mapping[str, Any]) -> None:
+    """``isotropy_state.pt`` written aside, synced, then renamed into place: the last file of
+    a checkpoint, whose presence marks it complete."""
+    tmp = folder / f".{CHECKPOINT_STATE}.tmp"
+    with tmp.open("wb") as f:
+        torch.save(dict(payload), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / CHECKPOINT_STATE)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def _point_tensorboard(trainer: Trainer) -> None:
+    """Write TensorBoard events to ``args.logging_dir``: transformers 5 dropped that argument
+    (its callback reads ``TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs/<date>``), so
+    the callback is pointed at it unless that environment variable is set."""
+    from transformers.integrations import TensorBoardCallback
+
+    logging_dir = getattr(trainer.args, "logging_dir", None)
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, TensorBoardCallback) and logging_dir and \
+                getattr(cb, "logging_dir", None) is None:
+            cb.logging_dir = logging_dir

@@ -1,0 +1,488 @@
+"""``isotropy train``: build the data, model, regularizers and ``Trainer``; run; write the run.
+
+:func:`run_training` checks every input (task, data files, model, tokenised features, output
+directory) before any work, then fine-tunes ``AutoModelForSequenceClassification`` (one output
+unit for STS-B regression) or, for SQuAD, ``AutoModelForQuestionAnswering`` wrapped in a
+:class:`~isotropy.models.regularized.RegularizedModel` with
+:class:`~isotropy.training.trainer.IsotropyTrainer`, which adds the task loss, every
+regularizer's logs and the batch [CLS] spectrum (averaged over the logging interval) to the
+Trainer's logs, and the task metrics and the representation measurements of the evaluation
+set (:mod:`isotropy.probing.eval_measures`) to every evaluation.
+
+SQuAD trains on windows of the contexts (``--max_seq_length``, ``--doc_stride``) with
+start/end labels; every evaluation maps the windows' start/end logits back to answer texts
+(n-best post-processing, ``--n_best_size``, ``--max_answer_length``) and scores exact match and
+F1 per question. ``eval_predictions.csv`` then holds one row per question: ``guid``, the gold
+``answers`` and ``answer_starts`` (JSON lists) and the predicted text.
+
+The persistent-entropy regularizer scores each class label's cloud separately. STS-B
+(regression scores) and SQuAD (spans) have no class labels: there it scores the whole cloud of
+the batch (of its window of micro-batches) as one group, and ``config.json`` and
+``results.json`` say so under ``notes``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import Trainer, TrainerCallback
+from transformers.training_args import ParallelMode
+
+from isotropy.data.glue import TaskSpec, get_task
+from isotropy.data.sources import TaskData, load_task_data
+from isotropy.data.squad import squad_metrics
+from isotropy.data.task_metrics import (
+    compute_task_metrics,
+    prediction_summary,
+    predictions_from_logits,
+)
+from isotropy.distributed import is_distributed, on_main_process, world_size
+from isotropy.io import write_csv_atomic
+from isotropy.losses import IStarLoss, PersistentEntropyLoss
+from isotropy.models.loading import resolve_model
+from isotropy.models.regularized import (
+    RegularizedModel,
+)
+from isotropy.rundir import (
+    MEASUREMENT_FORMAT,
+    PREDICTIONS,
+    RunDirectory,
+    git_commit,
+    library_versions,
+)
+from isotropy.runtime import fault_point, flush_denormals
+from isotropy.training.callbacks import (
+    IsotropyStateCallback,
+    MetricsFileCallback,
+    read_checkpoint_state,
+)
+from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.console import use_console_log
+from isotropy.training.features import (
+    TaskDataset,
+    tokenize_examples,
+    tokenize_squad,
+)
+from isotropy.training.model_kind import check_pooling, is_decoder_only
+from isotropy.training.predictions import (
+    SPAN_LABELS,
+    SpanPredictor,
+    _predictions_rows,
+    _span_rows,
+    make_compute_metrics,
+)
+from isotropy.training.trainer import IsotropyTrainer, build_regularizers
+
+__all__ = [
+    "TrainResult",
+    "run_training",
+]
+
+
+def _check_model(path: str, ours: IsotropyArguments | None = None) -> Any:
+    """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
+    not have, fail before any work."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(
+            f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
+            "reached, pass a local model directory as --model (or --model minilm) and the data "
+            "with --data_dir"
+        ) from err
+    n_layers = getattr(config, "num_hidden_layers", None)
+    if ours is not None and "istar" in ours.regularizers and isinstance(n_layers, int):
+        layers = parse_layers(ours.istar_layers)
+        for i in [layers] if isinstance(layers, int) else (
+                layers if isinstance(layers, list) else []):
+            if not -(n_layers + 1) <= i <= n_layers:
+                raise ValueError(
+                    f"--istar_layers {ours.istar_layers}: layer {i} is out of range, the model "
+                    f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
+                    f"or -1..-{n_layers + 1})")
+    return config
+
+
+def _check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
+    """The ``--resume_from_checkpoint`` folder, if it is a complete checkpoint of the run
+    directory; ``ValueError`` otherwise (checked before anything is changed)."""
+    chosen = Path(requested).resolve()
+    if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
+            or not chosen.name.rsplit("-", 1)[-1].isdigit() or not RunDirectory.is_complete(chosen):
+        raise ValueError(
+            f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
+            f"{run_dir.path} (choose one of: "
+            f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
+    return chosen
+
+
+def _resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
+    """Make the checkpoint to resume from the last complete one: incomplete checkpoints (the
+    run stopped while writing them) are deleted, and with ``--resume_from_checkpoint`` (a
+    complete checkpoint of this run) the later ones too. Returns what to tell the user."""
+    said = []
+    chosen = _check_resume_point(run_dir, requested) if requested else None
+    last_complete = run_dir.last_checkpoint()
+    for p in run_dir.drop_checkpoints(incomplete=True):
+        said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
+                    f"resuming from {last_complete.name if last_complete else 'the start'}")
+    if chosen is not None:
+        later = run_dir.drop_checkpoints(incomplete=False, after=_checkpoint_step(chosen))
+        if later:
+            said.append(f"resuming from {chosen.name}: the later "
+                        f"{', '.join(p.name for p in later)} deleted")
+    return said
+
+
+@dataclass
+class TrainResult:
+    """Where the run is and what it gave: ``status`` is ``'trained'`` or ``'finished'``
+    (an earlier finished run found and kept)."""
+
+    run_dir: Path
+    status: str
+    results: dict[str, Any]
+
+
+_IGNORED_FOR_RESUME = {
+    ("isotropy", "resume"), ("isotropy", "overwrite"), ("training", "resume_from_checkpoint"),
+    ("training", "overwrite_output_dir"), ("training", "logging_dir"),
+}
+
+
+def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any],
+                         data: Mapping[str, Any] | None = None) -> str | None:
+    """Why a run with ``old`` config cannot be resumed with settings ``new`` (and data source
+    ``data``), else ``None``; a dev split made by example (runs written before SQuAD was split
+    by paragraph) does not resume as a split by paragraph."""
+    for section in ("isotropy", "training"):
+        a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if (section, key) in _IGNORED_FOR_RESUME:
+                continue
+            if a.get(key) != b.get(key):
+                return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"
+    old_data = old.get("data") or {}
+    if data and "split_dev_for_training" in data and "split_dev_for_training" in old_data:
+        was, now = old_data.get("split_unit", "example"), data.get("split_unit", "example")
+        if was != now:
+            return f"the dev split was made by {was}, now by {now}"
+    return None
+
+
+def _best(records: list[dict[str, Any]], key: str, greater: bool = True) -> dict[str, Any] | None:
+    evals = [r for r in records if r.get(key) is not None]
+    if not evals:
+        return None
+    pick = max if greater else min
+    return pick(evals, key=lambda r: r[key])
+
+
+def run_training(
+    ours: IsotropyArguments,
+    targs: TrainArguments,
+    *,
+    callbacks: Sequence[TrainerCallback] = (),
+    echo: Callable[[str], None] = print,
+) -> TrainResult:
+    """Fine-tune as configured; returns the run directory and its results (see module doc).
+
+    On CPU, denormal floats are flushed to zero for the run and the mode restored after it.
+    """
+    with flush_denormals(not torch.cuda.is_available()):
+        return _run_training(ours, targs, callbacks=callbacks, echo=echo)
+
+
+def _regularizer_notes(spec: TaskSpec, ours: IsotropyArguments) -> list[str]:
+    """What a regularizer does differently on this task (recorded in config.json)."""
+    if "entropy" in ours.regularizers and spec.kind != "classification":
+        why = "regression scores" if spec.kind == "regression" else "no class labels"
+        return [f"entropy: {spec.display_name} has {why}: the persistent entropy is taken of "
+                f"the whole batch's {ours.pooling}-pooled cloud as one group, not per class "
+                "label"]
+    return []
+
+
+def _check_drop_last(targs: TrainArguments, n_eval: int, what: str) -> None:
+    """``--dataloader_drop_last`` also drops the Trainer's last evaluation batch: refuse it
+    unless the evaluation batches divide the evaluation set."""
+    batch = targs.eval_batch_size * max(1, targs.world_size)
+    if targs.dataloader_drop_last and n_eval % batch:
+        raise ValueError(
+            f"--dataloader_drop_last would leave {n_eval % batch} of the {n_eval} evaluation "
+            f"{what} unscored (evaluation batches of {batch}): choose an evaluation batch size "
+            f"that divides {n_eval}, or drop the flag"
+        )
+
+
+def _prepare_span_arguments(spec: TaskSpec, targs: TrainArguments) -> None:
+    """SQuAD's label names for the Trainer (eval loss from start/end positions); settings
+    that would leave the span post-processing without its predictions fail here."""
+    if spec.kind != "span":
+        return
+    if targs.label_names is not None and list(targs.label_names) != SPAN_LABELS:
+        raise ValueError(f"--label_names must be {' '.join(SPAN_LABELS)} for "
+                         f"{spec.display_name}, got {' '.join(targs.label_names)}")
+    if targs.batch_eval_metrics:
+        raise ValueError(f"--batch_eval_metrics is not supported for {spec.display_name}: "
+                         "answers are decoded from all windows of a question at once")
+    targs.label_names = list(SPAN_LABELS)
+
+
+def _check_parallel(targs: Any) -> None:
+    """Refuse the parallel set-ups in which the regularizers would not see the global batch.
+
+    Setting up the devices (``targs.parallel_mode``) joins or starts a launcher's process
+    group; then the ranks share the run directory, which rank 0 alone writes. One process that
+    sees several GPUs would fall back to ``DataParallel``, where each GPU scores only its slice.
+
+    >>> from types import SimpleNamespace
+    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_PARALLEL, n_gpu=1))
+    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=2))
+    Traceback (most recent call last):
+    ...
+    ValueError: one process sees 2 GPUs: the Trainer would use DataParallel, ...
+    """
+    if targs.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
+        raise ValueError(
+            f"{world_size()} processes were launched but the Trainer does not train them in "
+            "parallel (on a machine without a GPU, pass --use_cpu true)"
+        )
+    if targs.parallel_mode == ParallelMode.NOT_DISTRIBUTED and targs.n_gpu > 1:
+        raise ValueError(
+            f"one process sees {targs.n_gpu} GPUs: the Trainer would use DataParallel, in "
+            "which each GPU's regularizers see only its slice of the batch; make one GPU "
+            "visible (CUDA_VISIBLE_DEVICES=0) or start one process per GPU (accelerate "
+            "launch, torchrun)"
+        )
+
+
+def _run_training(
+    ours: IsotropyArguments,
+    targs: TrainArguments,
+    *,
+    callbacks: Sequence[TrainerCallback],
+    echo: Callable[[str], None],
+) -> TrainResult:
+    from transformers import (
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        set_seed,
+    )
+    from transformers.utils import logging as hf_logging
+
+    spec = get_task(ours.task)
+    span = spec.kind == "span"
+    if targs.prediction_loss_only:
+        raise ValueError("--prediction_loss_only leaves no predictions for the task metrics "
+                         "and eval_predictions.csv")
+    _prepare_span_arguments(spec, targs)
+    data = load_task_data(ours, targs.seed if ours.subset_seed is None else ours.subset_seed)
+    model_path = resolve_model(ours.model)
+    model_config = _check_model(model_path, ours)
+    check_pooling(model_path, ours.pooling, ours.regularizers)
+    # the evaluation's and the training spectrum's one row per example: [CLS] of an encoder,
+    # the last token of a decoder-only model (as isotropy analyze pools it)
+    measure_pooling = "last" if is_decoder_only(model_config) else "cls"
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if span:
+        train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
+        eval_ds = tokenize_squad(data.eval, tokenizer, ours.max_seq_length, ours.doc_stride)
+    else:
+        train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
+        eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
+    _check_drop_last(targs, len(eval_ds), "windows" if span else "examples")
+    notes = _regularizer_notes(spec, ours)
+    features = {"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)}
+    run_dir = RunDirectory(targs.output_dir)
+    settings = describe(ours, targs)
+    _check_parallel(targs)
+
+    def prepare() -> tuple[str, list[str]]:
+        said: list[str] = []
+        status = run_dir.prepare(resume=ours.resume or bool(targs.resume_from_checkpoint),
+                                 overwrite=ours.overwrite,
+                                 same_settings=lambda old: _settings_difference(
+                                     old, settings, data.source))
+        if status == "finished":
+            return status, said
+        if status == "restart":
+            said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
+                        "starting it again")
+        if status == "resume":
+            said.extend(_resume_point(run_dir, targs.resume_from_checkpoint))
+        if status in ("new", "restart") or not run_dir.file("config.json").is_file():
+            run_dir.write_config({
+                "settings": settings, "model_path": model_path, "data": data.source,
+                "features": features,
+                "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
+                         "metrics": list(spec.metrics)},
+                "notes": notes, "measurement_format": MEASUREMENT_FORMAT,
+                "versions": library_versions(), "git_commit": git_commit(),
+            })
+        checkpoint = run_dir.last_checkpoint() if status == "resume" else None
+        state = read_checkpoint_state(checkpoint) if checkpoint is not None else None
+        if state is not None and "records" in state:  # exactly the records before it
+            run_dir.keep_records(state["records"])
+        else:
+            step = _checkpoint_step(checkpoint)
+            run_dir.truncate_metrics(step)
+            run_dir.truncate_measurements(step)
+        return status, said
+
+    if targs.resume_from_checkpoint:
+        _check_resume_point(run_dir, targs.resume_from_checkpoint)
+    status, said = on_main_process(prepare)
+    if status == "finished":
+        echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
+        return TrainResult(run_dir.path, "finished", run_dir.read_results())
+    for line in said:
+        echo(line)
+    for note in notes:
+        echo(f"note: {note}")
+    resume_from = run_dir.last_checkpoint() if status == "resume" else None
+    resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
+
+    set_seed(targs.seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        if span:
+            model = AutoModelForQuestionAnswering.from_pretrained(model_path)
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                model_path, num_labels=spec.num_labels)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    collator = DataCollatorWithPadding(tokenizer)
+    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
+    wrapped = RegularizedModel(model, regs)
+
+    def make_loader(epoch: int) -> torch.utils.data.DataLoader:
+        """The Sigma_S pass: seeded order of its own; under torch.distributed a shard per rank
+        (the statistics are all-reduced by ``collect_covariance``)."""
+        seed = targs.seed * 1000 + epoch
+        if is_distributed():
+            sampler: torch.utils.data.Sampler = torch.utils.data.DistributedSampler(
+                train_ds, shuffle=True, seed=seed)
+        else:
+            sampler = torch.utils.data.RandomSampler(
+                train_ds, generator=torch.Generator().manual_seed(seed))
+        # a generator of its own: a DataLoader without one draws its base seed from the global
+        # generator, which would shift dropout's random stream after every refresh
+        return torch.utils.data.DataLoader(
+            train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
+            collate_fn=collator, generator=torch.Generator().manual_seed(seed))
+
+    state_cb = IsotropyStateCallback(
+        [r for r in regs.values() if isinstance(r, IStarLoss)],
+        [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
+        make_loader, ours.shrinkage_tokens,
+        resume_state=resume_state)
+    metrics_cb = MetricsFileCallback(run_dir)
+    predictor = (SpanPredictor(eval_ds, n_best=ours.n_best_size,
+                               max_answer_length=ours.max_answer_length) if span else None)
+    trainer = IsotropyTrainer(
+        model=wrapped, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
+        data_collator=collator, processing_class=tokenizer,
+        compute_metrics=make_compute_metrics(spec, predictor),
+        callbacks=[state_cb, metrics_cb, *callbacks],
+        measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
+        shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
+        measure_pooling=measure_pooling,
+    )
+    use_console_log(trainer, spec.main_metric)
+    metrics_cb.trainer = trainer
+    if predictor is not None:
+        predictor.order = lambda: _eval_order(trainer, eval_ds)
+    if resume_state is not None:
+        trainer.restore_checkpoint_state(resume_state)
+    t0 = time.perf_counter()
+    train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    train_seconds = time.perf_counter() - t0
+    if trainer.last_eval_step != trainer.state.global_step or targs.load_best_model_at_end:
+        if trainer.last_eval_step is None and not targs.load_best_model_at_end and \
+                trainer.resumed_eval_step == trainer.state.global_step:
+            # resumed at the end: the last evaluation is logged already, its predictions are
+            # needed for the files; evaluate again without logging it twice
+            trainer.record_evaluations = False
+        trainer.evaluate()
+    return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(
+        run_dir, trainer, spec, data, eval_ds, model, tokenizer, ours, train_out, train_seconds,
+        resume_from, predictor, features, notes)))
+
+
+def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, data: TaskData,
+               eval_ds: TaskDataset, model: Any, tokenizer: Any, ours: IsotropyArguments,
+               train_out: Any, train_seconds: float, resume_from: Path | None,
+               predictor: SpanPredictor | None, features: dict[str, int],
+               notes: list[str]) -> dict[str, Any]:
+    """Predictions, model and ``results.json`` into the run directory; returns the results."""
+
+    final = dict(trainer.last_eval.metrics)
+    if predictor is not None:
+        answers = predictor.answers(trainer.last_eval.predictions)
+        write_csv_atomic(run_dir.file(PREDICTIONS), _span_rows(data.eval, answers))
+        detail: dict[str, Any] = squad_metrics(answers, data.eval)
+        summary: dict[str, Any] = {
+            "collapsed": None,
+            "note": "not applicable: span extraction has no classes to collapse to",
+            "empty_answers": sum(not a.strip() for a in answers.values()),
+            "n_questions": len(answers),
+        }
+    else:
+        logits = trainer.last_eval.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        order = _eval_order(trainer, eval_ds)
+        logits_in_order = np.empty_like(logits)
+        logits_in_order[order] = logits
+        write_csv_atomic(run_dir.file(PREDICTIONS),
+                         _predictions_rows(spec, data.eval, logits_in_order))
+        pred = predictions_from_logits(spec, logits)
+        summary = prediction_summary(spec, pred)
+        detail = compute_task_metrics(spec, pred, trainer.last_eval.label_ids)
+    run_dir.save_model(model, tokenizer)
+    records = run_dir.read_metrics()
+    main_key = f"eval_{spec.main_metric}"
+    results = {
+        "task": spec.name, "main_metric": spec.main_metric,
+        "regularizers": ours.regularizers or ["none"],
+        "final": final,
+        "best": _best(records, main_key),
+        "prediction_summary": summary,
+        "metrics_detail": detail,
+        "train": {**train_out.metrics, "global_step": train_out.global_step,
+                  "wall_seconds_this_process": train_seconds, "resumed_from":
+                  str(resume_from) if resume_from else None},
+        "data": data.source, "features": features, "notes": notes,
+        "model_dir": str(run_dir.file("model")),
+        "measurements": trainer.last_measurements,
+    }
+    fault_point("results_writing")  # the model and predictions are written, results.json not
+    run_dir.write_results(results)
+    return results
+
+
+def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
+    """The dataset index (example, or SQuAD window) of each evaluation prediction: the
+    Trainer's evaluation sampler is length-grouped (seeded) under ``group_by_length``,
+    sequential otherwise."""
+    sampler = trainer._get_eval_sampler(eval_ds)
+    order = np.asarray(list(sampler) if sampler is not None else range(len(eval_ds)))
+    if sorted(order.tolist()) != list(range(len(eval_ds))):
+        raise RuntimeError("the evaluation sampler does not visit every example once")
+    return order
+
+
+def _checkpoint_step(checkpoint: Path | None) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint is not None else 0
