@@ -49,6 +49,7 @@ from isotropy.models.regularized import (
     RegularizedModel,
 )
 from isotropy.rundir import (
+    CONFIG,
     MEASUREMENT_FORMAT,
     PREDICTIONS,
     RunDirectory,
@@ -265,21 +266,29 @@ def _check_parallel(targs: Any) -> None:
         )
 
 
-def _run_training(
-    ours: IsotropyArguments,
-    targs: TrainArguments,
-    *,
-    callbacks: Sequence[TrainerCallback],
-    echo: Callable[[str], None],
-) -> TrainResult:
-    from transformers import (
-        AutoModelForQuestionAnswering,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        set_seed,
-    )
-    from transformers.utils import logging as hf_logging
+@dataclass
+class _Inputs:
+    """What a run is built from, every part checked before any training: the task, its
+    examples, the model's files and the tokenised features."""
+
+    spec: TaskSpec
+    data: TaskData
+    model_path: str
+    measure_pooling: str
+    tokenizer: Any
+    train_ds: TaskDataset
+    eval_ds: TaskDataset
+    features: dict[str, int]
+    notes: list[str]
+
+    @property
+    def span(self) -> bool:
+        return self.spec.kind == "span"
+
+
+def _load_inputs(ours: IsotropyArguments, targs: TrainArguments) -> _Inputs:
+    """Task, data, model files and features, checked (one-line errors) before anything runs."""
+    from transformers import AutoTokenizer
 
     spec = get_task(ours.task)
     span = spec.kind == "span"
@@ -291,9 +300,6 @@ def _run_training(
     model_path = resolve_model(ours.model)
     model_config = _check_model(model_path, ours)
     check_pooling(model_path, ours.pooling, ours.regularizers)
-    # the evaluation's and the training spectrum's one row per example: [CLS] of an encoder,
-    # the last token of a decoder-only model (as isotropy analyze pools it)
-    measure_pooling = "last" if is_decoder_only(model_config) else "cls"
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if span:
         train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
@@ -302,75 +308,77 @@ def _run_training(
         train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
         eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
     _check_drop_last(targs, len(eval_ds), "windows" if span else "examples")
-    notes = _regularizer_notes(spec, ours)
-    features = {"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)}
-    run_dir = RunDirectory(targs.output_dir)
-    settings = describe(ours, targs)
-    _check_parallel(targs)
+    return _Inputs(
+        spec=spec, data=data, model_path=model_path,
+        # the evaluation's and the training spectrum's one row per example: [CLS] of an
+        # encoder, the last token of a decoder-only model (as isotropy analyze pools it)
+        measure_pooling="last" if is_decoder_only(model_config) else "cls",
+        tokenizer=tokenizer, train_ds=train_ds, eval_ds=eval_ds,
+        features={"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)},
+        notes=_regularizer_notes(spec, ours))
 
-    def prepare() -> tuple[str, list[str]]:
-        said: list[str] = []
-        status = run_dir.prepare(resume=ours.resume or bool(targs.resume_from_checkpoint),
-                                 overwrite=ours.overwrite,
-                                 same_settings=lambda old: _settings_difference(
-                                     old, settings, data.source))
-        if status == "finished":
-            return status, said
-        if status == "restart":
-            said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
-                        "starting it again")
-        if status == "resume":
-            said.extend(_resume_point(run_dir, targs.resume_from_checkpoint))
-        if status in ("new", "restart") or not run_dir.file("config.json").is_file():
-            run_dir.write_config({
-                "settings": settings, "model_path": model_path, "data": data.source,
-                "features": features,
-                "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
-                         "metrics": list(spec.metrics)},
-                "notes": notes, "measurement_format": MEASUREMENT_FORMAT,
-                "versions": library_versions(), "git_commit": git_commit(),
-            })
-        checkpoint = run_dir.last_checkpoint() if status == "resume" else None
-        state = read_checkpoint_state(checkpoint) if checkpoint is not None else None
-        if state is not None and "records" in state:  # exactly the records before it
-            run_dir.keep_records(state["records"])
-        else:
-            step = _checkpoint_step(checkpoint)
-            run_dir.truncate_metrics(step)
-            run_dir.truncate_measurements(step)
-        return status, said
 
-    if targs.resume_from_checkpoint:
-        _check_resume_point(run_dir, targs.resume_from_checkpoint)
-    status, said = on_main_process(prepare)
+def _prepare_run_dir(run_dir: RunDirectory, ours: IsotropyArguments, targs: TrainArguments,
+                     inputs: _Inputs, settings: dict[str, Any]) -> tuple[str, list[str]]:
+    """The run directory's state (new, restart, resume or finished; :meth:`RunDirectory.prepare`)
+    and what to say about it; writes ``config.json`` for a new run and cuts the JSONL files
+    back to the checkpoint a resumed run continues from. On the main process only."""
+    said: list[str] = []
+    status = run_dir.prepare(resume=ours.resume or bool(targs.resume_from_checkpoint),
+                             overwrite=ours.overwrite,
+                             same_settings=lambda old: _settings_difference(
+                                 old, settings, inputs.data.source))
     if status == "finished":
-        echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
-        return TrainResult(run_dir.path, "finished", run_dir.read_results())
-    for line in said:
-        echo(line)
-    for note in notes:
-        echo(f"note: {note}")
-    resume_from = run_dir.last_checkpoint() if status == "resume" else None
-    resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
+        return status, said
+    if status == "restart":
+        said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
+                    "starting it again")
+    if status == "resume":
+        said.extend(_resume_point(run_dir, targs.resume_from_checkpoint))
+    if status in ("new", "restart") or not run_dir.file(CONFIG).is_file():
+        spec = inputs.spec
+        run_dir.write_config({
+            "settings": settings, "model_path": inputs.model_path, "data": inputs.data.source,
+            "features": inputs.features,
+            "task": {"name": spec.name, "kind": spec.kind, "num_labels": spec.num_labels,
+                     "metrics": list(spec.metrics)},
+            "notes": inputs.notes, "measurement_format": MEASUREMENT_FORMAT,
+            "versions": library_versions(), "git_commit": git_commit(),
+        })
+    checkpoint = run_dir.last_checkpoint() if status == "resume" else None
+    state = read_checkpoint_state(checkpoint) if checkpoint is not None else None
+    if state is not None and "records" in state:  # exactly the records before it
+        run_dir.keep_records(state["records"])
+    else:
+        step = _checkpoint_step(checkpoint)
+        run_dir.truncate_metrics(step)
+        run_dir.truncate_measurements(step)
+    return status, said
 
-    set_seed(targs.seed)
+
+def _load_model(inputs: _Inputs) -> Any:
+    """``AutoModelForQuestionAnswering`` (SQuAD) or ``AutoModelForSequenceClassification``,
+    without transformers' notes on the freshly initialised head."""
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        if span:
-            model = AutoModelForQuestionAnswering.from_pretrained(model_path)
-        else:
-            model = AutoModelForSequenceClassification.from_pretrained(
-                model_path, num_labels=spec.num_labels)
+        if inputs.span:
+            return AutoModelForQuestionAnswering.from_pretrained(inputs.model_path)
+        return AutoModelForSequenceClassification.from_pretrained(
+            inputs.model_path, num_labels=inputs.spec.num_labels)
     finally:
         hf_logging.set_verbosity(verbosity)
-    collator = DataCollatorWithPadding(tokenizer)
-    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
-    wrapped = RegularizedModel(model, regs)
+
+
+def _shrinkage_loader(targs: TrainArguments, train_ds: TaskDataset,
+                      collator: Any) -> Callable[[int], torch.utils.data.DataLoader]:
+    """The Sigma_S pass's loader per epoch: a seeded order of its own; under torch.distributed
+    a shard per rank (the statistics are all-reduced by ``collect_covariance``)."""
 
     def make_loader(epoch: int) -> torch.utils.data.DataLoader:
-        """The Sigma_S pass: seeded order of its own; under torch.distributed a shard per rank
-        (the statistics are all-reduced by ``collect_covariance``)."""
         seed = targs.seed * 1000 + epoch
         if is_distributed():
             sampler: torch.utils.data.Sampler = torch.utils.data.DistributedSampler(
@@ -384,29 +392,50 @@ def _run_training(
             train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
             collate_fn=collator, generator=torch.Generator().manual_seed(seed))
 
+    return make_loader
+
+
+def _build_trainer(ours: IsotropyArguments, targs: TrainArguments, inputs: _Inputs,
+                   run_dir: RunDirectory, model: Any, callbacks: Sequence[TrainerCallback],
+                   resume_state: dict[str, Any] | None
+                   ) -> tuple[IsotropyTrainer, SpanPredictor | None]:
+    """The regularized model in an :class:`IsotropyTrainer` with the harness's callbacks."""
+    from transformers import DataCollatorWithPadding
+
+    collator = DataCollatorWithPadding(inputs.tokenizer)
+    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
+    make_loader = _shrinkage_loader(targs, inputs.train_ds, collator)
     state_cb = IsotropyStateCallback(
         [r for r in regs.values() if isinstance(r, IStarLoss)],
         [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
         make_loader, ours.shrinkage_tokens,
         resume_state=resume_state)
     metrics_cb = MetricsFileCallback(run_dir)
-    predictor = (SpanPredictor(eval_ds, n_best=ours.n_best_size,
-                               max_answer_length=ours.max_answer_length) if span else None)
+    predictor = (SpanPredictor(inputs.eval_ds, n_best=ours.n_best_size,
+                               max_answer_length=ours.max_answer_length)
+                 if inputs.span else None)
     trainer = IsotropyTrainer(
-        model=wrapped, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
-        data_collator=collator, processing_class=tokenizer,
-        compute_metrics=make_compute_metrics(spec, predictor),
+        model=RegularizedModel(model, regs), args=targs, train_dataset=inputs.train_ds,
+        eval_dataset=inputs.eval_ds, data_collator=collator, processing_class=inputs.tokenizer,
+        compute_metrics=make_compute_metrics(inputs.spec, predictor),
         callbacks=[state_cb, metrics_cb, *callbacks],
         measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
         shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
-        measure_pooling=measure_pooling,
+        measure_pooling=inputs.measure_pooling,
     )
-    use_console_log(trainer, spec.main_metric)
+    use_console_log(trainer, inputs.spec.main_metric)
     metrics_cb.trainer = trainer
     if predictor is not None:
-        predictor.order = lambda: _eval_order(trainer, eval_ds)
+        predictor.order = lambda: _eval_order(trainer, inputs.eval_ds)
     if resume_state is not None:
         trainer.restore_checkpoint_state(resume_state)
+    return trainer, predictor
+
+
+def _train(trainer: IsotropyTrainer, targs: TrainArguments,
+           resume_from: Path | None) -> tuple[Any, float]:
+    """Train (from ``resume_from``), then evaluate the final model unless the last evaluation
+    already did; returns the Trainer's output and the seconds spent training."""
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.perf_counter() - t0
@@ -417,21 +446,70 @@ def _run_training(
             # needed for the files; evaluate again without logging it twice
             trainer.record_evaluations = False
         trainer.evaluate()
-    return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(
-        run_dir, trainer, spec, data, eval_ds, model, tokenizer, ours, train_out, train_seconds,
-        resume_from, predictor, features, notes)))
+    return train_out, train_seconds
 
 
-def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, data: TaskData,
-               eval_ds: TaskDataset, model: Any, tokenizer: Any, ours: IsotropyArguments,
-               train_out: Any, train_seconds: float, resume_from: Path | None,
-               predictor: SpanPredictor | None, features: dict[str, int],
-               notes: list[str]) -> dict[str, Any]:
+def _run_training(
+    ours: IsotropyArguments,
+    targs: TrainArguments,
+    *,
+    callbacks: Sequence[TrainerCallback],
+    echo: Callable[[str], None],
+) -> TrainResult:
+    """The steps of :func:`run_training`: inputs, run directory, model, Trainer, train, write."""
+    from transformers import set_seed
+
+    inputs = _load_inputs(ours, targs)
+    run_dir = RunDirectory(targs.output_dir)
+    settings = describe(ours, targs)  # before the devices are set up (_check_parallel)
+    _check_parallel(targs)
+    if targs.resume_from_checkpoint:
+        _check_resume_point(run_dir, targs.resume_from_checkpoint)
+    status, said = on_main_process(
+        lambda: _prepare_run_dir(run_dir, ours, targs, inputs, settings))
+    if status == "finished":
+        echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
+        return TrainResult(run_dir.path, "finished", run_dir.read_results())
+    for line in said:
+        echo(line)
+    for note in inputs.notes:
+        echo(f"note: {note}")
+    resume_from = run_dir.last_checkpoint() if status == "resume" else None
+    resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
+
+    set_seed(targs.seed)
+    model = _load_model(inputs)
+    trainer, predictor = _build_trainer(ours, targs, inputs, run_dir, model, callbacks,
+                                        resume_state)
+    train_out, train_seconds = _train(trainer, targs, resume_from)
+    done = _Trained(run_dir=run_dir, trainer=trainer, inputs=inputs, model=model, ours=ours,
+                    train_out=train_out, train_seconds=train_seconds,
+                    resume_from=resume_from, predictor=predictor)
+    return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(done)))
+
+
+@dataclass
+class _Trained:
+    """A finished training run, for :func:`_write_run`."""
+
+    run_dir: RunDirectory
+    trainer: IsotropyTrainer
+    inputs: _Inputs
+    model: Any
+    ours: IsotropyArguments
+    train_out: Any
+    train_seconds: float
+    resume_from: Path | None
+    predictor: SpanPredictor | None
+
+
+def _write_run(done: _Trained) -> dict[str, Any]:
     """Predictions, model and ``results.json`` into the run directory; returns the results."""
-
+    run_dir, trainer, inputs = done.run_dir, done.trainer, done.inputs
+    spec, data = inputs.spec, inputs.data
     final = dict(trainer.last_eval.metrics)
-    if predictor is not None:
-        answers = predictor.answers(trainer.last_eval.predictions)
+    if done.predictor is not None:
+        answers = done.predictor.answers(trainer.last_eval.predictions)
         write_csv_atomic(run_dir.file(PREDICTIONS), _span_rows(data.eval, answers))
         detail: dict[str, Any] = squad_metrics(answers, data.eval)
         summary: dict[str, Any] = {
@@ -443,7 +521,7 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
     else:
         logits = trainer.last_eval.predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
-        order = _eval_order(trainer, eval_ds)
+        order = _eval_order(trainer, inputs.eval_ds)
         logits_in_order = np.empty_like(logits)
         logits_in_order[order] = logits
         write_csv_atomic(run_dir.file(PREDICTIONS),
@@ -451,26 +529,27 @@ def _write_run(run_dir: RunDirectory, trainer: IsotropyTrainer, spec: TaskSpec, 
         pred = predictions_from_logits(spec, logits)
         summary = prediction_summary(spec, pred)
         detail = compute_task_metrics(spec, pred, trainer.last_eval.label_ids)
-    run_dir.save_model(model, tokenizer)
+    run_dir.save_model(done.model, inputs.tokenizer)
     records = run_dir.read_metrics()
     main_key = f"eval_{spec.main_metric}"
     results = {
         "task": spec.name, "main_metric": spec.main_metric,
-        "regularizers": ours.regularizers or ["none"],
+        "regularizers": done.ours.regularizers or ["none"],
         "final": final,
         "best": _best(records, main_key),
         "prediction_summary": summary,
         "metrics_detail": detail,
-        "train": {**train_out.metrics, "global_step": train_out.global_step,
-                  "wall_seconds_this_process": train_seconds, "resumed_from":
-                  str(resume_from) if resume_from else None},
-        "data": data.source, "features": features, "notes": notes,
+        "train": {**done.train_out.metrics, "global_step": done.train_out.global_step,
+                  "wall_seconds_this_process": done.train_seconds, "resumed_from":
+                  str(done.resume_from) if done.resume_from else None},
+        "data": data.source, "features": inputs.features, "notes": inputs.notes,
         "model_dir": str(run_dir.file("model")),
         "measurements": trainer.last_measurements,
     }
     fault_point("results_writing")  # the model and predictions are written, results.json not
     run_dir.write_results(results)
     return results
+
 
 
 def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
