@@ -614,7 +614,7 @@ def test_entropy_refuses_first_token_pooling_of_a_decoder(tiny_model_dir, tmp_pa
 
 @pytest.mark.parametrize("native", [True, False])
 def test_istar_preset_takes_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, native):
-    import isotropy.training.config as config
+    import isotropy.training.presets as config
 
     monkeypatch.setattr(config, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(config.torch.cuda, "is_available", lambda: False)

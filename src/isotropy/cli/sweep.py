@@ -57,7 +57,7 @@ def _key_value(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     """The ``isotropy sweep`` argument parser."""
     from isotropy.sweeps.driver import ENGINES
-    from isotropy.sweeps.presets import PRESETS
+    from isotropy.sweeps.presets import SWEEP_PRESETS
     from isotropy.sweeps.spec import ORDERS
 
     p = _Parser(prog="isotropy sweep", description=__doc__, epilog=_EPILOG,
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", metavar="SPEC",
                    help="sweep file (YAML, TOML or JSON): output_root, base, grid, methods, "
                         "points, seeds, order")
-    p.add_argument("--preset", choices=list(PRESETS), help="a preset grid instead of SPEC")
+    p.add_argument("--preset", choices=list(SWEEP_PRESETS), help="a preset grid instead of SPEC")
     p.add_argument("--output-root", metavar="DIR",
                    help="where the run directories go (overrides output_root)")
     p.add_argument("--set", dest="set_values", action="append", type=_key_value, default=[],
@@ -120,14 +120,14 @@ def _grid_values(text: str) -> list[Any]:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from isotropy.sweeps.presets import PRESETS, override, preset_spec
+    from isotropy.sweeps.presets import SWEEP_PRESETS, override, preset_spec
     from isotropy.sweeps.spec import load_spec
 
     if args.spec and args.preset:
         raise ValueError("give a sweep file or --preset, not both")
     if not args.spec and not args.preset:
         raise ValueError("give a sweep file (isotropy sweep SPEC) or --preset "
-                         f"({', '.join(PRESETS)})")
+                         f"({', '.join(SWEEP_PRESETS)})")
     spec = load_spec(args.spec) if args.spec else preset_spec(args.preset)
     base = {k: _value(v) for k, v in args.set_values}
     grid = {k: _grid_values(v) for k, v in args.grid_values}

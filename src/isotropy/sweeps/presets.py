@@ -33,7 +33,7 @@ _TUNING_LR = [1e-5, 3e-5, 5e-5]
 # Section 4.1: every reported metric is a mean over five random seeds.
 _FIVE_SEEDS = [1, 2, 3, 4, 5]
 
-PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+SWEEP_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "istar-grid": (
         "I-STAR paper (Rudman & Eickhoff, ICLR 2024), every point of its Table 1-2 and "
         "Figs. 3-7: base; CosReg lambda in {1, -1} (Table 1; Fig. 4); I-STAR lambda in "
@@ -89,12 +89,15 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+PRESETS = SWEEP_PRESETS  # the old name (isotropy train's registry is TRAIN_PRESETS)
+
+
 def preset_spec(name: str) -> SweepSpec:
-    """The spec of a preset grid (:data:`PRESETS`)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown sweep preset {name!r}{_suggest(name, list(PRESETS))}; "
-                         f"choose from {', '.join(PRESETS)}")
-    return spec_from_dict(json.loads(json.dumps(PRESETS[name][1])), source=f"preset {name}")
+    """The spec of a preset grid (:data:`SWEEP_PRESETS`)."""
+    if name not in SWEEP_PRESETS:
+        raise ValueError(f"unknown sweep preset {name!r}{_suggest(name, list(SWEEP_PRESETS))}; "
+                         f"choose from {', '.join(SWEEP_PRESETS)}")
+    return spec_from_dict(json.loads(json.dumps(SWEEP_PRESETS[name][1])), source=f"preset {name}")
 
 
 def override(spec: SweepSpec, *, base: Mapping[str, Any] | None = None,

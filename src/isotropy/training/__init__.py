@@ -9,6 +9,7 @@ regularizer logs -> a self-describing run directory.
 from isotropy.training.config import (
     PRESETS,
     REGULARIZERS,
+    TRAIN_PRESETS,
     IsotropyArguments,
     TrainArguments,
     parse_train_args,
@@ -17,6 +18,7 @@ from isotropy.training.run import TrainResult, run_training
 
 __all__ = [
     "PRESETS",
+    "TRAIN_PRESETS",
     "REGULARIZERS",
     "IsotropyArguments",
     "TrainArguments",
