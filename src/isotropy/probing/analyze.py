@@ -52,7 +52,7 @@ import torch
 
 from isotropy._validation import check_zeta
 from isotropy.clouds import get_hidden_states
-from isotropy.data.glue import get_task
+from isotropy.data.glue import TaskSpec, get_task
 from isotropy.data.sources import load_splits
 from isotropy.data.squad import check_question_room
 from isotropy.io import write_csv_atomic, write_json_atomic
@@ -222,6 +222,34 @@ def prepare_analyze(
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if max_texts is not None:
         _check_positive("max_texts", max_texts)
+    spec, max_length, doc_stride = _windows_and_task(where, task, max_length, doc_stride)
+    span = spec.kind == "span"
+    texts, train_texts, data = _read_texts(where, spec, split, data_dir, data_source, zeta,
+                                           max_texts)
+    is_pair = _check_texts(texts)
+    net, tok = _load_checked_model(where, device)
+    decoder = is_decoder(net)
+    pooling = pooling or ("last" if decoder else "cls")
+    _check_max_length(tok, max_length, is_pair)
+    if span:
+        assert doc_stride is not None
+        _check_windows(tok, [*texts, *(train_texts or [])], max_length, doc_stride)
+    config = {
+        "checkpoint": {k: v for k, v in where.items() if k in ("kind", "model", "run_dir")},
+        "architecture": "decoder" if decoder else "encoder",
+        "task": spec.name, "split": split, **data,
+        "max_texts": max_texts, "pairs": is_pair,
+        **({"windows": {"doc_stride": doc_stride, "max_length": max_length},
+            "n_questions": len(texts)} if span else {}),
+    }
+    return AnalyzeInputs(net, tok, texts, train_texts, pooling, decoder, max_length, config,
+                         doc_stride if span else None)
+
+
+def _windows_and_task(where: dict[str, Any], task: str | None, max_length: int | None,
+                      doc_stride: int | None) -> tuple[TaskSpec, int, int | None]:
+    """The task (the run's own unless given), ``max_length`` (the run's ``max_seq_length`` on
+    its own task, else 128, 384 for SQuAD) and for SQuAD ``doc_stride`` (the run's, else 128)."""
     task = task or where.get("task")
     if task is None:
         raise ValueError(f"{where['model']} is not a run directory of isotropy train: name the "
@@ -244,6 +272,15 @@ def prepare_analyze(
         if doc_stride >= max_length:
             raise ValueError(f"doc_stride ({doc_stride}) must be smaller than max_length "
                              f"({max_length}); SQuAD's usual setting is 128 and 384")
+    return spec, max_length, doc_stride
+
+
+def _read_texts(where: dict[str, Any], spec: TaskSpec, split: str,
+                data_dir: str | os.PathLike[str] | None, data_source: str | None, zeta: float,
+                max_texts: int | None) -> tuple[list[Text], list[Text] | None, dict[str, Any]]:
+    """The split's texts (the first ``max_texts``), the training split's when ``zeta > 0``
+    (for :math:`\\Sigma_S`), and where they came from (``data``, ``data_files``,
+    ``n_texts_available``)."""
     if data_dir is None and where.get("data_dir") is not None:
         data_dir = where["data_dir"]
     source = data_source or where.get("data_source") or "local"
@@ -265,8 +302,15 @@ def prepare_analyze(
     available = len(texts)
     if max_texts is not None:
         texts = texts[:max_texts]
-    is_pair = _check_texts(texts)
     train_texts = _texts(examples["train"]) if zeta > 0 else None
+    return texts, train_texts, {"data": data_info, "data_files": data_where,
+                                "n_texts_available": available}
+
+
+def _load_checked_model(where: dict[str, Any], device: str | torch.device | None
+                        ) -> tuple[Any, Any]:
+    """The model and tokenizer, with a pad token (padded positions are masked out): the
+    tokenizer's own, else its end-of-sequence or unknown token."""
     dev = _resolve_device(device)
     try:
         net, tok = load_model(where["model"], device=dev)
@@ -278,27 +322,12 @@ def prepare_analyze(
             f"is reachable (huggingface-cli download {where['model']} --local-dir DIR) and "
             "pass DIR"
         ) from err
-    decoder = is_decoder(net)
-    pooling = pooling or ("last" if decoder else "cls")
     if getattr(tok, "pad_token", None) is None:
         fallback = getattr(tok, "eos_token", None) or getattr(tok, "unk_token", None)
         if fallback is None:
             raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
-        tok.pad_token = fallback  # padded positions are masked out
-    _check_max_length(tok, max_length, is_pair)
-    if span:
-        _check_windows(tok, [*texts, *(train_texts or [])], max_length, doc_stride)
-    config = {
-        "checkpoint": {k: v for k, v in where.items() if k in ("kind", "model", "run_dir")},
-        "architecture": "decoder" if decoder else "encoder",
-        "task": spec.name, "split": split, "data": data_info,
-        "data_files": data_where, "n_texts_available": available,
-        "max_texts": max_texts, "pairs": is_pair,
-        **({"windows": {"doc_stride": doc_stride, "max_length": max_length},
-            "n_questions": len(texts)} if span else {}),
-    }
-    return AnalyzeInputs(net, tok, texts, train_texts, pooling, decoder, max_length, config,
-                         doc_stride if span else None)
+        tok.pad_token = fallback
+    return net, tok
 
 
 def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,
