@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "ensure_pad_token",
     "MINILM_ALIAS",
     "check_model_path",
     "default_model_path",
@@ -106,3 +107,19 @@ def resolve_model(name: str) -> str:
         return default_model_path()
     check_model_path(name)
     return name
+
+
+def ensure_pad_token(tokenizer: Any) -> Any:
+    """Give ``tokenizer`` a pad token where it has none (decoders): its end-of-sequence token,
+    else its unknown token (padded positions are masked out, so any id serves); returns it.
+
+    >>> from types import SimpleNamespace
+    >>> ensure_pad_token(SimpleNamespace(pad_token=None, eos_token="</s>")).pad_token
+    '</s>'
+    """
+    if getattr(tokenizer, "pad_token", None) is None:
+        fallback = getattr(tokenizer, "eos_token", None) or getattr(tokenizer, "unk_token", None)
+        if fallback is None:
+            raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
+        tokenizer.pad_token = fallback
+    return tokenizer

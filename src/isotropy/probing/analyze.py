@@ -60,6 +60,7 @@ from isotropy.models.loading import (
     MINILM_ALIAS,
     check_model_path,
     default_model_path,
+    ensure_pad_token,
     load_model,
     looks_like_path,
 )
@@ -322,12 +323,7 @@ def _load_checked_model(where: dict[str, Any], device: str | torch.device | None
             f"is reachable (huggingface-cli download {where['model']} --local-dir DIR) and "
             "pass DIR"
         ) from err
-    if getattr(tok, "pad_token", None) is None:
-        fallback = getattr(tok, "eos_token", None) or getattr(tok, "unk_token", None)
-        if fallback is None:
-            raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
-        tok.pad_token = fallback
-    return net, tok
+    return net, ensure_pad_token(tok)
 
 
 def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,

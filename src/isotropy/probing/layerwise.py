@@ -57,7 +57,7 @@ from isotropy.measures.isoscore import (
 from isotropy.measures.partition import partition_score
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.measures.topology import h0_barcode, persistent_entropy
-from isotropy.models.loading import default_model_path, load_model
+from isotropy.models.loading import default_model_path, ensure_pad_token, load_model
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -396,6 +396,76 @@ def measure_model(
                         progress=progress, config=config)
 
 
+def _encode(tokenizer: Any, texts: Sequence[Text], is_pair: bool, max_length: int
+            ) -> tuple[Any, list[str], list[int], int]:
+    """The texts tokenised (truncated at ``max_length``, capped by the tokenizer's own
+    limit), the keys a model takes, the text order longest first, and the length used."""
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
+        max_length = min(max_length, model_max)
+    ensure_pad_token(tokenizer)
+    if is_pair:
+        enc = tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation=True,
+                        max_length=max_length)
+    else:
+        enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    keys = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in enc]
+    lengths = [len(ids) for ids in enc["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    return enc, keys, order, max_length
+
+
+@dataclass
+class _LayerClouds:
+    """Per hidden state: the token cloud's streamed statistics, its seeded sample, and the
+    first-token ([CLS]) rows; with the number of tokens seen."""
+
+    tokens: list[_TokenAccumulator] = field(default_factory=list)
+    samples: list[torch.Tensor] = field(default_factory=list)
+    cls: list[list[torch.Tensor]] = field(default_factory=list)
+    n_tokens: int = 0
+
+
+def _stream(model: torch.nn.Module, tokenizer: Any, enc: Any, keys: Sequence[str],
+            batches: Sequence[Sequence[int]], device: torch.device, sampler: _Sampler,
+            progress: bool) -> _LayerClouds:
+    """One pass over the batches: every layer's clouds, padding left out."""
+    clouds = _LayerClouds()
+    iterator: Any = batches
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(batches, desc="measure", unit="batch", file=sys.stderr)
+    with torch.inference_mode():
+        for idx in iterator:
+            feats = [{key: enc[key][i] for key in keys} for i in idx]
+            batch = tokenizer.pad(feats, padding=True, return_tensors="pt")
+            batch = {key: v.to(device) for key, v in batch.items()}
+            out = model(**batch, output_hidden_states=True)
+            hs = get_hidden_states(out)
+            mask = batch["attention_mask"].bool()
+            n_new = int(mask.sum())
+            clouds.n_tokens += n_new
+            if not clouds.tokens:
+                dim = hs[0].shape[-1]
+                clouds.tokens = [_TokenAccumulator(dim) for _ in hs]
+                clouds.samples = [torch.empty(0, dim) for _ in hs]
+                clouds.cls = [[] for _ in hs]
+            keep = sampler.select(n_new)
+            # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
+            first = mask.int().argmax(dim=1)
+            rows_idx = torch.arange(mask.shape[0], device=mask.device)
+            for layer, h in enumerate(hs):
+                h = h.float()
+                if not bool(torch.isfinite(h).all()):
+                    raise ValueError(f"layer {layer} hidden states contain NaN or infinity")
+                rows = h[mask]
+                clouds.tokens[layer].update(rows)
+                clouds.samples[layer] = torch.cat([clouds.samples[layer], rows.cpu()])[keep]
+                clouds.cls[layer].append(h[rows_idx, first].cpu())
+    return clouds
+
+
 def _measure(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -412,70 +482,19 @@ def _measure(
     progress: bool,
     config: dict[str, Any] | None,
 ) -> MeasureResult:
+    """Encode, stream every layer's clouds (:func:`_stream`), then measure each cloud."""
     model.eval()
-
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
-        max_length = min(max_length, model_max)
-    if getattr(tokenizer, "pad_token", None) is None:
-        # padded positions are masked out, so any token id serves as padding
-        fallback = getattr(tokenizer, "eos_token", None) or getattr(tokenizer, "unk_token", None)
-        if fallback is None:
-            raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
-        tokenizer.pad_token = fallback
-    if is_pair:
-        enc = tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation=True,
-                        max_length=max_length)
-    else:
-        enc = tokenizer(list(texts), truncation=True, max_length=max_length)
-    keys = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in enc]
-    lengths = [len(ids) for ids in enc["input_ids"]]
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-
-    token_acc: list[_TokenAccumulator] = []
-    samples: list[torch.Tensor] = []
-    cls_parts: list[list[torch.Tensor]] = []
-    sampler = _Sampler(max_tokens, seed)
-    n_tokens = 0
+    enc, keys, order, max_length = _encode(tokenizer, texts, is_pair, max_length)
     batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-    iterator: Any = batches
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(batches, desc="measure", unit="batch", file=sys.stderr)
-    with torch.inference_mode():
-        for idx in iterator:
-            feats = [{key: enc[key][i] for key in keys} for i in idx]
-            batch = tokenizer.pad(feats, padding=True, return_tensors="pt")
-            batch = {key: v.to(device) for key, v in batch.items()}
-            out = model(**batch, output_hidden_states=True)
-            hs = get_hidden_states(out)
-            mask = batch["attention_mask"].bool()
-            n_new = int(mask.sum())
-            n_tokens += n_new
-            if not token_acc:
-                dim = hs[0].shape[-1]
-                token_acc = [_TokenAccumulator(dim) for _ in hs]
-                samples = [torch.empty(0, dim) for _ in hs]
-                cls_parts = [[] for _ in hs]
-            keep = sampler.select(n_new)
-            # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
-            first = mask.int().argmax(dim=1)
-            rows_idx = torch.arange(mask.shape[0], device=mask.device)
-            for layer, h in enumerate(hs):
-                h = h.float()
-                if not bool(torch.isfinite(h).all()):
-                    raise ValueError(f"layer {layer} hidden states contain NaN or infinity")
-                rows = h[mask]
-                token_acc[layer].update(rows)
-                samples[layer] = torch.cat([samples[layer], rows.cpu()])[keep]
-                cls_parts[layer].append(h[rows_idx, first].cpu())
+    clouds = _stream(model, tokenizer, enc, keys, batches, device, _Sampler(max_tokens, seed),
+                     progress)
+    token_acc = clouds.tokens
     errors: list[str] = []
     rows_out: list[dict[str, Any]] = []
     kk = min(k, token_acc[0].stats.dim)
     for layer in range(len(token_acc)):
-        rows_out.append(_token_row(layer, token_acc[layer], samples[layer], kk, errors))
-        rows_out.append(_cls_row(layer, torch.cat(cls_parts[layer]), kk, errors))
+        rows_out.append(_token_row(layer, token_acc[layer], clouds.samples[layer], kk, errors))
+        rows_out.append(_cls_row(layer, torch.cat(clouds.cls[layer]), kk, errors))
     cfg: dict[str, Any] = {
         "model": getattr(getattr(model, "config", None), "_name_or_path", None),
         "model_type": getattr(getattr(model, "config", None), "model_type", None),
@@ -483,8 +502,8 @@ def _measure(
         "hidden_size": token_acc[0].stats.dim,
         "n_texts": len(texts),
         "pairs": is_pair,
-        "n_tokens": n_tokens,
-        "n_tokens_sampled": int(samples[0].shape[0]),
+        "n_tokens": clouds.n_tokens,
+        "n_tokens_sampled": int(clouds.samples[0].shape[0]),
         "batch_size": batch_size,
         "max_length": max_length,
         "max_tokens": max_tokens,
