@@ -128,17 +128,40 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
     Raises ``ValueError`` (one line, naming the point) for a bad value, a missing
     ``output_root`` or two points with the same settings.
     """
-
     root_text = output_root if output_root is not None else spec.output_root
     if root_text is None:
         raise ValueError(f"{spec.source}: no output_root (give output_root: in the spec or "
                          "--output-root)")
     root = Path(root_text).expanduser().absolute()
-    base = _coerce_all({**SWEEP_DEFAULTS, **spec.base}, f"{spec.source}: base")
-    seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]
     given_keys = set(spec.base) | set(spec.grid) | {
         k for m in spec.methods for k in m if k != "name"} | {
         k for p in spec.points for k in p if k != "name"}
+    parsed = _parsed_points(spec, given_keys)
+    names = _distinct_names(spec, parsed, given_keys)
+    points = []
+    for (method, settings, _ours, targs, _n), name in zip(parsed, names, strict=True):
+        head, _, seed_text = name.rpartition("-seed")
+        points.append(SweepPoint(
+            index=0, name=name, cell=head, method=method, seed=int(targs.seed),
+            settings={**settings, "output_dir": str(root / name)},
+            given=tuple(sorted(given_keys | {"seed"}))))
+    if spec.order == "seed-major":
+        rank = {s: r for r, s in enumerate(dict.fromkeys(p.seed for p in points))}
+        points.sort(key=lambda p: rank[p.seed])  # stable: cells keep their order
+    else:
+        rank = {c: r for r, c in enumerate(dict.fromkeys(p.cell for p in points))}
+        points.sort(key=lambda p: rank[p.cell])
+    return [replace(p, index=i) for i, p in enumerate(points)]
+
+
+_Parsed = tuple[str | None, dict[str, Any], Any, Any, str]
+
+
+def _parsed_points(spec: SweepSpec, given_keys: set[str]) -> list[_Parsed]:
+    """Each cell x seed: ``(method, settings, ours, targs, default run name)``, the settings
+    checked by ``args_from_dict`` (a bad one raises, naming the point)."""
+    base = _coerce_all({**SWEEP_DEFAULTS, **spec.base}, f"{spec.source}: base")
+    seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]
     raw = []
     for method, cell, where in _cells(spec):
         for seed in seeds:
@@ -147,7 +170,7 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
             if seed is not None:
                 settings["seed"] = seed
             raw.append((method, settings, where, values))
-    parsed = []
+    parsed: list[_Parsed] = []
     for i, (method, settings, where, values) in enumerate(raw):
         try:
             ours, targs = args_from_dict(settings)
@@ -160,7 +183,13 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
         resolved = {**{k: _resolved(ours, targs, k) for k in given_keys},
                     **vars(ours), "seed": targs.seed}
         parsed.append((method, settings, ours, targs, default_run_name(resolved)))
-    # Points of equal default names get the settings that tell them apart.
+    return parsed
+
+
+def _distinct_names(spec: SweepSpec, parsed: Sequence[_Parsed],
+                    given_keys: set[str]) -> list[str]:
+    """The run directory names: points of equal default names get the settings that tell
+    them apart (``-lr3e-05_bs16-seed1``); two points left with one name raise."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(parsed):
         groups.setdefault(p[4], []).append(i)
@@ -184,20 +213,7 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
             raise ValueError(f"{spec.source}: points {seen[name] + 1} and {i + 1} have the same "
                              f"settings (run directory {name}); remove the duplicate")
         seen[name] = i
-    points = []
-    for (method, settings, _ours, targs, _n), name in zip(parsed, names, strict=True):
-        head, _, seed_text = name.rpartition("-seed")
-        points.append(SweepPoint(
-            index=0, name=name, cell=head, method=method, seed=int(targs.seed),
-            settings={**settings, "output_dir": str(root / name)},
-            given=tuple(sorted(given_keys | {"seed"}))))
-    if spec.order == "seed-major":
-        rank = {s: r for r, s in enumerate(dict.fromkeys(p.seed for p in points))}
-        points.sort(key=lambda p: rank[p.seed])  # stable: cells keep their order
-    else:
-        rank = {c: r for r, c in enumerate(dict.fromkeys(p.cell for p in points))}
-        points.sort(key=lambda p: rank[p.cell])
-    return [replace(p, index=i) for i, p in enumerate(points)]
+    return names
 
 
 def check_inputs(points: Sequence[SweepPoint]) -> None:
