@@ -162,23 +162,9 @@ def run_sweep(
         status = SweepStatus(root)
         status.set_points(spec, points)
         steps = plan(points, status, retry_failed=retry_failed)
-        for p, state, detail, _ in steps:
-            rec = status.records.setdefault(p.name, {"name": p.name})
-            rec["state"] = state
-            if state != "failed":
-                rec.pop("error", None)
-            if state == "interrupted":
-                rec["detail"] = detail
-        status.write()
+        _record_plan(status, steps)
         todo = [p for p, _, _, action in steps if action != "skip"]
-        counts = {s: sum(1 for _, st, _, _ in steps if st == s)
-                  for s in ("done", "failed", "interrupted", "pending")}
-        echo(f"sweep of {len(points)} point(s) in {root}: {counts['done']} done, "
-             f"{counts['failed']} failed, {counts['interrupted']} interrupted, "
-             f"{counts['pending']} pending")
-        if counts["failed"] and not retry_failed:
-            echo(f"  {counts['failed']} failed point(s) are not retried (--retry-failed "
-                 "retries them)")
+        _say_plan(len(points), root, steps, retry_failed, echo)
         if todo:
             if isinstance(engine, RayEngine):
                 engine.start()
@@ -187,22 +173,53 @@ def run_sweep(
             echo(f"running {len(todo)} point(s) on the {engine.describe()}; logs in "
                  f"{root / _LOGS}")
             _run(engine, todo, root, status, echo)
-        rows = _results_rows(points, status)
-        results = write_csv_atomic(root / "results.csv", rows)
-        outcome = SweepOutcome(
-            states={p.name: status.records.get(p.name, {}).get("state", "pending")
-                    for p in points},
-            failed=[(p.name, str(status.records.get(p.name, {}).get("error") or ""))
-                    for p in points if status.records.get(p.name, {}).get("state") == "failed"],
-            status_file=status.path, results_file=results)
-        summary = cell_summary(points)
-        if any(r["n"] for r in summary):
-            echo("\n" + _format_cells(summary))
-        echo(f"\n{outcome.count('done')}/{len(points)} point(s) done, {len(outcome.failed)} "
-             f"failed; status in {status.path}, one row per point in {results}")
-        for name, error in outcome.failed:
-            echo(f"  FAILED {name}: {error}")
-        return outcome
+        return _finish(points, root, status, echo)
+
+
+def _record_plan(status: SweepStatus, steps: Sequence[tuple[SweepPoint, str, str, str]]) -> None:
+    """Each point's state before the run (``sweep.json``, written now)."""
+    for p, state, detail, _ in steps:
+        rec = status.records.setdefault(p.name, {"name": p.name})
+        rec["state"] = state
+        if state != "failed":
+            rec.pop("error", None)
+        if state == "interrupted":
+            rec["detail"] = detail
+    status.write()
+
+
+def _say_plan(n_points: int, root: Path, steps: Sequence[tuple[SweepPoint, str, str, str]],
+              retry_failed: bool, echo: Callable[[str], None]) -> None:
+    """One line of how many points are done, failed, interrupted and pending."""
+    counts = {s: sum(1 for _, st, _, _ in steps if st == s)
+              for s in ("done", "failed", "interrupted", "pending")}
+    echo(f"sweep of {n_points} point(s) in {root}: {counts['done']} done, "
+         f"{counts['failed']} failed, {counts['interrupted']} interrupted, "
+         f"{counts['pending']} pending")
+    if counts["failed"] and not retry_failed:
+        echo(f"  {counts['failed']} failed point(s) are not retried (--retry-failed "
+             "retries them)")
+
+
+def _finish(points: Sequence[SweepPoint], root: Path, status: SweepStatus,
+            echo: Callable[[str], None]) -> SweepOutcome:
+    """``results.csv``, the per-cell summary and the failed points."""
+    rows = _results_rows(points, status)
+    results = write_csv_atomic(root / "results.csv", rows)
+    outcome = SweepOutcome(
+        states={p.name: status.records.get(p.name, {}).get("state", "pending")
+                for p in points},
+        failed=[(p.name, str(status.records.get(p.name, {}).get("error") or ""))
+                for p in points if status.records.get(p.name, {}).get("state") == "failed"],
+        status_file=status.path, results_file=results)
+    summary = cell_summary(points)
+    if any(r["n"] for r in summary):
+        echo("\n" + _format_cells(summary))
+    echo(f"\n{outcome.count('done')}/{len(points)} point(s) done, {len(outcome.failed)} "
+         f"failed; status in {status.path}, one row per point in {results}")
+    for name, error in outcome.failed:
+        echo(f"  FAILED {name}: {error}")
+    return outcome
 
 
 def _run(engine: LocalEngine | RayEngine, todo: Sequence[SweepPoint], root: Path,
