@@ -132,6 +132,10 @@ def spectrum_growth(r: Run) -> float | None:
 
 def main(paths: Sequence[str]) -> None:
     runs, skipped = collect_runs(expand_inputs(paths))
+    mixed = sorted({f"{r.task}: {r.setting}" for r in runs if r.setting})
+    if mixed:  # e.g. the learning-rate pick's runs next to phase A's
+        raise SystemExit("runs of one task differ in settings that define the experiment ("
+                         + "; ".join(mixed) + "): pass the runs of one protocol")
     cells: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
         cells.setdefault((r.task, r.method.label), []).append(r)
