@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats
 
 from isotropy.reporting.cells import collect_runs
-from isotropy.reporting.runs import Run, expand_inputs, tail_evaluations
+from isotropy.reporting.runs import Run, expand_inputs, mean_std, tail_evaluations
 from isotropy.reporting.tables import spectrum_tail_means
 
 # I-STAR paper, Table 2 (BERT): the best I-STAR (lambda, zeta) per task, and the paper's Table 1
@@ -77,13 +77,13 @@ def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | No
     return Diff(float(d.mean()), float(ci.low), float(ci.high), int(d.size))
 
 
-def mean_std(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
+def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
+    """``mean ± sample std (n)`` of ``value`` over the runs (``report``'s :func:`mean_std`)."""
     v = [x for r in runs if (x := value(r)) is not None]
     if not v:
         return "–"
-    if len(v) == 1:
-        return f"{v[0]:.4f} (n=1)"
-    return f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f} (n={len(v)})"
+    mean, std = mean_std(v)
+    return f"{mean:.4f} (n=1)" if std is None else f"{mean:.4f} ± {std:.4f} (n={len(v)})"
 
 
 def main_metric(r: Run) -> float | None:
@@ -166,9 +166,9 @@ def main(paths: Sequence[str]) -> None:
             di = paired(base, rs, isoscore_star) if label != "none" else None
             dt = paired(base, rs, twonn_cls_last) if label != "none" else None
             c1 = dm.verdict(+1) if dm and label.startswith("istar λ=-") else ""
-            out.append(f"| {task} | {label} | {mean_std(rs, main_metric)} | "
-                       f"{dm.text() if dm else ''} | {c1} | {mean_std(rs, isoscore_star)} | "
-                       f"{di.text() if di else ''} | {mean_std(rs, twonn_cls_last)} | "
+            out.append(f"| {task} | {label} | {mean_std_text(rs, main_metric)} | "
+                       f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, isoscore_star)} | "
+                       f"{di.text() if di else ''} | {mean_std_text(rs, twonn_cls_last)} | "
                        f"{dt.text(2) if dt else ''} |")
     out += ["", "### C1 against CosReg: Δ metric of I-STAR (paper's λ) minus CosReg", "",
             "| task | Δ [95% CI] | verdict (Δ > 0) |", "|---|---|---|"]
@@ -244,9 +244,9 @@ def main(paths: Sequence[str]) -> None:
                 continue
             dm = paired(base, rs, tail_metric) if label != "none" else None
             ds = paired(base, rs, tail_top1) if label != "none" else None
-            out.append(f"| {task} | {label} | {mean_std(rs, tail_metric)} | "
+            out.append(f"| {task} | {label} | {mean_std_text(rs, tail_metric)} | "
                        f"{dm.text() if dm else ''} | {dm.verdict(+1) if dm else ''} | "
-                       f"{mean_std(rs, tail_top1)} | {ds.text() if ds else ''} | "
+                       f"{mean_std_text(rs, tail_top1)} | {ds.text() if ds else ''} | "
                        f"{ds.verdict(-1) if ds else ''} |")
     out += ["", "### P1: growth of the top-1 raw [CLS] spectrum without a regularizer "
             "(last 30% mean minus first log)", "",
