@@ -80,10 +80,10 @@ def check_model(parser: argparse.ArgumentParser, model: str | None) -> None:
 
 
 def check_device(parser: argparse.ArgumentParser, device: str) -> None:
-    from isotropy.probing.layerwise import _resolve_device
+    from isotropy.probing.inputs import resolve_device
 
     try:
-        _resolve_device(device)
+        resolve_device(device)
     except ValueError as err:
         parser.error(f"--device: {err}")
 

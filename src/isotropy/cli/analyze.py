@@ -115,12 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from isotropy.io import output_dir_problem
     from isotropy.probing import analyze as a
-    from isotropy.probing.layerwise import _resolve_device
+    from isotropy.probing.inputs import resolve_device
 
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        _resolve_device(args.device)
+        resolve_device(args.device)
     except ValueError as err:
         parser.error(f"--device: {err}")
     if args.data_dir is not None and not args.data_dir.is_dir():

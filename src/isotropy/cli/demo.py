@@ -20,7 +20,7 @@ FILES = ("comparison.csv", "comparison.json", "comparison.md")
 def _demo_source(data_dir: Path | None) -> tuple[dict[str, Any], str]:
     """SST-2 dev from the GLUE directory if present, else the built-in sentences."""
     from isotropy.data.glue import require_split
-    from isotropy.probing.layerwise import BUILTIN_SENTENCES
+    from isotropy.probing.inputs import BUILTIN_SENTENCES
 
     try:
         require_split("sst2", "dev", data_dir)

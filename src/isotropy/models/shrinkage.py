@@ -22,7 +22,7 @@ stored. If the data runs out first, a warning says how many rows were used. A ba
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,18 +30,11 @@ import torch
 from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from isotropy.clouds import (
-    POOLINGS,
-    Layers,
-    get_hidden_states,
-    pooled_rows,
-    select_layers,
-    token_mask,
-)
+from isotropy.clouds import POOLINGS, Layers, pooled_rows, select_layers, token_mask
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
-from isotropy.models.regularized import RegularizedModel
+from isotropy.models.forward import hidden_state_batches
 
 __all__ = [
     "collect_covariance",
@@ -54,32 +47,6 @@ __all__ = [
 ]
 
 DEFAULT_N_TOKENS = 250_000
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare model: without DDP-style ``.module`` wrappers or a ``RegularizedModel``.
-
-    A DDP wrapper is bypassed on purpose: its forward may synchronise buffers across ranks,
-    and ranks may run different numbers of batches here.
-    """
-
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    for _ in range(8):
-        if isinstance(model, RegularizedModel):
-            model = model.model
-        elif isinstance(model, wrappers):
-            model = model.module
-        else:
-            break
-    return model
-
-
-def _device_of(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
 
 
 def _check_n_tokens(n_tokens: int) -> int:
@@ -124,35 +91,6 @@ def _batch_rows(
     q, r = divmod(budget, n_layers)
     parts = [h[mask][: q + (1 if j < r else 0)] for j, h in enumerate(chosen)]
     return torch.cat(parts, dim=0)
-
-
-def _forward_batches(
-    model: torch.nn.Module, dataloader: Iterable[Mapping[str, Any]]
-) -> Iterator[tuple[tuple[torch.Tensor, ...], torch.Tensor | None]]:
-    """``(hidden_states, attention_mask)`` of every batch of ``dataloader``: the bare model
-    (:func:`_unwrap`) called as ``model(**batch, output_hidden_states=True)`` in eval mode
-    under ``torch.no_grad``, put back into its previous mode when the caller stops."""
-    inner = _unwrap(model)
-    device = _device_of(inner)
-    was_training = inner.training
-    inner.eval()
-    try:
-        with torch.no_grad():
-            for batch in dataloader:
-                if not isinstance(batch, Mapping):
-                    raise TypeError(
-                        "the dataloader must yield dicts of model inputs (input_ids, "
-                        f"attention_mask, ...), got {type(batch).__name__}"
-                    )
-                inputs = {
-                    k: v.to(device) if isinstance(v, torch.Tensor) else v
-                    for k, v in batch.items()
-                }
-                inputs["output_hidden_states"] = True
-                outputs = inner(**inputs)
-                yield get_hidden_states(outputs), inputs.get("attention_mask")
-    finally:
-        inner.train(was_training)
 
 
 def _every_rank_has_rows(has_rows: bool, sync: bool, group: object | None) -> bool:
@@ -213,7 +151,7 @@ def collect_covariance(
     sync = bool(sync_dist) and is_distributed(process_group)
     quota = _rank_quota(n_tokens, process_group, sync)
     stats: CovarianceStats | None = None
-    for hs, attention_mask in _forward_batches(model, dataloader):
+    for hs, attention_mask in hidden_state_batches(model, dataloader):
         count = 0 if stats is None else stats.count
         rows = _batch_rows(hs, None if include_padding else attention_mask, layers,
                            quota - count)
@@ -321,7 +259,7 @@ def collect_layer_shrinkage(
     token: list[CovarianceStats] = []
     pooled: list[CovarianceStats] = []
     used = 0
-    for hs, attention_mask in _forward_batches(model, dataloader):
+    for hs, attention_mask in hidden_state_batches(model, dataloader):
         if len(hs) < 2:
             raise ValueError("the model has no transformer layer (only the embedding output)")
         mask = token_mask(hs[0], attention_mask)

@@ -39,7 +39,6 @@ side or on the batch it is in.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -51,28 +50,17 @@ from typing import Any
 import torch
 
 from isotropy._validation import check_zeta
-from isotropy.clouds import get_hidden_states
 from isotropy.data.glue import TaskSpec, get_task
 from isotropy.data.sources import load_splits
 from isotropy.data.squad import check_question_room
-from isotropy.io import write_csv_atomic, write_json_atomic
-from isotropy.models.loading import (
-    MINILM_ALIAS,
-    check_model_path,
-    default_model_path,
-    ensure_pad_token,
-    load_model,
-    looks_like_path,
-)
-from isotropy.models.shrinkage import collect_layer_shrinkage
+from isotropy.io import write_csv_atomic
+from isotropy.models.forward import hidden_state_batches
+from isotropy.models.shrinkage import LayerShrinkage, collect_layer_shrinkage
+from isotropy.probing.batches import ordered_batches
+from isotropy.probing.checkpoint import is_decoder, load_checkpoint_model, locate_checkpoint
 from isotropy.probing.eval_measures import POOLINGS, EvalMeasures
-from isotropy.probing.layerwise import (
-    _check_max_length,
-    _check_positive,
-    _check_texts,
-    _resolve_device,
-    text_table,
-)
+from isotropy.probing.inputs import check_max_length, check_positive, check_texts
+from isotropy.probing.results import find_row, text_table, write_json_and_csv
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -102,74 +90,6 @@ DEFAULT_DOC_STRIDE = 128
 FILES = ("analyze.json", "analyze.csv", "analyze_dims.csv")
 
 Text = str | tuple[str, str]
-
-
-# --------------------------------------------------------------------------- checkpoint
-
-
-def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
-    """Where the model is and what a run directory recorded about it.
-
-    ``minilm`` is the offline MiniLM-L6-H384. Returns ``kind`` (``run``, ``path`` or
-    ``hub``), ``model`` (what ``from_pretrained`` loads) and, for a run, ``task``,
-    ``data_dir``, ``data_source``, ``max_length`` and ``doc_stride`` from its ``config.json``.
-    A directory is a run directory when it has a ``model/`` subfolder or a ``config.json``
-    with ``settings`` (written by ``isotropy train``). ``FileNotFoundError`` for a missing path,
-    a run directory without ``model/`` and a directory that is neither.
-    """
-
-    text = os.fspath(model_or_run)
-    if text.lower() == MINILM_ALIAS:
-
-        return {"kind": "path", "model": default_model_path()}
-    if not looks_like_path(text):
-        return {"kind": "hub", "model": text}
-    path = Path(text).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist (expected a run directory of "
-                                "isotropy train, a model directory or a hub id)")
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
-    config_file = path / "config.json"
-    settings = None
-    if config_file.is_file():
-        try:
-            settings = json.loads(config_file.read_text(encoding="utf-8")).get("settings")
-        except (ValueError, AttributeError):
-            settings = None
-    if settings is None and not (path / "model").is_dir():
-        check_model_path(str(path))
-        return {"kind": "path", "model": str(path)}
-    model_dir = path / "model"
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(
-            f"run directory {path} has no model/ with a config.json (the run has not finished "
-            "or was trained with saving off): pass a finished run or a checkpoint-N/ folder"
-        )
-    out: dict[str, Any] = {"kind": "run", "model": str(model_dir), "run_dir": str(path)}
-    ours = (settings or {}).get("isotropy", {}) if isinstance(settings, dict) else {}
-    for key, name in (("task", "task"), ("data_dir", "data_dir"),
-                      ("data_source", "data_source"), ("max_seq_length", "max_length"),
-                      ("doc_stride", "doc_stride")):
-        if ours.get(key) is not None:
-            out[name] = ours[key]
-    return out
-
-
-def is_decoder(model: torch.nn.Module) -> bool:
-    """Whether a Hugging Face ``AutoModel`` is a decoder-only language model: its model type
-    has a causal-LM head class and no masked-LM one (GPT-2, Llama, ...; BERT has both)."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    config = getattr(model, "config", None)
-    kind = getattr(config, "model_type", None)
-    if getattr(config, "is_encoder_decoder", False):
-        return False
-    causal, masked = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    return kind in causal and kind not in masked
 
 
 # --------------------------------------------------------------------------- inputs
@@ -222,16 +142,16 @@ def prepare_analyze(
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if max_texts is not None:
-        _check_positive("max_texts", max_texts)
+        check_positive("max_texts", max_texts)
     spec, max_length, doc_stride = _windows_and_task(where, task, max_length, doc_stride)
     span = spec.kind == "span"
     texts, train_texts, data = _read_texts(where, spec, split, data_dir, data_source, zeta,
                                            max_texts)
-    is_pair = _check_texts(texts)
-    net, tok = _load_checked_model(where, device)
+    is_pair = check_texts(texts)
+    net, tok = load_checkpoint_model(where, device)
     decoder = is_decoder(net)
     pooling = pooling or ("last" if decoder else "cls")
-    _check_max_length(tok, max_length, is_pair)
+    check_max_length(tok, max_length, is_pair)
     if span:
         assert doc_stride is not None
         _check_windows(tok, [*texts, *(train_texts or [])], max_length, doc_stride)
@@ -264,12 +184,12 @@ def _windows_and_task(where: dict[str, Any], task: str | None, max_length: int |
     if max_length is None:
         max_length = int(where["max_length"] if same_task and "max_length" in where
                          else DEFAULT_SPAN_MAX_LENGTH if span else DEFAULT_MAX_LENGTH)
-    _check_positive("max_length", max_length)
+    check_positive("max_length", max_length)
     if span:
         if doc_stride is None:
             doc_stride = int(where.get("doc_stride", DEFAULT_DOC_STRIDE) if same_task
                              else DEFAULT_DOC_STRIDE)
-        _check_positive("doc_stride", doc_stride)
+        check_positive("doc_stride", doc_stride)
         if doc_stride >= max_length:
             raise ValueError(f"doc_stride ({doc_stride}) must be smaller than max_length "
                              f"({max_length}); SQuAD's usual setting is 128 and 384")
@@ -308,24 +228,6 @@ def _read_texts(where: dict[str, Any], spec: TaskSpec, split: str,
                                 "n_texts_available": available}
 
 
-def _load_checked_model(where: dict[str, Any], device: str | torch.device | None
-                        ) -> tuple[Any, Any]:
-    """The model and tokenizer, with a pad token (padded positions are masked out): the
-    tokenizer's own, else its end-of-sequence or unknown token."""
-    dev = _resolve_device(device)
-    try:
-        net, tok = load_model(where["model"], device=dev)
-    except ValueError as err:
-        if looks_like_path(where["model"]):
-            raise
-        raise ValueError(
-            f"{err}; the hub cannot be reached or has no such model: download it where the hub "
-            f"is reachable (huggingface-cli download {where['model']} --local-dir DIR) and "
-            "pass DIR"
-        ) from err
-    return net, ensure_pad_token(tok)
-
-
 def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,
                    doc_stride: int) -> None:
     """SQuAD windows need a fast tokenizer and, next to the longest question, more than
@@ -338,33 +240,6 @@ def _check_windows(tokenizer: Any, texts: Sequence[Text], max_length: int,
 
 
 # --------------------------------------------------------------------------- measuring
-
-
-def _batches(tokenizer: Any, texts: Sequence[Text], *, batch_size: int, max_length: int,
-             decoder: bool, device: torch.device, doc_stride: int | None = None
-             ) -> Iterator[dict[str, torch.Tensor]]:
-    """Model inputs of ``texts`` in order, tokenized batch by batch and padded on the
-    tokenizer's side; decoders also get ``position_ids = cumsum(mask) - 1`` (0 on padding).
-    With ``doc_stride``, each (question, context) of a batch gives all its windows (so a batch
-    may hold more than ``batch_size`` rows)."""
-    for s in range(0, len(texts), batch_size):
-        chunk = texts[s:s + batch_size]
-        if doc_stride is not None:
-            enc = tokenizer([t[0].lstrip() for t in chunk], [t[1] for t in chunk],
-                            truncation="only_second", max_length=max_length, stride=doc_stride,
-                            return_overflowing_tokens=True, padding=True, return_tensors="pt")
-        elif isinstance(chunk[0], (tuple, list)):
-            enc = tokenizer([t[0] for t in chunk], [t[1] for t in chunk], truncation=True,
-                            max_length=max_length, padding=True, return_tensors="pt")
-        else:
-            enc = tokenizer(list(chunk), truncation=True, max_length=max_length, padding=True,
-                            return_tensors="pt")
-        batch = {k: enc[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")
-                 if k in enc}
-        if decoder:
-            mask = batch["attention_mask"].long()
-            batch["position_ids"] = (mask.cumsum(1) - 1).clamp(min=0)
-        yield batch
 
 
 @dataclass
@@ -385,10 +260,7 @@ class AnalyzeResult:
     def row(self, layer: int | str, cloud: str) -> dict[str, Any]:
         """The row of one layer (0 = embeddings; ``"union"``) and cloud (``token`` or the
         pooling name)."""
-        for r in self.rows:
-            if r["layer"] == layer and r["cloud"] == cloud:
-                return r
-        raise KeyError(f"no row for layer {layer!r}, cloud {cloud!r}")
+        return find_row(self.rows, layer, cloud)
 
 
 def _rows(record: dict[str, Any], pooling: str) -> list[dict[str, Any]]:
@@ -416,45 +288,29 @@ def analyze_model(
     top_k: int = DEFAULT_TOP_K,
 ) -> AnalyzeResult:
     """Measure ``inputs`` (module doc): :math:`\\Sigma_S` from the training texts when
-    ``zeta > 0``, then the texts through :class:`EvalMeasures`. Runs in eval mode without
-    gradients; on CPU denormals are flushed to zero."""
+    ``zeta > 0``, then one hidden-state pass over the texts into :class:`EvalMeasures`.
+    Runs in eval mode without gradients; on CPU denormals are flushed to zero."""
 
     for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
                         ("top_k", top_k)):
-        _check_positive(name, value)
+        check_positive(name, value)
     zeta = check_zeta(zeta)
     if zeta > 0:
-        _check_positive("shrinkage_tokens", shrinkage_tokens)
+        check_positive("shrinkage_tokens", shrinkage_tokens)
         if not inputs.train_texts:
             raise ValueError("zeta > 0 needs the training texts for Sigma_S")
-    model, tok = inputs.model, inputs.tokenizer
+    model = inputs.model
     device = next(model.parameters()).device
-    model.eval()
     t0 = time.perf_counter()
-    kw = {"batch_size": batch_size, "max_length": inputs.max_length, "decoder": inputs.decoder,
-          "device": device, "doc_stride": inputs.doc_stride}
-    shrinkage_info: dict[str, Any] = {"source": "none (zeta = 0)"}
     with flush_denormals(device.type == "cpu"):
-        sigma = None
-        if zeta > 0:
-            t1 = time.perf_counter()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                sigma = collect_layer_shrinkage(
-                    model, _batches(tok, inputs.train_texts, **kw), n_tokens=shrinkage_tokens,
-                    pooling=inputs.pooling, sync_dist=False)
-            rows = sigma.describe()
-            shrinkage_info = {"source": "training split", **rows, "n_rows": rows["union_rows"],
-                              "requested_rows": shrinkage_tokens,
-                              "seconds": time.perf_counter() - t1,
-                              "notes": [str(w.message) for w in caught]}
-        acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, shrinkage=sigma,
-                           sync=False, pooling=inputs.pooling)
-        with torch.inference_mode():
-            for batch in _batches(tok, inputs.texts, **kw):
-                out = model(**batch, output_hidden_states=True)
-                acc.update(get_hidden_states(out), batch["attention_mask"])
-        record = acc.compute()
+        sigma, shrinkage_info = (None, {"source": "none (zeta = 0)"}) if zeta == 0 else \
+            _training_sigma(inputs, batch_size, shrinkage_tokens)
+        measures = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, shrinkage=sigma,
+                                sync=False, pooling=inputs.pooling)
+        for hidden_states, attention_mask in hidden_state_batches(
+                model, _batches(inputs, inputs.texts, batch_size)):
+            measures.update(hidden_states, attention_mask)
+        record = measures.compute()
     config = {
         **inputs.config,
         "model_type": getattr(model.config, "model_type", None),
@@ -462,13 +318,38 @@ def analyze_model(
         "n_texts": record["n_examples"],  # SQuAD: windows (n_questions: questions)
         "n_tokens": record["n_tokens"],
         "n_tokens_measured": record["n_tokens_measured"],
-        "pooling": inputs.pooling, "padding_side": getattr(tok, "padding_side", None),
+        "pooling": inputs.pooling, "padding_side": getattr(inputs.tokenizer, "padding_side", None),
         "zeta": zeta, "shrinkage": shrinkage_info, "max_tokens": max_tokens,
         "top_k": top_k, "batch_size": batch_size, "max_length": inputs.max_length,
         "device": str(device), "clouds": record["clouds"],
     }
     return AnalyzeResult(config, record, _rows(record, inputs.pooling), record["errors"],
                          time.perf_counter() - t0)
+
+
+def _batches(inputs: AnalyzeInputs, texts: Sequence[Text], batch_size: int
+             ) -> Iterator[dict[str, torch.Tensor]]:
+    """The texts' model inputs, in order (:func:`~isotropy.probing.batches.ordered_batches`)."""
+    return ordered_batches(inputs.tokenizer, texts, batch_size=batch_size,
+                           max_length=inputs.max_length, decoder=inputs.decoder,
+                           doc_stride=inputs.doc_stride)
+
+
+def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: int
+                    ) -> tuple[LayerShrinkage, dict[str, Any]]:
+    """The per-layer :math:`\\Sigma_S` of the training texts and how it was estimated (row
+    counts, seconds, the warnings raised)."""
+    t1 = time.perf_counter()
+    assert inputs.train_texts is not None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sigma = collect_layer_shrinkage(
+            inputs.model, _batches(inputs, inputs.train_texts, batch_size),
+            n_tokens=shrinkage_tokens, pooling=inputs.pooling, sync_dist=False)
+    rows = sigma.describe()
+    return sigma, {"source": "training split", **rows, "n_rows": rows["union_rows"],
+                   "requested_rows": shrinkage_tokens, "seconds": time.perf_counter() - t1,
+                   "notes": [str(w.message) for w in caught]}
 
 
 def analyze(
@@ -530,14 +411,11 @@ def write_analyze(result: AnalyzeResult, output_dir: str | os.PathLike[str]) -> 
     """Write ``analyze.json`` (config, errors, rows, last-layer spectra and per-dimension
     mean/std), ``analyze.csv`` (rows) and ``analyze_dims.csv`` (dimension, mean, std of the
     last layer's token cloud) atomically."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     last = result.record["last"]
     mean, std = last["token_mean"] or [], last["token_std"] or []
     dims = [{"dim": i, "mean": m, "std": std[i] if i < len(std) else None}
             for i, m in enumerate(mean)]
-    return {
-        "json": write_json_atomic(out / FILES[0], result.to_dict()),
-        "csv": write_csv_atomic(out / FILES[1], result.rows),
-        "dims": write_csv_atomic(out / FILES[2], dims, fieldnames=["dim", "mean", "std"]),
-    }
+    written = write_json_and_csv(output_dir, "analyze", result.to_dict(), result.rows)
+    written["dims"] = write_csv_atomic(Path(output_dir) / FILES[2], dims,
+                                       fieldnames=["dim", "mean", "std"])
+    return written

@@ -27,20 +27,17 @@ to zero (they slow MiniLM-style models several-fold on padded batches).
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from isotropy.clouds import get_hidden_states
-from isotropy.data.glue import get_task, load_split, split_path
-from isotropy.io import read_text_utf8, write_csv_atomic, write_json_atomic
+from isotropy.clouds import token_mask
 from isotropy.measures.cloud import ZERO_VARIANCE
 from isotropy.measures.cloud import TokenCloudStats as _TokenAccumulator
 from isotropy.measures.cloud import constant_reason as _cloud_reason
@@ -57,7 +54,21 @@ from isotropy.measures.isoscore import (
 from isotropy.measures.partition import partition_score
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.measures.topology import h0_barcode, persistent_entropy
-from isotropy.models.loading import default_model_path, ensure_pad_token, load_model
+from isotropy.models.forward import hidden_state_batches
+from isotropy.models.loading import default_model_path, load_model
+from isotropy.probing.batches import capped_max_length, longest_first_batches
+from isotropy.probing.inputs import (
+    BUILTIN_SENTENCES,
+    DEFAULT_MAX_TEXTS,
+    Text,
+    check_max_length,
+    check_positive,
+    check_texts,
+    load_texts,
+    min_max_length,
+    resolve_device,
+)
+from isotropy.probing.results import find_row, text_table, write_json_and_csv
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -68,6 +79,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "BUILTIN_SENTENCES",
     "ZERO_VARIANCE",
+    "LayerClouds",
     "MeasureInputs",
     "MeasureResult",
     "format_measure_table",
@@ -80,110 +92,10 @@ __all__ = [
     "write_measure",
 ]
 
-DEFAULT_MAX_TEXTS = 512
 DEFAULT_MAX_TOKENS = 20_000
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_MAX_LENGTH = 128
 DEFAULT_TOP_K = 3
-
-Text = str | tuple[str, str]
-
-BUILTIN_SENTENCES: tuple[str, ...] = (
-    "The cat sat quietly on the warm windowsill.",
-    "Stock markets fell sharply after the announcement.",
-    "She plays the violin in a small orchestra.",
-    "Heavy rain is expected across the north tomorrow.",
-    "The new phone has a larger screen and a faster chip.",
-    "He forgot his keys at the office again.",
-    "Photosynthesis turns light into chemical energy.",
-    "The museum opens at nine on weekdays.",
-    "A good night's sleep improves memory.",
-    "The committee postponed its decision until spring.",
-    "Children were building a sandcastle on the beach.",
-    "This film is a charming and often affecting journey.",
-    "The soup was cold and the service was painfully slow.",
-    "Quantum computers exploit superposition and entanglement.",
-    "The river flooded the village after the storm.",
-    "Our team won the match in the final minute.",
-    "Please send me the report before Friday.",
-    "The old library smelled of dust and paper.",
-    "Electric cars are becoming cheaper every year.",
-    "The recipe calls for two cups of flour.",
-    "Migrating birds fly thousands of kilometres each autumn.",
-    "The lecture on medieval history was surprisingly funny.",
-    "A thick fog covered the harbour at dawn.",
-    "The startup raised money from several investors.",
-    "He apologised for arriving late to the interview.",
-    "Volcanic ash grounded flights across the region.",
-    "The novel's ending left many readers unsatisfied.",
-    "Fresh bread is sold at the corner bakery.",
-    "The judge dismissed the case for lack of evidence.",
-    "Her garden is full of roses and lavender.",
-    "The train to the airport leaves every fifteen minutes.",
-    "Scientists discovered a new species of frog.",
-    "The concert was cancelled because of the heat.",
-    "My grandmother tells wonderful stories about her youth.",
-    "The software update fixed several security bugs.",
-    "A small boat drifted slowly across the lake.",
-    "The price of coffee has doubled since last year.",
-    "Students gathered in the hall for the exam.",
-    "The mountain trail is closed during winter.",
-    "This is the worst movie I have seen in years.",
-)
-
-
-# --------------------------------------------------------------------------- texts
-
-
-def load_texts(
-    *,
-    texts_file: str | os.PathLike[str] | None = None,
-    task: str | None = None,
-    split: str = "dev",
-    data_dir: str | os.PathLike[str] | None = None,
-    max_texts: int | None = DEFAULT_MAX_TEXTS,
-) -> tuple[list[Text], dict[str, Any]]:
-    """Texts to measure and a description of where they came from.
-
-    Exactly one of ``texts_file`` (UTF-8, one text per line, blank lines skipped) or ``task``
-    (a local GLUE split, see :mod:`isotropy.data.glue`; sentence-pair tasks give pairs, SQuAD
-    gives (question, context)) must be given. The first ``max_texts`` texts are kept
-    (``None``: all).
-    """
-    if (texts_file is None) == (task is None):
-        raise ValueError("give exactly one of texts_file or task")
-    if max_texts is not None and max_texts < 1:
-        raise ValueError(f"max_texts must be >= 1, got {max_texts}")
-    texts: list[Text]
-    if texts_file is not None:
-        path = Path(texts_file)
-        if not path.is_file():
-            raise FileNotFoundError(f"texts file {path} does not exist")
-        with io.StringIO(read_text_utf8(path)) as f:
-            texts = [line.rstrip("\r\n") for line in f if line.strip()]
-        if not texts:
-            raise ValueError(f"texts file {path} has no non-blank line")
-        source: dict[str, Any] = {"kind": "file", "path": str(path.resolve())}
-    else:
-
-        spec = get_task(str(task))
-        examples = load_split(spec.name, split, data_dir)
-        if not examples:
-            raise ValueError(f"{spec.display_name} {split} split is empty")
-        texts = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
-        source = {
-            "kind": "task",
-            "task": spec.name,
-            "split": split,
-            "path": str(split_path(spec.name, split, data_dir)),
-            "pairs": spec.is_pair,
-        }
-    source["available"] = len(texts)
-    if max_texts is not None:
-        texts = texts[:max_texts]
-    source["used"] = len(texts)
-    return texts, source
-
 
 # --------------------------------------------------------------------------- accumulation
 
@@ -207,6 +119,60 @@ class _Sampler:
         return idx
 
 
+class LayerClouds:
+    """Every hidden state's clouds, streamed batch by batch (``update``) from a hidden-state
+    pass: the token cloud's statistics over all non-padding tokens
+    (:class:`~isotropy.measures.cloud.TokenCloudStats`), its uniform sample of at most
+    ``max_tokens`` rows (seeded; the same token positions in every layer), and the
+    first-token ([CLS]) rows of every text; ``rows`` measures them (module doc)."""
+
+    def __init__(self, max_tokens: int, seed: int) -> None:
+        self.sampler = _Sampler(max_tokens, seed)
+        self.tokens: list[_TokenAccumulator] = []
+        self.samples: list[torch.Tensor] = []
+        self.cls: list[list[torch.Tensor]] = []
+        self.n_tokens = 0
+
+    @property
+    def dim(self) -> int:
+        """The hidden size (after the first ``update``)."""
+        return self.tokens[0].stats.dim
+
+    def update(self, hidden_states: Sequence[torch.Tensor],
+               attention_mask: torch.Tensor | None) -> None:
+        """Add one batch (``hidden_states[0]`` = embedding output); ``ValueError`` on NaN or
+        infinity."""
+        mask = token_mask(hidden_states[0], attention_mask)
+        n_new = int(mask.sum())
+        self.n_tokens += n_new
+        if not self.tokens:
+            dim = hidden_states[0].shape[-1]
+            self.tokens = [_TokenAccumulator(dim) for _ in hidden_states]
+            self.samples = [torch.empty(0, dim) for _ in hidden_states]
+            self.cls = [[] for _ in hidden_states]
+        keep = self.sampler.select(n_new)
+        # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
+        first = mask.int().argmax(dim=1)
+        rows_idx = torch.arange(mask.shape[0], device=mask.device)
+        for layer, h in enumerate(hidden_states):
+            h = h.float()
+            if not bool(torch.isfinite(h).all()):
+                raise ValueError(f"layer {layer} hidden states contain NaN or infinity")
+            rows = h[mask]
+            self.tokens[layer].update(rows)
+            self.samples[layer] = torch.cat([self.samples[layer], rows.cpu()])[keep]
+            self.cls[layer].append(h[rows_idx, first].cpu())
+
+    def rows(self, k: int, errors: list[str]) -> list[dict[str, Any]]:
+        """The ``token`` and ``cls`` rows of every layer; undefined measures noted in
+        ``errors``."""
+        out: list[dict[str, Any]] = []
+        for layer, acc in enumerate(self.tokens):
+            out.append(_token_row(layer, acc, self.samples[layer], k, errors))
+            out.append(_cls_row(layer, torch.cat(self.cls[layer]), k, errors))
+        return out
+
+
 @dataclass
 class MeasureResult:
     """Rows (one per layer and cloud), the configuration, and undefined-measure notes."""
@@ -226,10 +192,7 @@ class MeasureResult:
 
     def row(self, layer: int, cloud: str) -> dict[str, Any]:
         """The row of one layer (0 = embeddings) and cloud (``"token"`` or ``"cls"``)."""
-        for r in self.rows:
-            if r["layer"] == layer and r["cloud"] == cloud:
-                return r
-        raise KeyError(f"no row for layer {layer}, cloud {cloud!r}")
+        return find_row(self.rows, layer, cloud)
 
 
 def _token_row(
@@ -297,67 +260,14 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     return row
 
 
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as err:
-        raise ValueError(f"{device!r} is not a torch device (use auto, cpu, cuda, cuda:N)") from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: CUDA is not available on this machine")
-    return dev
-
-
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def _check_options(*, batch_size: int, max_length: int, max_tokens: int, k: int,
                    seed: int) -> None:
     """The numeric options of :func:`measure_model`: positive integers, and an integer seed."""
     for name, value in [("batch_size", batch_size), ("max_length", max_length),
                         ("max_tokens", max_tokens), ("k", k)]:
-        _check_positive(name, value)
+        check_positive(name, value)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-
-
-def _check_texts(texts: Sequence[Text]) -> bool:
-    """At least 2 texts, all strings or all ``(a, b)`` string pairs; returns whether pairs."""
-    if len(texts) < 2:
-        raise ValueError(f"need at least 2 texts, got {len(texts)}")
-    pairs = [isinstance(t, (tuple, list)) for t in texts]
-    if any(pairs) and not all(pairs):
-        raise ValueError("texts must be all strings or all (text_a, text_b) pairs, not a mix")
-    for i, t in enumerate(texts):
-        parts = t if isinstance(t, (tuple, list)) else (t,)
-        if len(parts) not in (1, 2) or (pairs[i] and len(parts) != 2) or not all(
-            isinstance(part, str) for part in parts
-        ):
-            raise ValueError(f"text {i} is {t!r}: expected a string or a (text_a, text_b) pair")
-    return all(pairs)
-
-
-def min_max_length(tokenizer: Any, *, pairs: bool = False) -> int:
-    """The smallest ``max_length`` that ``tokenizer`` can truncate to: its special tokens per
-    text (or per pair), e.g. 2 for BERT's ``[CLS] a [SEP]`` and 3 for ``[CLS] a [SEP] b [SEP]``.
-
-    A smaller ``max_length`` is not honoured by Hugging Face tokenizers: they return the whole
-    text (with a logged warning only).
-    """
-    return max(1, int(tokenizer.num_special_tokens_to_add(pair=pairs)))
-
-
-def _check_max_length(tokenizer: Any, max_length: int, pairs: bool) -> None:
-    least = min_max_length(tokenizer, pairs=pairs)
-    if max_length < least:
-        what = "sentence pair" if pairs else "text"
-        raise ValueError(
-            f"max_length {max_length} is too small: the tokenizer adds {least} special "
-            f"token(s) to every {what}, so the smallest valid max_length is {least}"
-        )
 
 
 def measure_model(
@@ -386,8 +296,8 @@ def measure_model(
     """
     _check_options(batch_size=batch_size, max_length=max_length, max_tokens=max_tokens, k=k,
                    seed=seed)
-    is_pair = _check_texts(texts)
-    _check_max_length(tokenizer, max_length, is_pair)
+    is_pair = check_texts(texts)
+    check_max_length(tokenizer, max_length, is_pair)
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     with flush_denormals(device.type == "cpu"):
@@ -396,110 +306,31 @@ def measure_model(
                         progress=progress, config=config)
 
 
-def _encode(tokenizer: Any, texts: Sequence[Text], is_pair: bool, max_length: int
-            ) -> tuple[Any, list[str], list[int], int]:
-    """The texts tokenised (truncated at ``max_length``, capped by the tokenizer's own
-    limit), the keys a model takes, the text order longest first, and the length used."""
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
-        max_length = min(max_length, model_max)
-    ensure_pad_token(tokenizer)
-    if is_pair:
-        enc = tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation=True,
-                        max_length=max_length)
-    else:
-        enc = tokenizer(list(texts), truncation=True, max_length=max_length)
-    keys = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in enc]
-    lengths = [len(ids) for ids in enc["input_ids"]]
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-    return enc, keys, order, max_length
-
-
-@dataclass
-class _LayerClouds:
-    """Per hidden state: the token cloud's streamed statistics, its seeded sample, and the
-    first-token ([CLS]) rows; with the number of tokens seen."""
-
-    tokens: list[_TokenAccumulator] = field(default_factory=list)
-    samples: list[torch.Tensor] = field(default_factory=list)
-    cls: list[list[torch.Tensor]] = field(default_factory=list)
-    n_tokens: int = 0
-
-
-def _stream(model: torch.nn.Module, tokenizer: Any, enc: Any, keys: Sequence[str],
-            batches: Sequence[Sequence[int]], device: torch.device, sampler: _Sampler,
-            progress: bool) -> _LayerClouds:
-    """One pass over the batches: every layer's clouds, padding left out."""
-    clouds = _LayerClouds()
-    iterator: Any = batches
+def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_pair: bool,
+             device: torch.device, t0: float, *, batch_size: int, max_length: int,
+             max_tokens: int, k: int, seed: int, progress: bool,
+             config: dict[str, Any] | None) -> MeasureResult:
+    """One hidden-state pass over the texts (longest first) into :class:`LayerClouds`, then
+    every cloud measured."""
+    max_length = capped_max_length(tokenizer, max_length)
+    batches: Iterable[dict[str, torch.Tensor]] = longest_first_batches(
+        tokenizer, texts, pairs=is_pair, batch_size=batch_size, max_length=max_length)
     if progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(batches, desc="measure", unit="batch", file=sys.stderr)
-    with torch.inference_mode():
-        for idx in iterator:
-            feats = [{key: enc[key][i] for key in keys} for i in idx]
-            batch = tokenizer.pad(feats, padding=True, return_tensors="pt")
-            batch = {key: v.to(device) for key, v in batch.items()}
-            out = model(**batch, output_hidden_states=True)
-            hs = get_hidden_states(out)
-            mask = batch["attention_mask"].bool()
-            n_new = int(mask.sum())
-            clouds.n_tokens += n_new
-            if not clouds.tokens:
-                dim = hs[0].shape[-1]
-                clouds.tokens = [_TokenAccumulator(dim) for _ in hs]
-                clouds.samples = [torch.empty(0, dim) for _ in hs]
-                clouds.cls = [[] for _ in hs]
-            keep = sampler.select(n_new)
-            # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
-            first = mask.int().argmax(dim=1)
-            rows_idx = torch.arange(mask.shape[0], device=mask.device)
-            for layer, h in enumerate(hs):
-                h = h.float()
-                if not bool(torch.isfinite(h).all()):
-                    raise ValueError(f"layer {layer} hidden states contain NaN or infinity")
-                rows = h[mask]
-                clouds.tokens[layer].update(rows)
-                clouds.samples[layer] = torch.cat([clouds.samples[layer], rows.cpu()])[keep]
-                clouds.cls[layer].append(h[rows_idx, first].cpu())
-    return clouds
-
-
-def _measure(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    texts: Sequence[Text],
-    is_pair: bool,
-    device: torch.device,
-    t0: float,
-    *,
-    batch_size: int,
-    max_length: int,
-    max_tokens: int,
-    k: int,
-    seed: int,
-    progress: bool,
-    config: dict[str, Any] | None,
-) -> MeasureResult:
-    """Encode, stream every layer's clouds (:func:`_stream`), then measure each cloud."""
-    model.eval()
-    enc, keys, order, max_length = _encode(tokenizer, texts, is_pair, max_length)
-    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
-    clouds = _stream(model, tokenizer, enc, keys, batches, device, _Sampler(max_tokens, seed),
-                     progress)
-    token_acc = clouds.tokens
+        batches = tqdm(batches, total=-(-len(texts) // batch_size), desc="measure",
+                       unit="batch", file=sys.stderr)
+    clouds = LayerClouds(max_tokens, seed)
+    for hidden_states, attention_mask in hidden_state_batches(model, batches):
+        clouds.update(hidden_states, attention_mask)
     errors: list[str] = []
-    rows_out: list[dict[str, Any]] = []
-    kk = min(k, token_acc[0].stats.dim)
-    for layer in range(len(token_acc)):
-        rows_out.append(_token_row(layer, token_acc[layer], clouds.samples[layer], kk, errors))
-        rows_out.append(_cls_row(layer, torch.cat(clouds.cls[layer]), kk, errors))
+    kk = min(k, clouds.dim)
+    rows = clouds.rows(kk, errors)
     cfg: dict[str, Any] = {
         "model": getattr(getattr(model, "config", None), "_name_or_path", None),
         "model_type": getattr(getattr(model, "config", None), "model_type", None),
-        "num_layers": len(token_acc) - 1,
-        "hidden_size": token_acc[0].stats.dim,
+        "num_layers": len(clouds.tokens) - 1,
+        "hidden_size": clouds.dim,
         "n_texts": len(texts),
         "pairs": is_pair,
         "n_tokens": clouds.n_tokens,
@@ -515,7 +346,7 @@ def _measure(
     }
     if config:
         cfg.update(config)
-    return MeasureResult(config=cfg, rows=rows_out, errors=errors,
+    return MeasureResult(config=cfg, rows=rows, errors=errors,
                          seconds=time.perf_counter() - t0)
 
 
@@ -548,20 +379,20 @@ def prepare_measure(
     given = sum(x is not None for x in (texts, texts_file, task))
     if given != 1:
         raise ValueError("give exactly one of texts, texts_file or task")
-    _check_positive("max_length", max_length)
+    check_positive("max_length", max_length)
     if max_texts is not None:
-        _check_positive("max_texts", max_texts)
+        check_positive("max_texts", max_texts)
     if texts is not None:
         text_list = list(texts)[:max_texts] if max_texts else list(texts)
         source: dict[str, Any] = {"kind": "list", "available": len(texts), "used": len(text_list)}
     else:
         text_list, source = load_texts(texts_file=texts_file, task=task, split=split,
                                        data_dir=data_dir, max_texts=max_texts)
-    is_pair = _check_texts(text_list)
-    dev = _resolve_device(device)
+    is_pair = check_texts(text_list)
+    dev = resolve_device(device)
     model_src = default_model_path() if model is None else os.fspath(model)
     net, tok = load_model(model_src, device=dev)
-    _check_max_length(tok, max_length, is_pair)
+    check_max_length(tok, max_length, is_pair)
     return MeasureInputs(net, tok, text_list,
                          {"model": model_src, "texts": source, "max_texts": max_texts})
 
@@ -613,22 +444,6 @@ _TABLE = [  # (key, header, width, format)
 ]
 
 
-def text_table(rows: Sequence[Mapping[str, Any]],
-               columns: Sequence[tuple[str, str, int, str]]) -> list[str]:
-    """Lines of a plain-text table: a header, a rule, then one line per row; ``columns`` are
-    ``(key, header, width, format)``, a missing or ``None`` value shows as ``-``.
-
-    >>> text_table([{"a": 0.5}, {"a": None}], [("a", "A", 5, ".2f")])
-    ['    A', '-----', ' 0.50', '    -']
-    """
-    head = " ".join(h.rjust(w) for _, h, w, _ in columns)
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(" ".join(("-" if (v := r.get(key)) is None else format(v, fmt)).rjust(w)
-                              for key, _, w, fmt in columns))
-    return lines
-
-
 def format_measure_table(result: MeasureResult) -> str:
     """A plain-text table of the main measures, one line per layer and cloud (``-``: undefined
     or not computed; ``spec1``: top anisotropy-spectrum share, raw and centred)."""
@@ -637,9 +452,4 @@ def format_measure_table(result: MeasureResult) -> str:
 
 def write_measure(result: MeasureResult, output_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``measure.json`` (config, errors, rows) and ``measure.csv`` (rows) atomically."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return {
-        "json": write_json_atomic(out / "measure.json", result.to_dict()),
-        "csv": write_csv_atomic(out / "measure.csv", result.rows),
-    }
+    return write_json_and_csv(output_dir, "measure", result.to_dict(), result.rows)
