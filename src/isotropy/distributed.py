@@ -68,6 +68,19 @@ def all_reduce_sum(t: torch.Tensor, group: object | None = None) -> torch.Tensor
     return out
 
 
+def all_reduce_max(t: torch.Tensor, group: object | None = None) -> torch.Tensor:
+    """Element-wise maximum of ``t`` over ranks (``t`` itself when not distributed).
+
+    >>> all_reduce_max(torch.tensor([1.0, 2.0]))
+    tensor([1., 2.])
+    """
+    if not is_distributed(group):
+        return t
+    out = t.detach().clone()
+    dist.all_reduce(out, op=dist.ReduceOp.MAX, group=group)
+    return out
+
+
 def gather_rows(x: torch.Tensor, group: object | None = None) -> torch.Tensor:
     """Concatenate ``x`` (shape ``(n_r, ...)``, ``n_r`` may differ) over ranks, differentiably.
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from isotropy._validation import (
     ZERO_VARIANCE,
@@ -48,7 +46,8 @@ from isotropy._validation import (
     scale_pow2,
     window,
 )
-from isotropy.distributed import all_reduce_sum, is_distributed, world_size
+from isotropy.distributed import all_reduce_max, is_distributed
+from isotropy.measures.isoscore_autograd import IsoScoreStarFunction
 
 __all__ = [
     "isoscore",
@@ -184,24 +183,6 @@ def isoscore_from_covariance(cov: ArrayLike) -> torch.Tensor:
     return ((tr * tr / fro - 1.0) / (d - 1)).to(accumulation_dtype(c))
 
 
-def _nonfinite_error(x: torch.Tensor, sync: bool) -> ValueError:
-    check_finite(x, name="X")  # raises with the count when the local rows hold NaN / inf
-    where = " (NaN/inf in another rank's rows, or overflow)" if sync else " (overflow)"
-    return ValueError(
-        f"IsoScore* is not finite{where}: the input values are too large for "
-        f"{x.dtype} accumulation; rescale X"
-    )
-
-
-def _all_reduce_max(t: torch.Tensor, group: object | None) -> torch.Tensor:
-    """Element-wise maximum of ``t`` over ranks (``t`` itself when not distributed)."""
-    if not is_distributed(group):
-        return t
-    out = t.detach().clone()
-    dist.all_reduce(out, op=dist.ReduceOp.MAX, group=group)
-    return out
-
-
 def _scale_exponent(
     x: torch.Tensor, s: torch.Tensor | None, zeta: float, group: object | None, sync: bool
 ) -> tuple[int, float]:
@@ -213,7 +194,7 @@ def _scale_exponent(
     if not math.isfinite(m):
         m = math.inf
     if sync:
-        m = float(_all_reduce_max(torch.tensor([m], dtype=torch.float64, device=x.device), group))
+        m = float(all_reduce_max(torch.tensor([m], dtype=torch.float64, device=x.device), group))
     candidates = []
     if zeta < 1.0 and 0.0 < m < math.inf:
         candidates.append(pow2_exponent(m))
@@ -223,144 +204,6 @@ def _scale_exponent(
             candidates.append(-(-pow2_exponent(m_s) // 2))  # ceil(e_s / 2)
     e = max(candidates, default=0)
     return (0 if abs(e) <= window(x.dtype) else e), m
-
-
-def _may_be_constant(sum_sq: float, n: float, d: int, m: float, dtype: torch.dtype) -> bool:
-    r"""True when :math:`\sum_{ij}(x_{ij} - \bar x_j)^2` is no larger than the residue that the
-    rounding of the mean leaves when every row is the same (:math:`|\delta| \le (n+1)\epsilon m`
-    per entry, :math:`m = \max|x|`, with a factor 2 to spare)."""
-    eps = torch.finfo(dtype).eps
-    return sum_sq <= n * d * (2.0 * (n + 1) * eps * m) ** 2
-
-
-def _rows_identical(x: torch.Tensor, group: object | None, sync: bool) -> bool:
-    """Whether every row of ``x`` (of every rank's ``x`` with ``sync``) is the same, exactly."""
-    if not sync:
-        return bool((x == x[0]).all())
-    d = x.shape[1]
-    if x.shape[0]:
-        lo, hi = torch.aminmax(x.detach(), dim=0)
-    else:
-        lo = torch.full((d,), math.inf, dtype=x.dtype, device=x.device)
-        hi = -lo
-    both = _all_reduce_max(torch.cat([hi, -lo]), group)
-    return bool((both[:d] == -both[d:]).all())
-
-
-class _IsoScoreStarFunction(torch.autograd.Function):
-    """IsoScore* (``kind='iota'``) or the participation ratio (``kind='pr'``) of
-    :math:`\\Sigma_\\zeta` with the analytic gradient (one ``n x d x d`` product each way).
-
-    ``x`` and ``shrinkage`` arrive scaled by :math:`2^{-e}` and :math:`2^{-2e}`; the identity
-    fallback is then ``eye`` :math:`= 2^{-2e}` times the identity, and ``max_abs_x`` is
-    :math:`\\max|x|` of the scaled rows. Under ``torch.distributed`` (``sync``) the covariance is
-    that of the global batch, built from all-reduced sufficient statistics (count, sum,
-    centred co-moment); the gradient of the local rows is ``world_size`` times their
-    single-process gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, x, shrinkage, zeta, eye, max_abs_x, group, sync, kind):  # type: ignore[override]
-        n_local, d = x.shape
-        if sync:
-            head = torch.cat(
-                [x.new_tensor([float(n_local)], dtype=torch.float64), x.sum(0, dtype=torch.float64)]
-            )
-            head = all_reduce_sum(head, group)
-            n = float(head[0])
-            mean = (head[1:] / max(n, 1.0)).to(x.dtype)
-        else:
-            n = float(n_local)
-            mean = x.mean(0)
-        if n < 2:
-            raise ValueError(f"IsoScore* needs at least 2 points, got {int(n)}")
-        if zeta == 0.0:
-            shrinkage = None  # Sigma_zeta = Sigma_X
-        xc = x - mean
-        # Gram route: G = X_c X_c^T (n^2 d) instead of X_c^T X_c (n d^2); it pays off when
-        # n < d, or n < d/2 when X_c Sigma_S (n d^2) has to be formed anyway.
-        use_gram = (not sync) and (n_local < d if shrinkage is None else 2 * n_local < d)
-        moment = xc @ xc.T if use_gram else xc.T @ xc
-        if sync:
-            moment = all_reduce_sum(moment, group)
-        sum_sq = float(torch.trace(moment))  # sum_ij xc_ij^2
-        if _may_be_constant(sum_sq, n, d, max_abs_x, x.dtype) and _rows_identical(x, group, sync):
-            if zeta == 0.0:
-                raise ValueError(
-                    f"X has {ZERO_VARIANCE}: its covariance is zero, so IsoScore and the "
-                    "participation ratio are undefined"
-                )
-            xc.zero_()  # Sigma_X is exactly 0: drop the residue of the rounded mean
-            moment.zero_()
-        if use_gram:
-            g64 = moment.to(torch.float64).reshape(-1)
-            tr_x = torch.trace(moment).double() / (n - 1)
-            fro_xx = torch.dot(g64, g64) / (n - 1) ** 2
-            if shrinkage is None:
-                tr_s, fro_ss, inner_xs = d * eye, d * eye * eye, tr_x * eye
-                xs = None
-            else:
-                xs = xc @ shrinkage
-                s64 = shrinkage.to(torch.float64).reshape(-1)
-                tr_s, fro_ss = float(torch.trace(shrinkage)), float(torch.dot(s64, s64))
-                inner_xs = torch.dot(
-                    xc.reshape(-1).double(), xs.reshape(-1).double()
-                ) / (n - 1)
-            tr = float((1 - zeta) * tr_x + zeta * tr_s)
-            fro = float(
-                (1 - zeta) ** 2 * fro_xx + 2 * zeta * (1 - zeta) * inner_xs + zeta**2 * fro_ss
-            )
-            ctx.save_for_backward(xc, moment, xs)
-        else:
-            sigma = moment
-            sigma.mul_((1 - zeta) / (n - 1))
-            if zeta > 0:
-                if shrinkage is None:
-                    sigma.diagonal().add_(zeta * eye)
-                else:
-                    sigma.add_(shrinkage, alpha=zeta)
-            s64 = sigma.to(torch.float64)
-            flat = s64.reshape(-1)
-            tr, fro = float(torch.trace(s64)), float(torch.dot(flat, flat))
-            ctx.save_for_backward(xc, sigma)
-        if not (math.isfinite(tr) and math.isfinite(fro)):
-            raise _nonfinite_error(x, sync)
-        if tr <= 0.0 or fro <= 0.0:
-            raise ValueError(
-                f"the covariance Sigma_zeta is zero ({ZERO_VARIANCE}, or a zero shrinkage "
-                "matrix): IsoScore is undefined"
-            )
-        pr = tr * tr / fro
-        # d(PR)/d(Sigma_zeta) = a I + b Sigma_zeta; iota = (PR - 1)/(d - 1).
-        denom = 1.0 if kind == "pr" else float(d - 1)
-        ctx.a, ctx.b = 2.0 * tr / (fro * denom), -2.0 * tr * tr / (fro * fro * denom)
-        ctx.use_gram, ctx.zeta, ctx.n, ctx.eye = use_gram, zeta, n, eye
-        ctx.grad_scale = world_size(group) if sync else 1
-        value = pr if kind == "pr" else (pr - 1.0) / (d - 1)
-        return torch.tensor(value, dtype=x.dtype, device=x.device)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):  # type: ignore[override]
-        zeta, n = ctx.zeta, ctx.n
-        coef = 2.0 * (1 - zeta) / (n - 1) * ctx.grad_scale
-        a, b = ctx.a * coef, ctx.b * coef
-        if ctx.use_gram:
-            xc, gram, xs = ctx.saved_tensors
-            # X_c Sigma_zeta = ((1-zeta)/(n-1)) G X_c + zeta X_c Sigma_S
-            k = gram * (b * (1 - zeta) / (n - 1))
-            if xs is None:
-                k.diagonal().add_(a + b * zeta * ctx.eye)
-                grad_x = k @ xc
-            else:
-                k.diagonal().add_(a)
-                grad_x = torch.addmm(xs, k, xc, beta=b * zeta)
-        else:
-            xc, sigma = ctx.saved_tensors
-            m = sigma * b
-            m.diagonal().add_(a)
-            grad_x = xc @ m
-        return grad_x.mul_(grad_out.to(grad_x.dtype)), None, None, None, None, None, None, None
 
 
 def _prepare(
@@ -414,7 +257,7 @@ def _isoscore_star(
         s = scale_pow2(s, -2 * e).to(x.dtype)
     eye = math.ldexp(1.0, -2 * e) if z > 0.0 else 0.0  # <= 1/4: e >= 1 when z > 0
     m = math.ldexp(m, -e) if math.isfinite(m) else m
-    return _IsoScoreStarFunction.apply(x, s, z, eye, m, process_group, sync, kind)
+    return IsoScoreStarFunction.apply(x, s, z, eye, m, process_group, sync, kind)
 
 
 def isoscore_star(

@@ -29,8 +29,8 @@ norm zero, NaN/inf hidden states: the whole layer is then left out, its ``n_poin
 the rows it would have held) is ``None`` with ``"<where>: <reason>"`` in ``errors``;
 nothing is NaN and nothing raises. In particular the layer-0 [CLS] cloud (the same token at
 the same position in every example) has zero variance, so its IsoScore, IsoScore*, TwoNN and
-centred spectrum are ``None``. :func:`scalar_metrics` flattens a record into the scalar
-``eval_*`` names the trainer logs (undefined ones left out).
+centred spectrum are ``None``. :func:`~isotropy.probing.eval_scalars.scalar_metrics` flattens
+a record into the scalar ``eval_*`` names the trainer logs (undefined ones left out).
 
 Several processes (``torch.distributed``, ``sync=True``): every rank sees its own batches; the
 evaluation order is the ranks' batches of each step in rank order (how Accelerate shards an
@@ -54,7 +54,7 @@ import torch.distributed as dist
 
 from isotropy._validation import ArrayLike, as_covariance, check_zeta
 from isotropy.clouds import POOLINGS, first_token_rows, pooled_rows, token_mask
-from isotropy.distributed import all_reduce_sum, gather_rows, is_distributed
+from isotropy.distributed import all_reduce_max, all_reduce_sum, gather_rows, is_distributed
 from isotropy.measures.cloud import (
     TokenCloudStats,
     constant_reason,
@@ -67,6 +67,7 @@ from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.models.shrinkage import LayerShrinkage
+from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -88,32 +89,11 @@ OTHER_RANK = "the measurements stopped on another process"
 _BAD = (None, NONFINITE, OVERFLOW)
 
 
-def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
-    r"""``cls_spectrum_{raw,centred}_{1..k}``: the top-``k`` anisotropy spectrum of a batch's
-    [CLS] cloud (``(n, dim)``). Components beyond :math:`\min(n, d)` are 0 (a zero singular
-    value); an undefined spectrum (all zeros, or one point when centred) is left out."""
-    x = cls.detach()
-    kk = min(k, x.shape[0], x.shape[1])
-    out: dict[str, float] = {}
-    for name, center in (("raw", False), ("centred", True)):
-        value = safe_measure([], name, lambda c=center: anisotropy_spectrum(x, kk, center=c))
-        if value is not None:
-            scores = [*value.tolist(), *[0.0] * (k - kk)]
-            out.update({f"cls_spectrum_{name}_{i + 1}": float(v) for i, v in enumerate(scores)})
-    return out
-
-
 def _comm_device() -> torch.device:
     """Where the default group's collectives want their tensors (CUDA for NCCL, else CPU)."""
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def _all_reduce_max(t: torch.Tensor) -> torch.Tensor:
-    out = t.clone()
-    dist.all_reduce(out, op=dist.ReduceOp.MAX)
-    return out
 
 
 class EvalMeasures:
@@ -302,7 +282,7 @@ class EvalMeasures:
             torch.stack([t.hi for t in self._tokens]).double().flatten(),
             torch.tensor([float(b) for b in self._bad], dtype=torch.float64),
         ]).to(dev)
-        highs = _all_reduce_max(highs).cpu()
+        highs = all_reduce_max(highs).cpu()
         tokens = []
         for i, acc in enumerate(self._tokens):
             out = TokenCloudStats(dim)
@@ -393,40 +373,25 @@ class EvalMeasures:
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
         }
 
-    def compute(self) -> dict[str, Any]:
-        """The record of every batch so far (see the module doc for its contents); when
-        synced, of every rank's batches (a collective)."""
-        if not self._tokens:
-            raise ValueError("EvalMeasures.compute() needs at least one update() first")
-        tokens, cls, bad, (n_examples, n_tokens, n_measured) = self._state()
-        errors: list[str] = []
+    def _union_record(self, tokens: list[TokenCloudStats], bad: list[str | None],
+                      n_measured: int, errors: list[str]) -> dict[str, Any]:
+        """The union of the transformer layers' token clouds (merged statistics)."""
         n_layers = len(tokens) - 1
-        dim = tokens[0].stats.dim
-        if self.layer_shrinkage is not None and \
-                len(self.layer_shrinkage["token"]) != n_layers + 1:
-            raise ValueError(f"the per-layer Sigma_S has {len(self.layer_shrinkage['token'])} "
-                             f"hidden states, the measured model {n_layers + 1}")
-        layers = [
-            {"layer": i,
-             "token": self._token_record(f"layer {i} token", tokens[i], n_measured, bad[i],
-                                         errors, self._sigma("token", i)),
-             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors,
-                                     self._sigma("pooled", i))}
-            for i in range(n_layers + 1)
-        ]
-        if n_layers >= 1:
-            union = tokens[1]
-            for acc in tokens[2:]:
-                union = union.merge(acc)
-            union_bad = next((why for why in bad[1:] if why), None)
-            union_rec = self._token_record("union token", union, n_measured * n_layers,
-                                           union_bad, errors, self._sigma("union"))
-        else:
+        if n_layers < 1:
             errors.append("union token: no transformer layer (only the embedding output)")
-            union_rec = {"n_points": 0, "isoscore": None, "isoscore_star": None,
-                         "avg_cosine": None}
-        last, x, last_bad = tokens[-1], cls[-1], bad[-1]
-        kk = min(self.top_k, x.shape[0], dim)
+            return {"n_points": 0, "isoscore": None, "isoscore_star": None, "avg_cosine": None}
+        union = tokens[1]
+        for acc in tokens[2:]:
+            union = union.merge(acc)
+        union_bad = next((why for why in bad[1:] if why), None)
+        return self._token_record("union token", union, n_measured * n_layers, union_bad,
+                                  errors, self._sigma("union"))
+
+    def _last_record(self, last: TokenCloudStats, x: torch.Tensor, last_bad: str | None,
+                     errors: list[str]) -> dict[str, Any]:
+        """The last layer's pooled spectrum (raw, centred) and token mean and std."""
+        n_layers = len(self._tokens) - 1
+        kk = min(self.top_k, x.shape[0], last.stats.dim)
         spectrum: dict[str, Any] = {}
         for name, center in (("raw", False), ("centred", True)):
             why = last_bad
@@ -443,9 +408,48 @@ class EvalMeasures:
         std = safe_measure(errors, f"layer {n_layers} token std",
                            lambda: last.stats.covariance(ddof=1).diagonal().sqrt().tolist(),
                            last_bad)
+        return {"layer": n_layers, "cls_spectrum_raw": spectrum["raw"],
+                "cls_spectrum_centred": spectrum["centred"], "token_mean": mean,
+                "token_std": std}
+
+    def _clouds(self, n_layers: int) -> dict[str, Any]:
+        """What each cloud of the record holds, in words."""
+        return {
+            "layer_0": "embedding output",
+            "token": "non-padding tokens, the first max_tokens of each layer",
+            "union": f"token clouds of the transformer layers 1..{n_layers}",
+            "cls": {"cls": "first non-padding token of every example",
+                    "last": "last non-padding token of every example",
+                    "mean": "mean of the non-padding tokens of every example",
+                    }[self.pooling],
+            "token_mean_std": f"token cloud of layer {n_layers} (ddof=1)",
+        }
+
+    def compute(self) -> dict[str, Any]:
+        """The record of every batch so far (see the module doc for its contents); when
+        synced, of every rank's batches (a collective)."""
+        if not self._tokens:
+            raise ValueError("EvalMeasures.compute() needs at least one update() first")
+        tokens, cls, bad, (n_examples, n_tokens, n_measured) = self._state()
+        errors: list[str] = []
+        n_layers = len(tokens) - 1
+        if self.layer_shrinkage is not None and \
+                len(self.layer_shrinkage["token"]) != n_layers + 1:
+            raise ValueError(f"the per-layer Sigma_S has {len(self.layer_shrinkage['token'])} "
+                             f"hidden states, the measured model {n_layers + 1}")
+        layers = [
+            {"layer": i,
+             "token": self._token_record(f"layer {i} token", tokens[i], n_measured, bad[i],
+                                         errors, self._sigma("token", i)),
+             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors,
+                                     self._sigma("pooled", i))}
+            for i in range(n_layers + 1)
+        ]
+        union = self._union_record(tokens, bad, n_measured, errors)
+        last = self._last_record(tokens[-1], cls[-1], bad[-1], errors)
         return {
             "num_layers": n_layers,
-            "hidden_size": dim,
+            "hidden_size": tokens[0].stats.dim,
             "n_examples": n_examples,
             "n_tokens": n_tokens,
             "n_tokens_measured": n_measured,
@@ -454,48 +458,9 @@ class EvalMeasures:
             "zeta": self.zeta,
             "sigma_s": self.sigma_s,
             "pooling": self.pooling,
-            "clouds": {
-                "layer_0": "embedding output",
-                "token": "non-padding tokens, the first max_tokens of each layer",
-                "union": f"token clouds of the transformer layers 1..{n_layers}",
-                "cls": {"cls": "first non-padding token of every example",
-                        "last": "last non-padding token of every example",
-                        "mean": "mean of the non-padding tokens of every example",
-                        }[self.pooling],
-                "token_mean_std": f"token cloud of layer {n_layers} (ddof=1)",
-            },
+            "clouds": self._clouds(n_layers),
             "layers": layers,
-            "union": union_rec,
-            "last": {
-                "layer": n_layers,
-                "cls_spectrum_raw": spectrum["raw"],
-                "cls_spectrum_centred": spectrum["centred"],
-                "token_mean": mean,
-                "token_std": std,
-            },
+            "union": union,
+            "last": last,
             "errors": errors,
         }
-
-
-def scalar_metrics(record: dict[str, Any]) -> dict[str, float]:
-    """The scalars of a :meth:`EvalMeasures.compute` record under the trainer's names (without
-    the ``eval_`` prefix); undefined (``None``) values are left out."""
-    layers = record.get("layers")
-    if not layers:
-        return {}
-    last = layers[record["num_layers"]]
-    out: dict[str, Any] = {
-        "isoscore_last": last["token"]["isoscore"],
-        "isoscore_union": record["union"]["isoscore"],
-        "isoscore_star_last": last["token"]["isoscore_star"],
-        "isoscore_star_union": record["union"]["isoscore_star"],
-        "isoscore_star_cls_last": last["cls"]["isoscore_star"],
-        "twonn_cls_last": last["cls"]["twonn"],
-        "cosine_last": last["token"]["avg_cosine"],
-    }
-    for row in layers:
-        i = row["layer"]
-        out[f"isoscore_star_token_layer{i}"] = row["token"]["isoscore_star"]
-        out[f"isoscore_star_cls_layer{i}"] = row["cls"]["isoscore_star"]
-        out[f"twonn_cls_layer{i}"] = row["cls"]["twonn"]
-    return {k: float(v) for k, v in out.items() if v is not None}

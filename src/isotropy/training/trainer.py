@@ -29,13 +29,8 @@ from isotropy.models.shrinkage import (
     LayerShrinkage,
     collect_layer_shrinkage,
 )
-from isotropy.probing.eval_measures import (
-    DEFAULT_TOP_K,
-    EvalMeasures,
-    cls_spectrum_logs,
-    pooled_rows,
-    scalar_metrics,
-)
+from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures, pooled_rows
+from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
 from isotropy.rundir import (
     RunDirectory,
 )
