@@ -183,22 +183,39 @@ class RegularizedModel(torch.nn.Module):
                 f"{type(self.model).__name__} returned {type(outputs).__name__}; "
                 "RegularizedModel needs a dict-like output (return_dict=True)"
             )
-        task_loss = outputs.get("loss")
+        reg_losses, reg_logs = (self._regularizer_losses(outputs, attention_mask, labels)
+                                if regularize else ({}, {}))
+        result = self._with_losses(outputs, reg_losses, reg_logs, keep_hidden=bool(want_hidden))
+        if return_dict is False and hasattr(result, "to_tuple"):
+            return result.to_tuple()
+        return result
+
+    def _regularizer_losses(self, outputs: Mapping[str, Any], attention_mask: torch.Tensor | None,
+                            labels: torch.Tensor | None
+                            ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Every regularizer's loss on the output's hidden states, and its logs under
+        ``<name>/<key>``."""
+        hidden_states = get_hidden_states(outputs)
         reg_losses: dict[str, torch.Tensor] = {}
         reg_logs: dict[str, float] = {}
-        if regularize:
-            hidden_states = get_hidden_states(outputs)
-            for name, reg in self.regularizers.items():
-                out = reg(hidden_states, attention_mask=attention_mask, labels=labels)
-                reg_losses[name] = out.loss
-                reg_logs[f"{name}/loss"] = float(out.loss.detach())
-                for key, value in out.logs.items():
-                    reg_logs[f"{name}/{key}"] = float(value)
+        for name, reg in self.regularizers.items():
+            out = reg(hidden_states, attention_mask=attention_mask, labels=labels)
+            reg_losses[name] = out.loss
+            reg_logs[f"{name}/loss"] = float(out.loss.detach())
+            for key, value in out.logs.items():
+                reg_logs[f"{name}/{key}"] = float(value)
+        return reg_losses, reg_logs
+
+    def _with_losses(self, outputs: Mapping[str, Any], reg_losses: dict[str, torch.Tensor],
+                     reg_logs: dict[str, float], *, keep_hidden: bool) -> Any:
+        """The output with ``loss`` = task loss + regularizer losses (and ``task_loss``,
+        ``regularizer_losses``, ``regularizer_logs`` attributes); sets ``last_logs``."""
+        task_loss = outputs.get("loss")
         total = task_loss
         for value in reg_losses.values():
             total = value if total is None else total + value
         fields = {k: v for k, v in outputs.items() if k != "loss"}
-        if not want_hidden:
+        if not keep_hidden:
             fields.pop("hidden_states", None)
         result = self._rebuild(outputs, total, fields)
         for attr, value in (
@@ -213,8 +230,6 @@ class RegularizedModel(torch.nn.Module):
         if total is not None:
             logs["loss"] = float(total.detach())
         self.last_logs = logs
-        if return_dict is False and hasattr(result, "to_tuple"):
-            return result.to_tuple()
         return result
 
     @staticmethod
