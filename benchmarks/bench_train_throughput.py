@@ -70,7 +70,7 @@ def run_isotropy(name: str, settings: dict[str, Any]) -> dict[str, float]:
     import isotropy.training.run as run_module
     from isotropy.training.config import args_from_dict
 
-    ours, targs = args_from_dict({**settings, **CONFIGS[name], "overwrite": True})
+    iso_args, train_args = args_from_dict({**settings, **CONFIGS[name], "overwrite": True})
     spent = {"shrinkage": 0.0}
     cls = callbacks_module.IsotropyStateCallback
     original = cls.on_epoch_begin
@@ -95,7 +95,7 @@ def run_isotropy(name: str, settings: dict[str, Any]) -> dict[str, float]:
     cls.on_epoch_begin = timed
     shrinkage_module.collect_covariance = counted
     try:
-        result = run_module.run_training(ours, targs, echo=lambda _: None)
+        result = run_module.run_training(iso_args, train_args, echo=lambda _: None)
     finally:
         cls.on_epoch_begin = original
         shrinkage_module.collect_covariance = collect
@@ -119,15 +119,15 @@ def run_plain(settings: dict[str, Any]) -> dict[str, float]:
     from isotropy.training.config import args_from_dict
     from isotropy.training.features import tokenize_examples
 
-    ours, targs = args_from_dict({**settings, "regularizer": ["none"]})
-    spec = get_task(ours.task)
-    data = load_task_data(ours, targs.seed)
-    path = resolve_model(ours.model)
-    set_seed(targs.seed)
+    iso_args, train_args = args_from_dict({**settings, "regularizer": ["none"]})
+    spec = get_task(iso_args.task)
+    data = load_task_data(iso_args, train_args.seed)
+    path = resolve_model(iso_args.model)
+    set_seed(train_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=spec.num_labels)
-    train = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
-    trainer = Trainer(model=model, args=targs, train_dataset=train,
+    train = tokenize_examples(data.train, tokenizer, spec, iso_args.max_seq_length)
+    trainer = Trainer(model=model, args=train_args, train_dataset=train,
                       data_collator=DataCollatorWithPadding(tokenizer))
     out = trainer.train()
     return {"train": float(out.metrics["train_runtime"]), "shrinkage": 0.0, "rows": 0}

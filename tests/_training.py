@@ -34,10 +34,10 @@ def train_argv(model_dir, glue, out, *extra):
 
 
 def run_train(argv, callbacks=()):
-    ours, targs = parse_train_args(argv)
+    iso_args, train_args = parse_train_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_training(ours, targs, callbacks=callbacks, echo=lambda s: None)
+        return run_training(iso_args, train_args, callbacks=callbacks, echo=lambda s: None)
 
 
 class Crash(TrainerCallback):

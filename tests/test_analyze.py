@@ -270,7 +270,7 @@ def test_run_directory_gives_its_task_and_encoder(bert_dir, glue_dir, tmp_path):
     from isotropy.training.run import run_training
 
     run = tmp_path / "run"
-    ours, targs = parse_train_args([
+    iso_args, train_args = parse_train_args([
         "--model", str(bert_dir), "--data_dir", str(glue_dir), "--output_dir", str(run),
         "--task", "sst2", "--max_seq_length", "12", "--max_train_samples", "16",
         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "16",
@@ -280,7 +280,7 @@ def test_run_directory_gives_its_task_and_encoder(bert_dir, glue_dir, tmp_path):
     ])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run_training(ours, targs, echo=lambda s: None)
+        run_training(iso_args, train_args, echo=lambda s: None)
     where = locate_checkpoint(run)
     assert where["kind"] == "run" and where["task"] == "sst2" and where["max_length"] == 12
     res = analyze(run, batch_size=4, shrinkage_tokens=100, top_k=3, device="cpu")

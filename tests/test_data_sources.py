@@ -367,8 +367,8 @@ def test_squad_dev_split_keeps_each_paragraph_on_one_side(tmp_path):
     (tmp_path / "SQuAD").mkdir()
     (tmp_path / "SQuAD" / "dev-v1.1.json").write_text(json.dumps(
         {"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
-    ours = IsotropyArguments(task="squad", data_dir=str(tmp_path), split_dev_for_training=0.7)
-    data = load_task_data(ours, seed=3)
+    iso_args = IsotropyArguments(task="squad", data_dir=str(tmp_path), split_dev_for_training=0.7)
+    data = load_task_data(iso_args, seed=3)
     train_ctx = {e.text_b for e in data.train}
     eval_ctx = {e.text_b for e in data.eval}
     assert train_ctx.isdisjoint(eval_ctx)
@@ -378,5 +378,5 @@ def test_squad_dev_split_keeps_each_paragraph_on_one_side(tmp_path):
         f"p{p}q{q}" for p in range(10) for q in range(1 + p % 4))
     assert len(data.train) + len(data.eval) == n_questions
     assert data.source["split_unit"] == "context paragraph"
-    again = load_task_data(ours, seed=3)
+    again = load_task_data(iso_args, seed=3)
     assert [e.guid for e in again.train] == [e.guid for e in data.train]

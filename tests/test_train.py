@@ -271,16 +271,17 @@ def test_split_dev_for_training_is_disjoint_and_recorded(tiny_model_dir, glue_di
 def test_config_file_and_preset(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("task: cola\npreset: entropy\nlearning_rate: 1.0e-4\noutput_dir: x\n")
-    ours, targs = parse_train_args(["--config", str(cfg), "--num_train_epochs", "2"])
-    assert ours.regularizer == ["entropy"] and ours.entropy_accumulation == "exact"
-    assert targs.gradient_accumulation_steps == 8
-    assert targs.learning_rate == 1e-4  # the file overrides the preset
-    assert targs.weight_decay == 5e-6  # CoLA row of the preset
-    assert targs.num_train_epochs == 2  # the flag overrides both
-    ours, targs = parse_train_args(["--preset", "istar", "--output_dir", "x"])
-    assert ours.regularizer == ["istar"] and (ours.tuning, ours.zeta) == (-1.0, 0.2)
-    assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (32, 2)
-    assert targs.warmup_steps == 0 and targs.lr_scheduler_type == "constant"
+    iso_args, train_args = parse_train_args(["--config", str(cfg), "--num_train_epochs", "2"])
+    assert iso_args.regularizer == ["entropy"] and iso_args.entropy_accumulation == "exact"
+    assert train_args.gradient_accumulation_steps == 8
+    assert train_args.learning_rate == 1e-4  # the file overrides the preset
+    assert train_args.weight_decay == 5e-6  # CoLA row of the preset
+    assert train_args.num_train_epochs == 2  # the flag overrides both
+    iso_args, train_args = parse_train_args(["--preset", "istar", "--output_dir", "x"])
+    assert iso_args.regularizer == ["istar"] and (iso_args.tuning, iso_args.zeta) == (-1.0, 0.2)
+    assert (train_args.per_device_train_batch_size,
+            train_args.gradient_accumulation_steps) == (32, 2)
+    assert train_args.warmup_steps == 0 and train_args.lr_scheduler_type == "constant"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"learning_rat": 1}))
     with pytest.raises(ValueError, match="learning_rat"):
@@ -377,38 +378,44 @@ def test_presets_are_the_papers_settings():
     # the authors' notebook model_finetuning.ipynb: 8 x 8 micro-batches, AdamW, 10% warm-up
     # then cosine, max length 512, no clipping, no autocast
     for task, lr, wd in (("mrpc", 8e-5, 8e-6), ("cola", 5e-5, 5e-6)):
-        ours, targs = parse_train_args(["--preset", "entropy", "--task", task,
+        iso_args, train_args = parse_train_args(["--preset", "entropy", "--task", task,
                                         "--output_dir", "x"])
-        assert ours.regularizer == ["entropy"] and ours.max_seq_length == 512
-        assert (targs.learning_rate, targs.weight_decay, targs.num_train_epochs) == (lr, wd, 10)
-        assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (8, 8)
-        assert targs.lr_scheduler_type == "cosine" and targs.warmup_steps == 0.1
-        assert targs.optim == "adamw_torch" and targs.max_grad_norm == 0
-        assert not targs.fp16 and not targs.bf16
+        assert iso_args.regularizer == ["entropy"] and iso_args.max_seq_length == 512
+        assert (train_args.learning_rate, train_args.weight_decay,
+                train_args.num_train_epochs) == (lr, wd, 10)
+        assert (train_args.per_device_train_batch_size,
+                train_args.gradient_accumulation_steps) == (8, 8)
+        assert train_args.lr_scheduler_type == "cosine" and train_args.warmup_steps == 0.1
+        assert train_args.optim == "adamw_torch" and train_args.max_grad_norm == 0
+        assert not train_args.fp16 and not train_args.bf16
     # I-STAR paper, Section 4.1 (accumulation 2, mixed precision); the authors' code
     # (run_model.py, run_model.sh, training_utils.py): fp16 autocast, batch 32, 4 epochs,
     # lr 1e-5, transformers.AdamW defaults (eps 1e-6, no weight decay), no scheduler, no
     # clipping, max length 256 (SQuAD 384)
-    ours, targs = parse_train_args(["--preset", "istar", "--task", "rte", "--output_dir", "x"])
-    assert (ours.tuning, ours.zeta, ours.max_seq_length) == (-1.0, 0.2, 256)
-    assert (targs.per_device_train_batch_size, targs.gradient_accumulation_steps) == (32, 2)
-    assert (targs.learning_rate, targs.num_train_epochs) == (1e-5, 4)
-    assert (targs.adam_epsilon, targs.weight_decay, targs.max_grad_norm) == (1e-6, 0.0, 0.0)
-    assert targs.lr_scheduler_type == "constant" and targs.warmup_steps == 0
-    assert targs.fp16 is gpu and not (gpu and targs.bf16)  # bf16 only without a GPU (below)
-    ours, _ = parse_train_args(["--preset", "istar", "--task", "squad", "--output_dir", "x"])
-    assert ours.max_seq_length == 384
+    iso_args, train_args = parse_train_args(["--preset", "istar", "--task", "rte",
+                                             "--output_dir", "x"])
+    assert (iso_args.tuning, iso_args.zeta, iso_args.max_seq_length) == (-1.0, 0.2, 256)
+    assert (train_args.per_device_train_batch_size,
+            train_args.gradient_accumulation_steps) == (32, 2)
+    assert (train_args.learning_rate, train_args.num_train_epochs) == (1e-5, 4)
+    assert (train_args.adam_epsilon, train_args.weight_decay,
+            train_args.max_grad_norm) == (1e-6, 0.0, 0.0)
+    assert train_args.lr_scheduler_type == "constant" and train_args.warmup_steps == 0
+    # bf16 only without a GPU (below)
+    assert train_args.fp16 is gpu and not (gpu and train_args.bf16)
+    iso_args, _ = parse_train_args(["--preset", "istar", "--task", "squad", "--output_dir", "x"])
+    assert iso_args.max_seq_length == 384
 
 
 def test_default_run_directory_is_named_from_the_settings():
-    ours, targs = parse_train_args(["--task", "RTE", "--model", "minilm", "--regularizer",
+    iso_args, train_args = parse_train_args(["--task", "RTE", "--model", "minilm", "--regularizer",
                                     "istar", "--tuning", "-1", "--zeta", "0.2"])
-    assert targs.output_dir == "runs/rte-minilm-istar_l-1_z0.2-seed42"
-    _, targs = parse_train_args(["--task", "cola", "--regularizer", "entropy", "cosreg",
+    assert train_args.output_dir == "runs/rte-minilm-istar_l-1_z0.2-seed42"
+    _, train_args = parse_train_args(["--task", "cola", "--regularizer", "entropy", "cosreg",
                                  "--select_features", "false", "--seed", "7"])
-    assert targs.output_dir == "runs/cola-minilm-entropy_b1_allbars+cosreg_l1-seed7"
-    _, targs = parse_train_args(["--output_dir", "mine"])
-    assert targs.output_dir == "mine"
+    assert train_args.output_dir == "runs/cola-minilm-entropy_b1_allbars+cosreg_l1-seed7"
+    _, train_args = parse_train_args(["--output_dir", "mine"])
+    assert train_args.output_dir == "mine"
 
 
 def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys):
@@ -462,19 +469,19 @@ def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
 def test_include_padding_and_entropy_accumulation_reach_the_regularizers():
     from isotropy.training.trainer import build_regularizers
 
-    ours, targs = parse_train_args(["--regularizer", "istar", "cosreg", "entropy",
+    iso_args, train_args = parse_train_args(["--regularizer", "istar", "cosreg", "entropy",
                                     "--include_padding", "true", "--task", "rte",
                                     "--gradient_accumulation_steps", "4"])
-    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
+    regs = build_regularizers(iso_args, train_args.gradient_accumulation_steps)
     assert regs["istar"].include_padding and regs["cosreg"].include_padding
     assert (regs["entropy"].accumulation, regs["entropy"].accumulation_steps) == ("exact", 4)
-    assert Path(targs.output_dir).name == \
+    assert Path(train_args.output_dir).name == \
         "rte-minilm-istar_l-1_z0.2+cosreg_l1+entropy_b1+pad-seed42"
-    ours, targs = parse_train_args(["--regularizer", "entropy", "--entropy_accumulation",
+    iso_args, train_args = parse_train_args(["--regularizer", "entropy", "--entropy_accumulation",
                                     "window", "--entropy_window", "3", "--task", "rte"])
-    reg = build_regularizers(ours, 8)["entropy"]
+    reg = build_regularizers(iso_args, 8)["entropy"]
     assert (reg.accumulation, reg.accumulation_steps) == ("window", 3)
-    assert Path(targs.output_dir).name == "rte-minilm-entropy_b1_window-seed42"
+    assert Path(train_args.output_dir).name == "rte-minilm-entropy_b1_window-seed42"
     with pytest.raises(ValueError, match="--entropy_window sets the sliding window"):
         parse_train_args(["--regularizer", "entropy", "--entropy_window", "3"])
     with pytest.raises(ValueError, match="--entropy_accumulation must be exact or window"):

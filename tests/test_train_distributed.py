@@ -172,10 +172,10 @@ class Capture(TrainerCallback):
 def _train(argv: list[str]) -> dict:
     """One ``isotropy train`` run: final parameters, step logs, results, run directory."""
     cap = Capture()
-    ours, targs = parse_train_args(argv)
+    iso_args, train_args = parse_train_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = run_training(ours, targs, callbacks=[cap], echo=lambda s: None)
+        res = run_training(iso_args, train_args, callbacks=[cap], echo=lambda s: None)
     return {"params": cap.params, "step_logs": cap.step_logs, "results": res.results,
             "status": res.status, "run_dir": str(res.run_dir), "eval_metrics": cap.eval_metrics}
 

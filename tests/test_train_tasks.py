@@ -157,10 +157,10 @@ def _argv(model, data, out, task, *extra):
 
 
 def _run(argv):
-    ours, targs = parse_train_args(argv)
+    iso_args, train_args = parse_train_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_training(ours, targs, echo=lambda s: None)
+        return run_training(iso_args, train_args, echo=lambda s: None)
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
@@ -365,8 +365,9 @@ def test_bad_squad_settings_fail_in_one_line_before_any_work(model_dir, data_dir
 
 
 def test_squad_window_defaults():
-    ours, _ = parse_train_args(["--task", "squad", "--output_dir", "x"])
-    assert (ours.max_seq_length, ours.doc_stride, ours.n_best_size, ours.max_answer_length) \
+    iso_args, _ = parse_train_args(["--task", "squad", "--output_dir", "x"])
+    assert (iso_args.max_seq_length, iso_args.doc_stride, iso_args.n_best_size,
+            iso_args.max_answer_length) \
         == (384, 128, 20, 30)
     assert parse_train_args(["--task", "rte", "--output_dir", "x"])[0].max_seq_length == 128
 

@@ -64,11 +64,12 @@ def test_events_hold_the_metrics_jsonl_numbers(tiny_setup, tmp_path, monkeypatch
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     model, glue = tiny_setup
     out = tmp_path / "run"
-    ours, targs = parse_train_args(_argv(model, glue, out))
-    assert targs.report_to == ["tensorboard"] and targs.logging_dir == str(out / "tensorboard")
+    iso_args, train_args = parse_train_args(_argv(model, glue, out))
+    assert train_args.report_to == ["tensorboard"]
+    assert train_args.logging_dir == str(out / "tensorboard")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run_training(ours, targs, echo=lambda s: None)
+        run_training(iso_args, train_args, echo=lambda s: None)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert not (out / "runs").exists()  # transformers' own default is not used
     scalars = _scalars(out / "tensorboard")
@@ -89,11 +90,11 @@ def test_events_hold_the_metrics_jsonl_numbers(tiny_setup, tmp_path, monkeypatch
 
 def test_user_settings_win(tiny_setup, tmp_path):
     model, glue = tiny_setup
-    _, targs = parse_train_args(_argv(model, glue, tmp_path / "a", "--logging_dir",
+    _, train_args = parse_train_args(_argv(model, glue, tmp_path / "a", "--logging_dir",
                                       str(tmp_path / "tb")))
-    assert targs.logging_dir == str(tmp_path / "tb")
-    _, targs = parse_train_args(_argv(model, glue, tmp_path / "a", "--report_to", "none"))
-    assert targs.report_to == []
+    assert train_args.logging_dir == str(tmp_path / "tb")
+    _, train_args = parse_train_args(_argv(model, glue, tmp_path / "a", "--report_to", "none"))
+    assert train_args.report_to == []
 
 
 def test_missing_tensorboard_degrades_with_a_warning(tiny_setup, tmp_path, monkeypatch):
@@ -102,5 +103,5 @@ def test_missing_tensorboard_degrades_with_a_warning(tiny_setup, tmp_path, monke
     model, glue = tiny_setup
     with pytest.warns(UserWarning, match="TensorBoard logging is off: the tensorboard package "
                                          "is not installed"):
-        _, targs = parse_train_args(_argv(model, glue, tmp_path / "run"))
-    assert "tensorboard" not in targs.report_to
+        _, train_args = parse_train_args(_argv(model, glue, tmp_path / "run"))
+    assert "tensorboard" not in train_args.report_to

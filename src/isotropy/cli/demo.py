@@ -45,10 +45,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from isotropy.training.model_kind import check_pooling
 
         try:
-            ours, _ = args_from_dict(_finetune_settings(args, out / "finetune"))
-            path = resolve_model(ours.model)
+            iso_args, _ = args_from_dict(_finetune_settings(args, out / "finetune"))
+            path = resolve_model(iso_args.model)
             if Path(path).is_dir():  # the comparison's entropy run pools [CLS]
-                check_pooling(path, ours.pooling, ["entropy"])
+                check_pooling(path, iso_args.pooling, ["entropy"])
         except ValueError as err:
             parser.error(str(err))
     source, label = _demo_source(args.data_dir)

@@ -68,8 +68,8 @@ def _run(parse: Any) -> int:
     from isotropy.training.run import run_training
 
     try:
-        ours, targs = parse()
-        result = run_training(ours, targs)
+        iso_args, train_args = parse()
+        result = run_training(iso_args, train_args)
     except (ValueError, FileNotFoundError, TypeError) as err:
         print(f"isotropy train: error: {err}", file=sys.stderr)
         return 2

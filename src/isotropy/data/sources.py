@@ -90,29 +90,29 @@ class DataSettings(Protocol):
     max_eval_samples: int | None
 
 
-def load_task_data(ours: DataSettings, seed: int) -> TaskData:
-    """The train and eval examples of ``ours.task`` from ``ours.data_source``, with the seeded
-    dev split and subsets of the module docstring."""
-    spec = get_task(ours.task)
-    split_dev = ours.split_dev_for_training is not None
+def load_task_data(settings: DataSettings, seed: int) -> TaskData:
+    """The train and eval examples of ``settings.task`` from ``settings.data_source``, with the
+    seeded dev split and subsets of the module docstring."""
+    spec = get_task(settings.task)
+    split_dev = settings.split_dev_for_training is not None
     examples, source, where = load_splits(spec.name, ("dev",) if split_dev else ("dev", "train"),
-                                          source=ours.data_source, data_dir=ours.data_dir)
+                                          source=settings.data_source, data_dir=settings.data_dir)
     key = "file" if source["kind"] == "local" else "split"
     if split_dev:
         span = spec.kind == "span"
         groups = [e.text_b for e in examples["dev"]] if span else None
-        train, evaluation = split_examples(examples["dev"], ours.split_dev_for_training, seed,
+        train, evaluation = split_examples(examples["dev"], settings.split_dev_for_training, seed,
                                            groups=groups)
         source.update({f"train_{key}": where["dev"], f"eval_{key}": where["dev"],
-                       "split_dev_for_training": ours.split_dev_for_training,
+                       "split_dev_for_training": settings.split_dev_for_training,
                        "split_seed": seed,
                        "split_unit": "context paragraph" if span else "example"})
     else:
         train, evaluation = examples["train"], examples["dev"]
         source.update({f"train_{key}": where["train"], f"eval_{key}": where["dev"]})
     source.update(n_train_available=len(train), n_eval_available=len(evaluation))
-    train = seeded_subset(train, ours.max_train_samples, seed)
-    evaluation = seeded_subset(evaluation, ours.max_eval_samples, seed + 1)
+    train = seeded_subset(train, settings.max_train_samples, seed)
+    evaluation = seeded_subset(evaluation, settings.max_eval_samples, seed + 1)
     source.update(n_train=len(train), n_eval=len(evaluation), subset_seeds=[seed, seed + 1])
     if not train or not evaluation:
         raise ValueError(f"{spec.display_name}: the train or eval set is empty")

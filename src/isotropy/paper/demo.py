@@ -107,10 +107,10 @@ def run_comparison(
         settings = {**base, **extra, "output_dir": str(out / _slug(method))}
         parsed.append((method, *args_from_dict(settings)))
     rows = []
-    for i, (method, ours, targs) in enumerate(parsed, 1):
+    for i, (method, iso_args, train_args) in enumerate(parsed, 1):
         echo(f"-- run {i}/{len(parsed)}: {method}")
         t0 = time.perf_counter()
-        result = run_training(ours, targs, echo=echo)
+        result = run_training(iso_args, train_args, echo=echo)
         row = comparison_row(method, result.run_dir, result.results)
         note = "reused a finished run" if result.status == "finished" else (
             f"{time.perf_counter() - t0:.0f} s")

@@ -105,8 +105,8 @@ def _cells(spec: SweepSpec) -> list[tuple[str | None, dict[str, Any], str]]:
     return cells or [(None, {}, "base")]
 
 
-def _resolved(ours: Any, targs: Any, key: str) -> Any:
-    return getattr(ours, key) if hasattr(ours, key) else getattr(targs, key)
+def _resolved(iso_args: Any, train_args: Any, key: str) -> Any:
+    return getattr(iso_args, key) if hasattr(iso_args, key) else getattr(train_args, key)
 
 
 def _text(value: Any) -> str:
@@ -139,10 +139,10 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
     parsed = _parsed_points(spec, given_keys)
     names = _distinct_names(spec, parsed, given_keys)
     points = []
-    for (method, settings, _ours, targs, _n), name in zip(parsed, names, strict=True):
+    for (method, settings, _ours, train_args, _n), name in zip(parsed, names, strict=True):
         head, _, seed_text = name.rpartition("-seed")
         points.append(SweepPoint(
-            index=0, name=name, cell=head, method=method, seed=int(targs.seed),
+            index=0, name=name, cell=head, method=method, seed=int(train_args.seed),
             settings={**settings, "output_dir": str(root / name)},
             given=tuple(sorted(given_keys | {"seed"}))))
     if spec.order == "seed-major":
@@ -158,8 +158,8 @@ _Parsed = tuple[str | None, dict[str, Any], Any, Any, str]
 
 
 def _parsed_points(spec: SweepSpec, given_keys: set[str]) -> list[_Parsed]:
-    """Each cell x seed: ``(method, settings, ours, targs, default run name)``, the settings
-    checked by ``args_from_dict`` (a bad one raises, naming the point)."""
+    """Each cell x seed: ``(method, settings, iso_args, train_args, default run name)``, the
+    settings checked by ``args_from_dict`` (a bad one raises, naming the point)."""
     base = _coerce_all({**SWEEP_DEFAULTS, **spec.base}, f"{spec.source}: base")
     seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]
     raw = []
@@ -173,16 +173,16 @@ def _parsed_points(spec: SweepSpec, given_keys: set[str]) -> list[_Parsed]:
     parsed: list[_Parsed] = []
     for i, (method, settings, where, values) in enumerate(raw):
         try:
-            ours, targs = args_from_dict(settings)
+            iso_args, train_args = args_from_dict(settings)
         except (ValueError, TypeError) as err:
             shown = "".join(f"{k}={_text(v) if not isinstance(v, str) else v}, "
                             for k, v in values.items())
             raise ValueError(f"{spec.source}: {where} (point {i + 1}: {shown}seed "
                              f"{settings.get('seed', 'default')}): "
                              f"{' '.join(str(err).split())}") from None
-        resolved = {**{k: _resolved(ours, targs, k) for k in given_keys},
-                    **vars(ours), "seed": targs.seed}
-        parsed.append((method, settings, ours, targs, default_run_name(resolved)))
+        resolved = {**{k: _resolved(iso_args, train_args, k) for k in given_keys},
+                    **vars(iso_args), "seed": train_args.seed}
+        parsed.append((method, settings, iso_args, train_args, default_run_name(resolved)))
     return parsed
 
 
@@ -196,14 +196,14 @@ def _distinct_names(spec: SweepSpec, parsed: Sequence[_Parsed],
     compared = sorted(given_keys - {"seed"},
                       key=lambda k: (list(_SHORT).index(k) if k in _SHORT else len(_SHORT), k))
     names = []
-    for _method, _settings, ours, targs, name in parsed:
+    for _method, _settings, iso_args, train_args, name in parsed:
         members = groups[name]
         differing = [k for k in compared if len({json.dumps(to_jsonable(
             _resolved(parsed[j][2], parsed[j][3], k)), sort_keys=True) for j in members}) > 1]
         if len(members) > 1 and differing:
             head, _, seed_text = name.rpartition("-seed")
             suffix = "_".join(
-                _SHORT.get(k, f"{k}=") + _text(_resolved(ours, targs, k))
+                _SHORT.get(k, f"{k}=") + _text(_resolved(iso_args, train_args, k))
                 for k in differing)
             name = f"{head}-{suffix}-seed{seed_text}"
         names.append(name)
@@ -224,20 +224,22 @@ def check_inputs(points: Sequence[SweepPoint]) -> None:
 
     seen: set[tuple[Any, ...]] = set()
     for p in points:
-        ours, _ = args_from_dict(p.settings)
-        key = (ours.model, ours.task, ours.data_source, ours.data_dir,
-               ours.split_dev_for_training is None, ours.pooling, tuple(ours.regularizers))
+        iso_args, _ = args_from_dict(p.settings)
+        key = (iso_args.model, iso_args.task, iso_args.data_source, iso_args.data_dir,
+               iso_args.split_dev_for_training is None, iso_args.pooling,
+               tuple(iso_args.regularizers))
         if key in seen:
             continue
         seen.add(key)
         try:
-            path = resolve_model(ours.model)
+            path = resolve_model(iso_args.model)
             if os.path.isdir(path):
-                check_pooling(path, ours.pooling, ours.regularizers)
-            if ours.data_source == "local":
-                splits = ("dev",) if ours.split_dev_for_training is not None else ("train", "dev")
+                check_pooling(path, iso_args.pooling, iso_args.regularizers)
+            if iso_args.data_source == "local":
+                splits = (("dev",) if iso_args.split_dev_for_training is not None
+                          else ("train", "dev"))
                 for split in splits:
-                    require_split(ours.task, split, ours.data_dir)
+                    require_split(iso_args.task, split, iso_args.data_dir)
         except (FileNotFoundError, ValueError) as err:
             raise type(err)(f"{p.describe()}: {' '.join(str(err).split())}") from None
 
@@ -261,13 +263,13 @@ def finished_difference(point: SweepPoint) -> str | None:
         old = run.read_config().get("settings", {})
     except (OSError, ValueError):
         return "its config.json cannot be read"
-    ours, targs = args_from_dict(point.settings)
+    iso_args, train_args = args_from_dict(point.settings)
     for key in point.given:
-        section = "isotropy" if hasattr(ours, key) else "training"
+        section = "isotropy" if hasattr(iso_args, key) else "training"
         stored = old.get(section, {})
         if key not in stored:
             continue
-        now = _resolved(ours, targs, key)
+        now = _resolved(iso_args, train_args, key)
         if not _same(stored[key], now):
             return f"setting {key} was {stored[key]!r}, now {to_jsonable(now)!r}"
     return None

@@ -48,8 +48,8 @@ def run_point(settings: Mapping[str, Any], threads: int | None = None) -> dict[s
         torch.set_num_threads(int(threads))
     from isotropy.training.run import run_training
 
-    ours, targs = args_from_dict({**settings, "resume": True})
-    result = run_training(ours, targs)
+    iso_args, train_args = args_from_dict({**settings, "resume": True})
+    result = run_training(iso_args, train_args)
     metric = result.results.get("main_metric")
     value = result.results.get("final", {}).get(f"eval_{metric}")
     return {"status": result.status, "run_dir": str(result.run_dir), "main_metric": metric,

@@ -181,24 +181,24 @@ def _check_finite(args: Any) -> None:
             raise ValueError(f"--{f.name} must be a finite number, got {value}")
 
 
-def _check_training_values(targs: TrainingArguments) -> None:
+def _check_training_values(train_args: TrainingArguments) -> None:
     """The ``TrainingArguments`` values the Trainer would only reject once training starts
     (or never): NaN or infinite numbers, a negative learning rate or epoch count, batch sizes
     and accumulation below 1, Adam betas outside [0, 1), a negative Adam epsilon."""
-    _check_finite(targs)
+    _check_finite(train_args)
     for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
-        if getattr(targs, name) < 0:
-            raise ValueError(f"--{name} must be >= 0, got {getattr(targs, name)}")
-    if targs.max_steps <= 0 and targs.num_train_epochs == 0:
+        if getattr(train_args, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, got {getattr(train_args, name)}")
+    if train_args.max_steps <= 0 and train_args.num_train_epochs == 0:
         raise ValueError("--num_train_epochs 0 (without --max_steps) trains nothing: give at "
                          "least a fraction of an epoch")
     for name in ("per_device_train_batch_size", "per_device_eval_batch_size",
                  "gradient_accumulation_steps"):
-        if getattr(targs, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(targs, name)}")
+        if getattr(train_args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(train_args, name)}")
     for name in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= getattr(targs, name) < 1.0:
-            raise ValueError(f"--{name} must be in [0, 1), got {getattr(targs, name)}")
+        if not 0.0 <= getattr(train_args, name) < 1.0:
+            raise ValueError(f"--{name} must be in [0, 1), got {getattr(train_args, name)}")
 
 
 
@@ -324,7 +324,7 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
         description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES, formatter_class=_HelpFormatter,
     )
     ours_names = {f.name for f in fields(IsotropyArguments)}
-    ours = parser.add_argument_group(
+    iso_args = parser.add_argument_group(
         "isotropy options", "what to fine-tune, on which data, with which regularizers")
     hf = parser.add_argument_group(
         "Hugging Face TrainingArguments",
@@ -335,7 +335,7 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
         if action.dest == "help":
             continue
         parser._optionals._group_actions.remove(action)
-        (ours if action.dest in ours_names else hf)._group_actions.append(action)
+        (iso_args if action.dest in ours_names else hf)._group_actions.append(action)
     if suppress_defaults:
         for action in parser._actions:
             if action.dest != "help":
@@ -367,10 +367,10 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
         settings["regularizer"] = [settings["regularizer"]]
     if settings.get("output_dir") is None:
         settings["output_dir"] = str(Path("runs") / default_run_name(settings))
-    ours, targs = build_parser(suppress_defaults=False).parse_dict(settings)
-    if ours.group_by_length:
-        targs.train_sampling_strategy = "group_by_length"
-    return ours, targs
+    iso_args, train_args = build_parser(suppress_defaults=False).parse_dict(settings)
+    if iso_args.group_by_length:
+        train_args.train_sampling_strategy = "group_by_length"
+    return iso_args, train_args
 
 
 def _number(value: Any) -> str:
@@ -425,10 +425,10 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArgumen
     return args_from_dict(vars(namespace))
 
 
-def describe(ours: IsotropyArguments, targs: TrainingArguments) -> dict[str, Any]:
+def describe(iso_args: IsotropyArguments, train_args: TrainingArguments) -> dict[str, Any]:
     """Every setting as plain JSON-able values (``isotropy`` and ``training`` sections)."""
     from dataclasses import asdict
 
-    training = {k: v for k, v in targs.to_dict().items() if not k.startswith("_")}
+    training = {k: v for k, v in train_args.to_dict().items() if not k.startswith("_")}
     training = json.loads(json.dumps(training, default=str))
-    return {"isotropy": asdict(ours), "training": training, "cwd": os.getcwd()}
+    return {"isotropy": asdict(iso_args), "training": training, "cwd": os.getcwd()}

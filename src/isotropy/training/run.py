@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 
-def _check_model(path: str, ours: IsotropyArguments | None = None) -> Any:
+def _check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
     """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
     not have, fail before any work."""
     from transformers import AutoConfig, AutoTokenizer
@@ -100,13 +100,13 @@ def _check_model(path: str, ours: IsotropyArguments | None = None) -> Any:
             "with --data_dir"
         ) from err
     n_layers = getattr(config, "num_hidden_layers", None)
-    if ours is not None and "istar" in ours.regularizers and isinstance(n_layers, int):
-        layers = parse_layers(ours.istar_layers)
+    if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
+        layers = parse_layers(iso_args.istar_layers)
         for i in [layers] if isinstance(layers, int) else (
                 layers if isinstance(layers, list) else []):
             if not -(n_layers + 1) <= i <= n_layers:
                 raise ValueError(
-                    f"--istar_layers {ours.istar_layers}: layer {i} is out of range, the model "
+                    f"--istar_layers {iso_args.istar_layers}: layer {i} is out of range, the model "
                     f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
                     f"or -1..-{n_layers + 1})")
     return config
@@ -188,8 +188,8 @@ def _best(records: list[dict[str, Any]], key: str, greater: bool = True) -> dict
 
 
 def run_training(
-    ours: IsotropyArguments,
-    targs: TrainArguments,
+    iso_args: IsotropyArguments,
+    train_args: TrainArguments,
     *,
     callbacks: Sequence[TrainerCallback] = (),
     echo: Callable[[str], None] = print,
@@ -199,24 +199,24 @@ def run_training(
     On CPU, denormal floats are flushed to zero for the run and the mode restored after it.
     """
     with flush_denormals(not torch.cuda.is_available()):
-        return _run_training(ours, targs, callbacks=callbacks, echo=echo)
+        return _run_training(iso_args, train_args, callbacks=callbacks, echo=echo)
 
 
-def _regularizer_notes(spec: TaskSpec, ours: IsotropyArguments) -> list[str]:
+def _regularizer_notes(spec: TaskSpec, iso_args: IsotropyArguments) -> list[str]:
     """What a regularizer does differently on this task (recorded in config.json)."""
-    if "entropy" in ours.regularizers and spec.kind != "classification":
+    if "entropy" in iso_args.regularizers and spec.kind != "classification":
         why = "regression scores" if spec.kind == "regression" else "no class labels"
         return [f"entropy: {spec.display_name} has {why}: the persistent entropy is taken of "
-                f"the whole batch's {ours.pooling}-pooled cloud as one group, not per class "
+                f"the whole batch's {iso_args.pooling}-pooled cloud as one group, not per class "
                 "label"]
     return []
 
 
-def _check_drop_last(targs: TrainArguments, n_eval: int, what: str) -> None:
+def _check_drop_last(train_args: TrainArguments, n_eval: int, what: str) -> None:
     """``--dataloader_drop_last`` also drops the Trainer's last evaluation batch: refuse it
     unless the evaluation batches divide the evaluation set."""
-    batch = targs.eval_batch_size * max(1, targs.world_size)
-    if targs.dataloader_drop_last and n_eval % batch:
+    batch = train_args.eval_batch_size * max(1, train_args.world_size)
+    if train_args.dataloader_drop_last and n_eval % batch:
         raise ValueError(
             f"--dataloader_drop_last would leave {n_eval % batch} of the {n_eval} evaluation "
             f"{what} unscored (evaluation batches of {batch}): choose an evaluation batch size "
@@ -224,24 +224,24 @@ def _check_drop_last(targs: TrainArguments, n_eval: int, what: str) -> None:
         )
 
 
-def _prepare_span_arguments(spec: TaskSpec, targs: TrainArguments) -> None:
+def _prepare_span_arguments(spec: TaskSpec, train_args: TrainArguments) -> None:
     """SQuAD's label names for the Trainer (eval loss from start/end positions); settings
     that would leave the span post-processing without its predictions fail here."""
     if spec.kind != "span":
         return
-    if targs.label_names is not None and list(targs.label_names) != SPAN_LABELS:
+    if train_args.label_names is not None and list(train_args.label_names) != SPAN_LABELS:
         raise ValueError(f"--label_names must be {' '.join(SPAN_LABELS)} for "
-                         f"{spec.display_name}, got {' '.join(targs.label_names)}")
-    if targs.batch_eval_metrics:
+                         f"{spec.display_name}, got {' '.join(train_args.label_names)}")
+    if train_args.batch_eval_metrics:
         raise ValueError(f"--batch_eval_metrics is not supported for {spec.display_name}: "
                          "answers are decoded from all windows of a question at once")
-    targs.label_names = list(SPAN_LABELS)
+    train_args.label_names = list(SPAN_LABELS)
 
 
-def _check_parallel(targs: Any) -> None:
+def _check_parallel(train_args: Any) -> None:
     """Refuse the parallel set-ups in which the regularizers would not see the global batch.
 
-    Setting up the devices (``targs.parallel_mode``) joins or starts a launcher's process
+    Setting up the devices (``train_args.parallel_mode``) joins or starts a launcher's process
     group; then the ranks share the run directory, which rank 0 alone writes. One process that
     sees several GPUs would fall back to ``DataParallel``, where each GPU scores only its slice.
 
@@ -252,14 +252,14 @@ def _check_parallel(targs: Any) -> None:
     ...
     ValueError: one process sees 2 GPUs: the Trainer would use DataParallel, ...
     """
-    if targs.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
+    if train_args.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
         raise ValueError(
             f"{world_size()} processes were launched but the Trainer does not train them in "
             "parallel (on a machine without a GPU, pass --use_cpu true)"
         )
-    if targs.parallel_mode == ParallelMode.NOT_DISTRIBUTED and targs.n_gpu > 1:
+    if train_args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and train_args.n_gpu > 1:
         raise ValueError(
-            f"one process sees {targs.n_gpu} GPUs: the Trainer would use DataParallel, in "
+            f"one process sees {train_args.n_gpu} GPUs: the Trainer would use DataParallel, in "
             "which each GPU's regularizers see only its slice of the batch; make one GPU "
             "visible (CUDA_VISIBLE_DEVICES=0) or start one process per GPU (accelerate "
             "launch, torchrun)"
@@ -286,28 +286,30 @@ class _Inputs:
         return self.spec.kind == "span"
 
 
-def _load_inputs(ours: IsotropyArguments, targs: TrainArguments) -> _Inputs:
+def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _Inputs:
     """Task, data, model files and features, checked (one-line errors) before anything runs."""
     from transformers import AutoTokenizer
 
-    spec = get_task(ours.task)
+    spec = get_task(iso_args.task)
     span = spec.kind == "span"
-    if targs.prediction_loss_only:
+    if train_args.prediction_loss_only:
         raise ValueError("--prediction_loss_only leaves no predictions for the task metrics "
                          "and eval_predictions.csv")
-    _prepare_span_arguments(spec, targs)
-    data = load_task_data(ours, targs.seed if ours.subset_seed is None else ours.subset_seed)
-    model_path = resolve_model(ours.model)
-    model_config = _check_model(model_path, ours)
-    check_pooling(model_path, ours.pooling, ours.regularizers)
+    _prepare_span_arguments(spec, train_args)
+    subset_seed = train_args.seed if iso_args.subset_seed is None else iso_args.subset_seed
+    data = load_task_data(iso_args, subset_seed)
+    model_path = resolve_model(iso_args.model)
+    model_config = _check_model(model_path, iso_args)
+    check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if span:
-        train_ds = tokenize_squad(data.train, tokenizer, ours.max_seq_length, ours.doc_stride)
-        eval_ds = tokenize_squad(data.eval, tokenizer, ours.max_seq_length, ours.doc_stride)
+        train_ds = tokenize_squad(data.train, tokenizer, iso_args.max_seq_length,
+                                  iso_args.doc_stride)
+        eval_ds = tokenize_squad(data.eval, tokenizer, iso_args.max_seq_length, iso_args.doc_stride)
     else:
-        train_ds = tokenize_examples(data.train, tokenizer, spec, ours.max_seq_length)
-        eval_ds = tokenize_examples(data.eval, tokenizer, spec, ours.max_seq_length)
-    _check_drop_last(targs, len(eval_ds), "windows" if span else "examples")
+        train_ds = tokenize_examples(data.train, tokenizer, spec, iso_args.max_seq_length)
+        eval_ds = tokenize_examples(data.eval, tokenizer, spec, iso_args.max_seq_length)
+    _check_drop_last(train_args, len(eval_ds), "windows" if span else "examples")
     return _Inputs(
         spec=spec, data=data, model_path=model_path,
         # the evaluation's and the training spectrum's one row per example: [CLS] of an
@@ -315,17 +317,17 @@ def _load_inputs(ours: IsotropyArguments, targs: TrainArguments) -> _Inputs:
         measure_pooling="last" if is_decoder_only(model_config) else "cls",
         tokenizer=tokenizer, train_ds=train_ds, eval_ds=eval_ds,
         features={"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)},
-        notes=_regularizer_notes(spec, ours))
+        notes=_regularizer_notes(spec, iso_args))
 
 
-def _prepare_run_dir(run_dir: RunDirectory, ours: IsotropyArguments, targs: TrainArguments,
+def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_args: TrainArguments,
                      inputs: _Inputs, settings: dict[str, Any]) -> tuple[str, list[str]]:
     """The run directory's state (new, restart, resume or finished; :meth:`RunDirectory.prepare`)
     and what to say about it; writes ``config.json`` for a new run and cuts the JSONL files
     back to the checkpoint a resumed run continues from. On the main process only."""
     said: list[str] = []
-    status = run_dir.prepare(resume=ours.resume or bool(targs.resume_from_checkpoint),
-                             overwrite=ours.overwrite,
+    status = run_dir.prepare(resume=iso_args.resume or bool(train_args.resume_from_checkpoint),
+                             overwrite=iso_args.overwrite,
                              same_settings=lambda old: _settings_difference(
                                  old, settings, inputs.data.source))
     if status == "finished":
@@ -334,7 +336,7 @@ def _prepare_run_dir(run_dir: RunDirectory, ours: IsotropyArguments, targs: Trai
         said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
                     "starting it again")
     if status == "resume":
-        said.extend(_resume_point(run_dir, targs.resume_from_checkpoint))
+        said.extend(_resume_point(run_dir, train_args.resume_from_checkpoint))
     if status in ("new", "restart") or not run_dir.file(CONFIG).is_file():
         spec = inputs.spec
         run_dir.write_config({
@@ -373,13 +375,13 @@ def _load_model(inputs: _Inputs) -> Any:
         hf_logging.set_verbosity(verbosity)
 
 
-def _shrinkage_loader(targs: TrainArguments, train_ds: TaskDataset,
+def _shrinkage_loader(train_args: TrainArguments, train_ds: TaskDataset,
                       collator: Any) -> Callable[[int], torch.utils.data.DataLoader]:
     """The Sigma_S pass's loader per epoch: a seeded order of its own; under torch.distributed
     a shard per rank (the statistics are all-reduced by ``collect_covariance``)."""
 
     def make_loader(epoch: int) -> torch.utils.data.DataLoader:
-        seed = targs.seed * 1000 + epoch
+        seed = train_args.seed * 1000 + epoch
         if is_distributed():
             sampler: torch.utils.data.Sampler = torch.utils.data.DistributedSampler(
                 train_ds, shuffle=True, seed=seed)
@@ -389,13 +391,13 @@ def _shrinkage_loader(targs: TrainArguments, train_ds: TaskDataset,
         # a generator of its own: a DataLoader without one draws its base seed from the global
         # generator, which would shift dropout's random stream after every refresh
         return torch.utils.data.DataLoader(
-            train_ds, batch_size=targs.per_device_train_batch_size, sampler=sampler,
+            train_ds, batch_size=train_args.per_device_train_batch_size, sampler=sampler,
             collate_fn=collator, generator=torch.Generator().manual_seed(seed))
 
     return make_loader
 
 
-def _build_trainer(ours: IsotropyArguments, targs: TrainArguments, inputs: _Inputs,
+def _build_trainer(iso_args: IsotropyArguments, train_args: TrainArguments, inputs: _Inputs,
                    run_dir: RunDirectory, model: Any, callbacks: Sequence[TrainerCallback],
                    resume_state: dict[str, Any] | None
                    ) -> tuple[IsotropyTrainer, SpanPredictor | None]:
@@ -403,24 +405,24 @@ def _build_trainer(ours: IsotropyArguments, targs: TrainArguments, inputs: _Inpu
     from transformers import DataCollatorWithPadding
 
     collator = DataCollatorWithPadding(inputs.tokenizer)
-    regs = build_regularizers(ours, targs.gradient_accumulation_steps)
-    make_loader = _shrinkage_loader(targs, inputs.train_ds, collator)
+    regs = build_regularizers(iso_args, train_args.gradient_accumulation_steps)
+    make_loader = _shrinkage_loader(train_args, inputs.train_ds, collator)
     state_cb = IsotropyStateCallback(
         [r for r in regs.values() if isinstance(r, IStarLoss)],
         [r for r in regs.values() if isinstance(r, PersistentEntropyLoss)],
-        make_loader, ours.shrinkage_tokens,
+        make_loader, iso_args.shrinkage_tokens,
         resume_state=resume_state)
     metrics_cb = MetricsFileCallback(run_dir)
-    predictor = (SpanPredictor(inputs.eval_ds, n_best=ours.n_best_size,
-                               max_answer_length=ours.max_answer_length)
+    predictor = (SpanPredictor(inputs.eval_ds, n_best=iso_args.n_best_size,
+                               max_answer_length=iso_args.max_answer_length)
                  if inputs.span else None)
     trainer = IsotropyTrainer(
-        model=RegularizedModel(model, regs), args=targs, train_dataset=inputs.train_ds,
+        model=RegularizedModel(model, regs), args=train_args, train_dataset=inputs.train_ds,
         eval_dataset=inputs.eval_ds, data_collator=collator, processing_class=inputs.tokenizer,
         compute_metrics=make_compute_metrics(inputs.spec, predictor),
         callbacks=[state_cb, metrics_cb, *callbacks],
-        measure_max_tokens=ours.measure_max_tokens, measure_zeta=ours.measure_zeta,
-        shrinkage_loader=make_loader, shrinkage_tokens=ours.shrinkage_tokens, run_dir=run_dir,
+        measure_max_tokens=iso_args.measure_max_tokens, measure_zeta=iso_args.measure_zeta,
+        shrinkage_loader=make_loader, shrinkage_tokens=iso_args.shrinkage_tokens, run_dir=run_dir,
         measure_pooling=inputs.measure_pooling,
     )
     use_console_log(trainer, inputs.spec.main_metric)
@@ -432,15 +434,15 @@ def _build_trainer(ours: IsotropyArguments, targs: TrainArguments, inputs: _Inpu
     return trainer, predictor
 
 
-def _train(trainer: IsotropyTrainer, targs: TrainArguments,
+def _train(trainer: IsotropyTrainer, train_args: TrainArguments,
            resume_from: Path | None) -> tuple[Any, float]:
     """Train (from ``resume_from``), then evaluate the final model unless the last evaluation
     already did; returns the Trainer's output and the seconds spent training."""
     t0 = time.perf_counter()
     train_out = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     train_seconds = time.perf_counter() - t0
-    if trainer.last_eval_step != trainer.state.global_step or targs.load_best_model_at_end:
-        if trainer.last_eval_step is None and not targs.load_best_model_at_end and \
+    if trainer.last_eval_step != trainer.state.global_step or train_args.load_best_model_at_end:
+        if trainer.last_eval_step is None and not train_args.load_best_model_at_end and \
                 trainer.resumed_eval_step == trainer.state.global_step:
             # resumed at the end: the last evaluation is logged already, its predictions are
             # needed for the files; evaluate again without logging it twice
@@ -450,8 +452,8 @@ def _train(trainer: IsotropyTrainer, targs: TrainArguments,
 
 
 def _run_training(
-    ours: IsotropyArguments,
-    targs: TrainArguments,
+    iso_args: IsotropyArguments,
+    train_args: TrainArguments,
     *,
     callbacks: Sequence[TrainerCallback],
     echo: Callable[[str], None],
@@ -459,14 +461,14 @@ def _run_training(
     """The steps of :func:`run_training`: inputs, run directory, model, Trainer, train, write."""
     from transformers import set_seed
 
-    inputs = _load_inputs(ours, targs)
-    run_dir = RunDirectory(targs.output_dir)
-    settings = describe(ours, targs)  # before the devices are set up (_check_parallel)
-    _check_parallel(targs)
-    if targs.resume_from_checkpoint:
-        _check_resume_point(run_dir, targs.resume_from_checkpoint)
+    inputs = _load_inputs(iso_args, train_args)
+    run_dir = RunDirectory(train_args.output_dir)
+    settings = describe(iso_args, train_args)  # before the devices are set up (_check_parallel)
+    _check_parallel(train_args)
+    if train_args.resume_from_checkpoint:
+        _check_resume_point(run_dir, train_args.resume_from_checkpoint)
     status, said = on_main_process(
-        lambda: _prepare_run_dir(run_dir, ours, targs, inputs, settings))
+        lambda: _prepare_run_dir(run_dir, iso_args, train_args, inputs, settings))
     if status == "finished":
         echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
         return TrainResult(run_dir.path, "finished", run_dir.read_results())
@@ -477,12 +479,12 @@ def _run_training(
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
     resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
 
-    set_seed(targs.seed)
+    set_seed(train_args.seed)
     model = _load_model(inputs)
-    trainer, predictor = _build_trainer(ours, targs, inputs, run_dir, model, callbacks,
+    trainer, predictor = _build_trainer(iso_args, train_args, inputs, run_dir, model, callbacks,
                                         resume_state)
-    train_out, train_seconds = _train(trainer, targs, resume_from)
-    done = _Trained(run_dir=run_dir, trainer=trainer, inputs=inputs, model=model, ours=ours,
+    train_out, train_seconds = _train(trainer, train_args, resume_from)
+    done = _Trained(run_dir=run_dir, trainer=trainer, inputs=inputs, model=model, iso_args=iso_args,
                     train_out=train_out, train_seconds=train_seconds,
                     resume_from=resume_from, predictor=predictor)
     return TrainResult(run_dir.path, "trained", on_main_process(lambda: _write_run(done)))
@@ -496,7 +498,7 @@ class _Trained:
     trainer: IsotropyTrainer
     inputs: _Inputs
     model: Any
-    ours: IsotropyArguments
+    iso_args: IsotropyArguments
     train_out: Any
     train_seconds: float
     resume_from: Path | None
@@ -534,7 +536,7 @@ def _write_run(done: _Trained) -> dict[str, Any]:
     main_key = f"eval_{spec.main_metric}"
     results = {
         "task": spec.name, "main_metric": spec.main_metric,
-        "regularizers": done.ours.regularizers or ["none"],
+        "regularizers": done.iso_args.regularizers or ["none"],
         "final": final,
         "best": _best(records, main_key),
         "prediction_summary": summary,

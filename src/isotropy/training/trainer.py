@@ -50,26 +50,26 @@ __all__ = [
 
 
 def build_regularizers(
-    ours: IsotropyArguments, gradient_accumulation_steps: int
+    iso_args: IsotropyArguments, gradient_accumulation_steps: int
 ) -> dict[str, torch.nn.Module]:
     """name -> regularizer module for every active ``--regularizer``."""
     regs: dict[str, torch.nn.Module] = {}
-    for name in ours.regularizers:
+    for name in iso_args.regularizers:
         if name == "istar":
-            regs[name] = IStarLoss(tuning=ours.tuning, zeta=ours.zeta,
-                                   layers=parse_layers(ours.istar_layers),
-                                   include_padding=ours.include_padding)
+            regs[name] = IStarLoss(tuning=iso_args.tuning, zeta=iso_args.zeta,
+                                   layers=parse_layers(iso_args.istar_layers),
+                                   include_padding=iso_args.include_padding)
         elif name == "cosreg":
-            regs[name] = CosRegLoss(tuning=ours.cosreg_tuning,
-                                    include_padding=ours.include_padding)
+            regs[name] = CosRegLoss(tuning=iso_args.cosreg_tuning,
+                                    include_padding=iso_args.include_padding)
         elif name == "entropy":
-            exact = ours.entropy_accumulation == "exact"
+            exact = iso_args.entropy_accumulation == "exact"
             regs[name] = PersistentEntropyLoss(
-                weight=ours.entropy_weight, in_cluster_weight=ours.in_cluster_weight,
-                select_features=ours.select_features, pooling=ours.pooling,  # type: ignore[arg-type]
+                weight=iso_args.entropy_weight, in_cluster_weight=iso_args.in_cluster_weight,
+                select_features=iso_args.select_features, pooling=iso_args.pooling,  # type: ignore[arg-type]
                 accumulation_steps=(gradient_accumulation_steps if exact
-                                    else ours.entropy_window or gradient_accumulation_steps),
-                accumulation=ours.entropy_accumulation,  # type: ignore[arg-type]
+                                    else iso_args.entropy_window or gradient_accumulation_steps),
+                accumulation=iso_args.entropy_accumulation,  # type: ignore[arg-type]
             )
     return regs
 
