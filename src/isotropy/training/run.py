@@ -23,7 +23,7 @@ the batch (of its window of micro-batches) as one group, and ``config.json`` and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import TaskSpec, get_task
 from isotropy.data.sources import TaskData, load_task_data
@@ -41,7 +40,7 @@ from isotropy.data.task_metrics import (
     prediction_summary,
     predictions_from_logits,
 )
-from isotropy.distributed import is_distributed, on_main_process, world_size
+from isotropy.distributed import is_distributed, on_main_process
 from isotropy.io import write_csv_atomic
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
 from isotropy.models.loading import resolve_model
@@ -62,7 +61,7 @@ from isotropy.training.callbacks import (
     MetricsFileCallback,
     read_checkpoint_state,
 )
-from isotropy.training.config import IsotropyArguments, TrainArguments, describe, parse_layers
+from isotropy.training.config import IsotropyArguments, TrainArguments, describe
 from isotropy.training.console import use_console_log
 from isotropy.training.features import (
     TaskDataset,
@@ -70,8 +69,17 @@ from isotropy.training.features import (
     tokenize_squad,
 )
 from isotropy.training.model_kind import check_pooling, is_decoder_only
+from isotropy.training.preconditions import (
+    check_drop_last,
+    check_model,
+    check_parallel,
+    check_resume_point,
+    checkpoint_step,
+    prepare_span_arguments,
+    resume_point,
+    settings_difference,
+)
 from isotropy.training.predictions import (
-    SPAN_LABELS,
     SpanPredictor,
     _predictions_rows,
     _span_rows,
@@ -85,64 +93,6 @@ __all__ = [
 ]
 
 
-def _check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
-    """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
-    not have, fail before any work."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    try:
-        config = AutoConfig.from_pretrained(path)
-        AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, KeyError) as err:
-        raise ValueError(
-            f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
-            "reached, pass a local model directory as --model (or --model minilm) and the data "
-            "with --data_dir"
-        ) from err
-    n_layers = getattr(config, "num_hidden_layers", None)
-    if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
-        layers = parse_layers(iso_args.istar_layers)
-        for i in [layers] if isinstance(layers, int) else (
-                layers if isinstance(layers, list) else []):
-            if not -(n_layers + 1) <= i <= n_layers:
-                raise ValueError(
-                    f"--istar_layers {iso_args.istar_layers}: layer {i} is out of range, the model "
-                    f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
-                    f"or -1..-{n_layers + 1})")
-    return config
-
-
-def _check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
-    """The ``--resume_from_checkpoint`` folder, if it is a complete checkpoint of the run
-    directory; ``ValueError`` otherwise (checked before anything is changed)."""
-    chosen = Path(requested).resolve()
-    if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
-            or not chosen.name.rsplit("-", 1)[-1].isdigit() or not RunDirectory.is_complete(chosen):
-        raise ValueError(
-            f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
-            f"{run_dir.path} (choose one of: "
-            f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
-    return chosen
-
-
-def _resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
-    """Make the checkpoint to resume from the last complete one: incomplete checkpoints (the
-    run stopped while writing them) are deleted, and with ``--resume_from_checkpoint`` (a
-    complete checkpoint of this run) the later ones too. Returns what to tell the user."""
-    said = []
-    chosen = _check_resume_point(run_dir, requested) if requested else None
-    last_complete = run_dir.last_checkpoint()
-    for p in run_dir.drop_checkpoints(incomplete=True):
-        said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
-                    f"resuming from {last_complete.name if last_complete else 'the start'}")
-    if chosen is not None:
-        later = run_dir.drop_checkpoints(incomplete=False, after=_checkpoint_step(chosen))
-        if later:
-            said.append(f"resuming from {chosen.name}: the later "
-                        f"{', '.join(p.name for p in later)} deleted")
-    return said
-
-
 @dataclass
 class TrainResult:
     """Where the run is and what it gave: ``status`` is ``'trained'`` or ``'finished'``
@@ -151,32 +101,6 @@ class TrainResult:
     run_dir: Path
     status: str
     results: dict[str, Any]
-
-
-_IGNORED_FOR_RESUME = {
-    ("isotropy", "resume"), ("isotropy", "overwrite"), ("training", "resume_from_checkpoint"),
-    ("training", "overwrite_output_dir"), ("training", "logging_dir"),
-}
-
-
-def _settings_difference(old: Mapping[str, Any], new: Mapping[str, Any],
-                         data: Mapping[str, Any] | None = None) -> str | None:
-    """Why a run with ``old`` config cannot be resumed with settings ``new`` (and data source
-    ``data``), else ``None``; a dev split made by example (runs written before SQuAD was split
-    by paragraph) does not resume as a split by paragraph."""
-    for section in ("isotropy", "training"):
-        a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
-        for key in sorted(set(a) | set(b)):
-            if (section, key) in _IGNORED_FOR_RESUME:
-                continue
-            if a.get(key) != b.get(key):
-                return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"
-    old_data = old.get("data") or {}
-    if data and "split_dev_for_training" in data and "split_dev_for_training" in old_data:
-        was, now = old_data.get("split_unit", "example"), data.get("split_unit", "example")
-        if was != now:
-            return f"the dev split was made by {was}, now by {now}"
-    return None
 
 
 def _best(records: list[dict[str, Any]], key: str, greater: bool = True) -> dict[str, Any] | None:
@@ -212,60 +136,6 @@ def _regularizer_notes(spec: TaskSpec, iso_args: IsotropyArguments) -> list[str]
     return []
 
 
-def _check_drop_last(train_args: TrainArguments, n_eval: int, what: str) -> None:
-    """``--dataloader_drop_last`` also drops the Trainer's last evaluation batch: refuse it
-    unless the evaluation batches divide the evaluation set."""
-    batch = train_args.eval_batch_size * max(1, train_args.world_size)
-    if train_args.dataloader_drop_last and n_eval % batch:
-        raise ValueError(
-            f"--dataloader_drop_last would leave {n_eval % batch} of the {n_eval} evaluation "
-            f"{what} unscored (evaluation batches of {batch}): choose an evaluation batch size "
-            f"that divides {n_eval}, or drop the flag"
-        )
-
-
-def _prepare_span_arguments(spec: TaskSpec, train_args: TrainArguments) -> None:
-    """SQuAD's label names for the Trainer (eval loss from start/end positions); settings
-    that would leave the span post-processing without its predictions fail here."""
-    if spec.kind != "span":
-        return
-    if train_args.label_names is not None and list(train_args.label_names) != SPAN_LABELS:
-        raise ValueError(f"--label_names must be {' '.join(SPAN_LABELS)} for "
-                         f"{spec.display_name}, got {' '.join(train_args.label_names)}")
-    if train_args.batch_eval_metrics:
-        raise ValueError(f"--batch_eval_metrics is not supported for {spec.display_name}: "
-                         "answers are decoded from all windows of a question at once")
-    train_args.label_names = list(SPAN_LABELS)
-
-
-def _check_parallel(train_args: Any) -> None:
-    """Refuse the parallel set-ups in which the regularizers would not see the global batch.
-
-    Setting up the devices (``train_args.parallel_mode``) joins or starts a launcher's process
-    group; then the ranks share the run directory, which rank 0 alone writes. One process that
-    sees several GPUs would fall back to ``DataParallel``, where each GPU scores only its slice.
-
-    >>> from types import SimpleNamespace
-    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_PARALLEL, n_gpu=1))
-    >>> _check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=2))
-    Traceback (most recent call last):
-    ...
-    ValueError: one process sees 2 GPUs: the Trainer would use DataParallel, ...
-    """
-    if train_args.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
-        raise ValueError(
-            f"{world_size()} processes were launched but the Trainer does not train them in "
-            "parallel (on a machine without a GPU, pass --use_cpu true)"
-        )
-    if train_args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and train_args.n_gpu > 1:
-        raise ValueError(
-            f"one process sees {train_args.n_gpu} GPUs: the Trainer would use DataParallel, in "
-            "which each GPU's regularizers see only its slice of the batch; make one GPU "
-            "visible (CUDA_VISIBLE_DEVICES=0) or start one process per GPU (accelerate "
-            "launch, torchrun)"
-        )
-
-
 @dataclass
 class _Inputs:
     """What a run is built from, every part checked before any training: the task, its
@@ -295,11 +165,11 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
     if train_args.prediction_loss_only:
         raise ValueError("--prediction_loss_only leaves no predictions for the task metrics "
                          "and eval_predictions.csv")
-    _prepare_span_arguments(spec, train_args)
+    prepare_span_arguments(spec, train_args)
     subset_seed = train_args.seed if iso_args.subset_seed is None else iso_args.subset_seed
     data = load_task_data(iso_args, subset_seed)
     model_path = resolve_model(iso_args.model)
-    model_config = _check_model(model_path, iso_args)
+    model_config = check_model(model_path, iso_args)
     check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if span:
@@ -309,7 +179,7 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
     else:
         train_ds = tokenize_examples(data.train, tokenizer, spec, iso_args.max_seq_length)
         eval_ds = tokenize_examples(data.eval, tokenizer, spec, iso_args.max_seq_length)
-    _check_drop_last(train_args, len(eval_ds), "windows" if span else "examples")
+    check_drop_last(train_args, len(eval_ds), "windows" if span else "examples")
     return _Inputs(
         spec=spec, data=data, model_path=model_path,
         # the evaluation's and the training spectrum's one row per example: [CLS] of an
@@ -328,7 +198,7 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
     said: list[str] = []
     status = run_dir.prepare(resume=iso_args.resume or bool(train_args.resume_from_checkpoint),
                              overwrite=iso_args.overwrite,
-                             same_settings=lambda old: _settings_difference(
+                             same_settings=lambda old: settings_difference(
                                  old, settings, inputs.data.source))
     if status == "finished":
         return status, said
@@ -336,7 +206,7 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
         said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
                     "starting it again")
     if status == "resume":
-        said.extend(_resume_point(run_dir, train_args.resume_from_checkpoint))
+        said.extend(resume_point(run_dir, train_args.resume_from_checkpoint))
     if status in ("new", "restart") or not run_dir.file(CONFIG).is_file():
         spec = inputs.spec
         run_dir.write_config({
@@ -352,7 +222,7 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
     if state is not None and "records" in state:  # exactly the records before it
         run_dir.keep_records(state["records"])
     else:
-        step = _checkpoint_step(checkpoint)
+        step = checkpoint_step(checkpoint)
         run_dir.truncate_metrics(step)
         run_dir.truncate_measurements(step)
     return status, said
@@ -463,10 +333,10 @@ def _run_training(
 
     inputs = _load_inputs(iso_args, train_args)
     run_dir = RunDirectory(train_args.output_dir)
-    settings = describe(iso_args, train_args)  # before the devices are set up (_check_parallel)
-    _check_parallel(train_args)
+    settings = describe(iso_args, train_args)  # before the devices are set up (check_parallel)
+    check_parallel(train_args)
     if train_args.resume_from_checkpoint:
-        _check_resume_point(run_dir, train_args.resume_from_checkpoint)
+        check_resume_point(run_dir, train_args.resume_from_checkpoint)
     status, said = on_main_process(
         lambda: _prepare_run_dir(run_dir, iso_args, train_args, inputs, settings))
     if status == "finished":
@@ -563,7 +433,3 @@ def _eval_order(trainer: Trainer, eval_ds: TaskDataset) -> np.ndarray:
     if sorted(order.tolist()) != list(range(len(eval_ds))):
         raise RuntimeError("the evaluation sampler does not visit every example once")
     return order
-
-
-def _checkpoint_step(checkpoint: Path | None) -> int:
-    return int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint is not None else 0

@@ -1,0 +1,172 @@
+"""What ``isotropy train`` checks before any work: the model (and the I-STAR layers it has),
+the resume point and the recorded settings of an earlier run, and the Trainer settings that
+would silently measure or regularize something else (dropped evaluation batches, SQuAD's label
+names, parallel set-ups in which a regularizer sees only part of the batch)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from transformers.training_args import ParallelMode
+
+from isotropy.data.glue import TaskSpec
+from isotropy.distributed import is_distributed, world_size
+from isotropy.rundir import RunDirectory
+from isotropy.training.config import IsotropyArguments, TrainArguments, parse_layers
+from isotropy.training.predictions import SPAN_LABELS
+
+__all__ = [
+    "IGNORED_FOR_RESUME",
+    "check_drop_last",
+    "check_model",
+    "check_parallel",
+    "checkpoint_step",
+    "check_resume_point",
+    "prepare_span_arguments",
+    "resume_point",
+    "settings_difference",
+]
+
+
+def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
+    """Load the model's config and tokenizer (cheap) so a bad model, or I-STAR layers it does
+    not have, fail before any work."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(
+            f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
+            "reached, pass a local model directory as --model (or --model minilm) and the data "
+            "with --data_dir"
+        ) from err
+    n_layers = getattr(config, "num_hidden_layers", None)
+    if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
+        layers = parse_layers(iso_args.istar_layers)
+        for i in [layers] if isinstance(layers, int) else (
+                layers if isinstance(layers, list) else []):
+            if not -(n_layers + 1) <= i <= n_layers:
+                raise ValueError(
+                    f"--istar_layers {iso_args.istar_layers}: layer {i} is out of range, the model "
+                    f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
+                    f"or -1..-{n_layers + 1})")
+    return config
+
+
+def check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
+    """The ``--resume_from_checkpoint`` folder, if it is a complete checkpoint of the run
+    directory; ``ValueError`` otherwise (checked before anything is changed)."""
+    chosen = Path(requested).resolve()
+    if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
+            or not chosen.name.rsplit("-", 1)[-1].isdigit() or not RunDirectory.is_complete(chosen):
+        raise ValueError(
+            f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
+            f"{run_dir.path} (choose one of: "
+            f"{', '.join(p.name for p in run_dir.complete_checkpoints()) or 'none'})")
+    return chosen
+
+
+def resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
+    """Make the checkpoint to resume from the last complete one: incomplete checkpoints (the
+    run stopped while writing them) are deleted, and with ``--resume_from_checkpoint`` (a
+    complete checkpoint of this run) the later ones too. Returns what to tell the user."""
+    said = []
+    chosen = check_resume_point(run_dir, requested) if requested else None
+    last_complete = run_dir.last_checkpoint()
+    for p in run_dir.drop_checkpoints(incomplete=True):
+        said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
+                    f"resuming from {last_complete.name if last_complete else 'the start'}")
+    if chosen is not None:
+        later = run_dir.drop_checkpoints(incomplete=False, after=checkpoint_step(chosen))
+        if later:
+            said.append(f"resuming from {chosen.name}: the later "
+                        f"{', '.join(p.name for p in later)} deleted")
+    return said
+
+
+IGNORED_FOR_RESUME = {
+    ("isotropy", "resume"), ("isotropy", "overwrite"), ("training", "resume_from_checkpoint"),
+    ("training", "overwrite_output_dir"), ("training", "logging_dir"),
+}
+
+
+def settings_difference(old: Mapping[str, Any], new: Mapping[str, Any],
+                         data: Mapping[str, Any] | None = None) -> str | None:
+    """Why a run with ``old`` config cannot be resumed with settings ``new`` (and data source
+    ``data``), else ``None``; a dev split made by example (runs written before SQuAD was split
+    by paragraph) does not resume as a split by paragraph."""
+    for section in ("isotropy", "training"):
+        a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if (section, key) in IGNORED_FOR_RESUME:
+                continue
+            if a.get(key) != b.get(key):
+                return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"
+    old_data = old.get("data") or {}
+    if data and "split_dev_for_training" in data and "split_dev_for_training" in old_data:
+        was, now = old_data.get("split_unit", "example"), data.get("split_unit", "example")
+        if was != now:
+            return f"the dev split was made by {was}, now by {now}"
+    return None
+
+
+def check_drop_last(train_args: TrainArguments, n_eval: int, what: str) -> None:
+    """``--dataloader_drop_last`` also drops the Trainer's last evaluation batch: refuse it
+    unless the evaluation batches divide the evaluation set."""
+    batch = train_args.eval_batch_size * max(1, train_args.world_size)
+    if train_args.dataloader_drop_last and n_eval % batch:
+        raise ValueError(
+            f"--dataloader_drop_last would leave {n_eval % batch} of the {n_eval} evaluation "
+            f"{what} unscored (evaluation batches of {batch}): choose an evaluation batch size "
+            f"that divides {n_eval}, or drop the flag"
+        )
+
+
+def prepare_span_arguments(spec: TaskSpec, train_args: TrainArguments) -> None:
+    """SQuAD's label names for the Trainer (eval loss from start/end positions); settings
+    that would leave the span post-processing without its predictions fail here."""
+    if spec.kind != "span":
+        return
+    if train_args.label_names is not None and list(train_args.label_names) != SPAN_LABELS:
+        raise ValueError(f"--label_names must be {' '.join(SPAN_LABELS)} for "
+                         f"{spec.display_name}, got {' '.join(train_args.label_names)}")
+    if train_args.batch_eval_metrics:
+        raise ValueError(f"--batch_eval_metrics is not supported for {spec.display_name}: "
+                         "answers are decoded from all windows of a question at once")
+    train_args.label_names = list(SPAN_LABELS)
+
+
+def check_parallel(train_args: Any) -> None:
+    """Refuse the parallel set-ups in which the regularizers would not see the global batch.
+
+    Setting up the devices (``train_args.parallel_mode``) joins or starts a launcher's process
+    group; then the ranks share the run directory, which rank 0 alone writes. One process that
+    sees several GPUs would fall back to ``DataParallel``, where each GPU scores only its slice.
+
+    >>> from types import SimpleNamespace
+    >>> check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_PARALLEL, n_gpu=1))
+    >>> check_parallel(SimpleNamespace(parallel_mode=ParallelMode.NOT_DISTRIBUTED, n_gpu=2))
+    Traceback (most recent call last):
+    ...
+    ValueError: one process sees 2 GPUs: the Trainer would use DataParallel, ...
+    """
+    if train_args.parallel_mode != ParallelMode.DISTRIBUTED and is_distributed():
+        raise ValueError(
+            f"{world_size()} processes were launched but the Trainer does not train them in "
+            "parallel (on a machine without a GPU, pass --use_cpu true)"
+        )
+    if train_args.parallel_mode == ParallelMode.NOT_DISTRIBUTED and train_args.n_gpu > 1:
+        raise ValueError(
+            f"one process sees {train_args.n_gpu} GPUs: the Trainer would use DataParallel, in "
+            "which each GPU's regularizers see only its slice of the batch; make one GPU "
+            "visible (CUDA_VISIBLE_DEVICES=0) or start one process per GPU (accelerate "
+            "launch, torchrun)"
+        )
+
+
+def checkpoint_step(checkpoint: Path | None) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint is not None else 0
