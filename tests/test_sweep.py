@@ -111,6 +111,17 @@ def test_names_are_the_default_run_names_when_nothing_else_varies(tiny_model, gl
         "sst2-tiny-istar_l-3_z0.4+entropy_b1_allbars-seed7"]
 
 
+def test_the_papers_weight_names_are_accepted_in_a_spec(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path,
+                 methods=[{"name": "istar", "regularizer": "istar", "istar_lambda": [-1, 1]}],
+                 grid={"entropy_beta": [0.5]}, seeds=[7])
+    assert [p.settings["tuning"] for p in expand(spec)] == [-1, 1]
+    assert [p.settings["entropy_weight"] for p in expand(spec)] == [0.5, 0.5]
+    with pytest.raises(ValueError, match="cosreg_lambda and cosreg_tuning are the same"):
+        _spec(tiny_model, glue, tmp_path, base={**tiny_base(tiny_model, glue),
+                                                "cosreg_lambda": 1, "cosreg_tuning": 1})
+
+
 def test_names_carry_lr_batch_and_epochs_when_they_vary(tiny_model, glue, tmp_path):
     # YAML reads 1e-5 as a string: it is taken as the number it spells.
     spec = _spec(tiny_model, glue, tmp_path,

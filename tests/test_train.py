@@ -659,3 +659,18 @@ def test_subset_seed_keeps_one_subset_across_training_seeds(tiny_model_dir, glue
     c = run("c", "--seed", "2")
     assert a == b and a[0] == [5, 6]
     assert c[0] == [2, 3] and c[1] != a[1]
+
+
+def test_the_papers_weight_names_are_aliases_of_the_recorded_settings(tmp_path):
+    base = ["--task", "rte", "--output_dir", str(tmp_path / "x")]
+    iso, _ = parse_train_args([*base, "--istar_lambda", "-3", "--cosreg_lambda", "0.5",
+                               "--entropy_beta", "2", "--entropy_gamma", "0.05"])
+    assert (iso.tuning, iso.cosreg_tuning, iso.entropy_weight, iso.in_cluster_weight) == \
+        (-3.0, 0.5, 2.0, 0.05)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("istar_lambda: -2\nentropy_beta: 0.5\n", encoding="utf-8")
+    iso, _ = parse_train_args([*base, "--config", str(cfg)])
+    assert (iso.tuning, iso.entropy_weight) == (-2.0, 0.5)
+    cfg.write_text("istar_lambda: -2\ntuning: -1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="istar_lambda and tuning are the same setting"):
+        parse_train_args([*base, "--config", str(cfg)])

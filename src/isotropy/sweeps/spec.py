@@ -24,6 +24,7 @@ from isotropy.io import read_text_utf8, to_jsonable
 from isotropy.training.config import (
     IsotropyArguments,
     TrainArguments,
+    canonical_settings,
     field_names,
 )
 
@@ -166,9 +167,9 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "sweep spec") -> Sweep
             raise ValueError(f"{source}: unknown key {key!r}{_suggest(str(key), SPEC_KEYS)}; "
                              f"a sweep has {', '.join(SPEC_KEYS)}")
     names = _setting_names()
-    base = _mapping(data.get("base"), "base", source)
+    base = canonical_settings(_mapping(data.get("base"), "base", source), f"{source}: base")
     _check_setting_names(base, "base", source, names)
-    grid = _mapping(data.get("grid"), "grid", source)
+    grid = canonical_settings(_mapping(data.get("grid"), "grid", source), f"{source}: grid")
     if "grid" in data and not grid:
         raise ValueError(f"{source}: the grid is empty (give setting: [values, ...])")
     _check_setting_names(grid, "grid", source, names)
@@ -178,7 +179,8 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "sweep spec") -> Sweep
                              "(a single value goes under base:)")
         if not values:
             raise ValueError(f"{source}: grid.{key} is an empty list")
-    methods = _methods(data["methods"], source) if "methods" in data else []
+    methods = [canonical_settings(m, f"{source}: methods.{m['name']}")
+               for m in (_methods(data["methods"], source) if "methods" in data else [])]
     if "methods" in data and not methods:
         raise ValueError(f"{source}: methods is empty")
     for m in methods:
@@ -192,7 +194,8 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "sweep spec") -> Sweep
     points = data.get("points")
     if points is not None and (not isinstance(points, list) or not points):
         raise ValueError(f"{source}: points must be a non-empty list of mappings")
-    points = [_mapping(p, f"points[{i}]", source) for i, p in enumerate(points or [])]
+    points = [canonical_settings(_mapping(p, f"points[{i}]", source), f"{source}: points[{i}]")
+              for i, p in enumerate(points or [])]
     for i, p in enumerate(points):
         _check_setting_names(p, f"points[{i}]", source, names, allow=("name",))
     seeds = _seeds(data.get("seeds"), source)

@@ -78,22 +78,26 @@ class IsotropyArguments:
         "help": "length-bucketed batches (train_sampling_strategy=group_by_length)"})
     regularizer: list[str] = field(default_factory=lambda: ["none"], metadata={
         "help": "none | istar | cosreg | entropy (several allowed)"})
-    tuning: float = field(default=-1.0, metadata={"help": "I-STAR lambda"})
+    tuning: float = field(default=-1.0, metadata={
+        "aliases": ["--istar_lambda"], "help": "I-STAR lambda (also --istar_lambda)"})
     zeta: float = field(default=0.2, metadata={"help": "I-STAR shrinkage weight zeta in [0, 1]"})
     istar_layers: str = field(default="all", metadata={
         "help": "I-STAR layers: all, last, one index or a comma-separated list"})
     shrinkage_tokens: int = field(default=250_000, metadata={
         "help": "token rows for Sigma_S (estimated before every epoch)"})
-    cosreg_tuning: float = field(default=1.0, metadata={"help": "CosReg lambda"})
+    cosreg_tuning: float = field(default=1.0, metadata={
+        "aliases": ["--cosreg_lambda"], "help": "CosReg lambda (also --cosreg_lambda)"})
     include_padding: bool = field(default=False, metadata={
         "help": "put padding tokens in the I-STAR, CosReg and Sigma_S clouds, as the I-STAR "
                 "authors' code does (default: left out; the measurements always leave them "
                 "out)"})
     entropy_weight: float = field(default=1.0, metadata={
-        "help": "persistent entropy beta (a cloud per class label; STS-B and SQuAD have none: "
-                "the whole batch is one cloud)"})
+        "aliases": ["--entropy_beta"],
+        "help": "persistent entropy beta, also --entropy_beta (a cloud per class label; STS-B "
+                "and SQuAD have none: the whole batch is one cloud)"})
     in_cluster_weight: float = field(default=0.0, metadata={
-        "help": "persistent entropy gamma (in-cluster noise-bar term)"})
+        "aliases": ["--entropy_gamma"],
+        "help": "persistent entropy gamma, also --entropy_gamma (in-cluster noise-bar term)"})
     select_features: bool = field(default=True, metadata={
         "help": "prominent-feature selection of the H0 bars (false: all bars)"})
     pooling: str = field(default="cls", metadata={"help": "entropy pooling: cls or mean"})
@@ -349,12 +353,38 @@ def field_names() -> set[str]:
             if f.init}
 
 
+# The papers' names of the regularizer weights: accepted for the recorded setting names
+# wherever settings are named (flags, config files, sweep specs); runs record the setting name.
+SETTING_ALIASES = {"istar_lambda": "tuning", "cosreg_lambda": "cosreg_tuning",
+                   "entropy_beta": "entropy_weight", "entropy_gamma": "in_cluster_weight"}
+
+
+def canonical_settings(settings: Mapping[str, Any], where: str = "settings") -> dict[str, Any]:
+    """``settings`` with every alias (:data:`SETTING_ALIASES`) under its setting's name;
+    ``ValueError`` when both spellings are given.
+
+    >>> canonical_settings({"istar_lambda": -1, "zeta": 0.2})
+    {'tuning': -1, 'zeta': 0.2}
+    """
+    out: dict[str, Any] = {}
+    spelled: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = SETTING_ALIASES.get(key, key) if isinstance(key, str) else key
+        if name in out:
+            raise ValueError(f"{where}: {spelled[name]} and {key} are the same setting; "
+                             "give one")
+        out[name], spelled[name] = value, key
+    return out
+
+
 def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
     """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
-    (priority: given > file > preset > defaults). Bad values raise ``ValueError``."""
+    (priority: given > file > preset > defaults); the aliases of :data:`SETTING_ALIASES` are
+    accepted. Bad values raise ``ValueError``."""
     names = field_names()
-    given = {k: v for k, v in given.items() if k in names}
-    from_file = _read_config_file(given["config"]) if given.get("config") else {}
+    given = {k: v for k, v in canonical_settings(given).items() if k in names}
+    from_file = (canonical_settings(_read_config_file(given["config"]), "config file")
+                 if given.get("config") else {})
     unknown = sorted(set(from_file) - names)
     if unknown:
         raise ValueError(f"unknown setting(s) in the config file: {', '.join(unknown)}")
