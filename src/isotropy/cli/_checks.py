@@ -116,3 +116,12 @@ def prepare(parser: argparse.ArgumentParser, args: argparse.Namespace, **source:
 def print_paths(paths: dict[str, Path]) -> None:
     for p in paths.values():
         print(f"  wrote {p}")
+
+
+def print_table_and_notes(table: str, errors: list[str], paths: dict[str, Path]) -> None:
+    """A probe's table, how many measures were undefined (with the first reason), and the
+    files written."""
+    print(table)
+    if errors:
+        print(f"{len(errors)} undefined measure(s), recorded as null, e.g.: {errors[0]}")
+    print_paths(paths)

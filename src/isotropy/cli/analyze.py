@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from isotropy.cli import _checks
 from isotropy.cli._common import OneLineParser, one_line, positive_int, task_name
 
 __all__ = ["build_parser", "main"]
@@ -147,12 +148,8 @@ def _main(argv: Sequence[str] | None) -> int:
               f"layers, d = {cfg['hidden_size']}); {cfg['n_texts']} texts of {cfg['task']} "
               f"{cfg['split']}, {cfg['n_tokens']:,} tokens; pooling {cfg['pooling']}; zeta "
               f"{cfg['zeta']:g}{rows}; {result.seconds:.1f} s")
-        print(a.format_analyze_table(result))
-        if result.errors:
-            print(f"{len(result.errors)} undefined measure(s), recorded as null, e.g.: "
-                  f"{result.errors[0]}")
-        for path in a.write_analyze(result, args.output_dir).values():
-            print(f"  wrote {path}")
+        _checks.print_table_and_notes(a.format_analyze_table(result), result.errors,
+                                      a.write_analyze(result, args.output_dir))
     except (OSError, ValueError, RuntimeError) as err:
         print(f"isotropy analyze: error: {one_line(err)}", file=sys.stderr)
         return 1

@@ -78,12 +78,8 @@ def compute(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str
     print(f"model {cfg['model']} ({cfg['num_layers']} layers, d = {cfg['hidden_size']}); "
           f"{cfg['n_texts']} texts from {what}; {cfg['n_tokens']:,} tokens "
           f"({cfg['n_tokens_sampled']:,} sampled for TwoNN/partition); {result.seconds:.1f} s")
-    print(m.format_measure_table(result))
-    if result.errors:
-        print(f"{len(result.errors)} undefined measure(s), recorded as null, e.g.: "
-              f"{result.errors[0]}")
     paths = m.write_measure(result, output_dir)
-    _checks.print_paths(paths)
+    _checks.print_table_and_notes(m.format_measure_table(result), result.errors, paths)
     return paths
 
 

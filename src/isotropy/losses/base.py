@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from isotropy.clouds import Layers, token_cloud
+
 _INTERNAL_DIRS = (str(Path(__file__).resolve().parents[1]), str(Path(torch.nn.__file__).parent))
 
 
@@ -59,3 +61,15 @@ class Regularizer(torch.nn.Module):
         labels: torch.Tensor | None = None,
     ) -> RegularizerOutput:
         raise NotImplementedError
+
+    def _token_states(self, hidden_states: Sequence[torch.Tensor],
+                      attention_mask: torch.Tensor | None, layers: Layers) -> torch.Tensor:
+        """The token states of ``layers`` stacked as one cloud: the non-padding ones, or every
+        position with ``self.include_padding`` or without an ``attention_mask`` (warned once
+        per instance)."""
+        if getattr(self, "include_padding", False):
+            attention_mask = None
+        elif attention_mask is None and not getattr(self, "_warned_no_mask", False):
+            warn_no_attention_mask(type(self).__name__)
+            self._warned_no_mask = True
+        return token_cloud(hidden_states, attention_mask, layers)

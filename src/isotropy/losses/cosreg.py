@@ -19,9 +19,8 @@ import torch
 import torch.distributed as dist
 
 from isotropy._validation import accumulation_dtype
-from isotropy.clouds import token_cloud
 from isotropy.distributed import all_reduce_sum, is_distributed
-from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
+from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.losses.istar import check_hidden_states, check_tuning
 
 __all__ = ["CosRegLoss"]
@@ -101,12 +100,7 @@ class CosRegLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layer)
-        if self.include_padding:
-            attention_mask = None
-        elif attention_mask is None and not self._warned_no_mask:
-            warn_no_attention_mask(type(self).__name__)
-            self._warned_no_mask = True
-        x = token_cloud(hs, attention_mask, self.layer)
+        x = self._token_states(hs, attention_mask, self.layer)
         m_local = x.shape[0]
         if m_local == 0:
             raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")

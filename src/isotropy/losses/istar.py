@@ -30,8 +30,8 @@ from isotropy._validation import (
     check_finite_float,
     check_zeta,
 )
-from isotropy.clouds import Layers, token_cloud
-from isotropy.losses.base import Regularizer, RegularizerOutput, warn_no_attention_mask
+from isotropy.clouds import Layers
+from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.measures.isoscore import _isoscore_star
 
 __all__ = ["IStarLoss"]
@@ -200,12 +200,7 @@ class IStarLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layers)
-        if self.include_padding:
-            attention_mask = None
-        elif attention_mask is None and not self._warned_no_mask:
-            warn_no_attention_mask(type(self).__name__)
-            self._warned_no_mask = True
-        x = token_cloud(hs, attention_mask, self.layers)
+        x = self._token_states(hs, attention_mask, self.layers)
         if x.shape[0] == 0:
             raise ValueError(
                 "the attention mask leaves no token in the batch: I-STAR needs token states"
