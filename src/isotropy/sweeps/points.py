@@ -139,7 +139,7 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
     parsed = _parsed_points(spec, given_keys)
     names = _distinct_names(spec, parsed, given_keys)
     points = []
-    for (method, settings, _ours, train_args, _n), name in zip(parsed, names, strict=True):
+    for (method, settings, _iso_args, train_args, _n), name in zip(parsed, names, strict=True):
         head, _, seed_text = name.rpartition("-seed")
         points.append(SweepPoint(
             index=0, name=name, cell=head, method=method, seed=int(train_args.seed),

@@ -837,7 +837,7 @@ def test_cli_pick_best_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_docs_quote_the_format_lines_report_writes() -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text("utf-8")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text("utf-8")
     assert f"- Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in doc
     assert FORMAT_1_NOTE in doc
 

@@ -25,7 +25,7 @@ def _real_dir() -> Path | None:
     env = os.environ.get("GLUE_DIR")
     if env:
         return Path(env) if Path(env).is_dir() else None
-    candidate = Path(__file__).resolve().parents[1].parent / "shared" / "glue_data"
+    candidate = Path(__file__).resolve().parents[2].parent / "shared" / "glue_data"
     return candidate if candidate.is_dir() else None
 
 

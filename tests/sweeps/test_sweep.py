@@ -567,7 +567,7 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
 
 
 def test_example_spec_expands_to_its_stated_grid(tmp_path):
-    example = Path(__file__).resolve().parents[1] / "examples" / "sweep_istar_rte.yaml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "sweep_istar_rte.yaml"
     points = expand(load_spec(example), output_root=tmp_path)
     assert len(points) == (1 + 1 + 3 * 2) * 3  # as its header says: 24 runs
     assert {(p.settings["tuning"], p.settings["zeta"]) for p in points
