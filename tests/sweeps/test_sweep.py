@@ -26,7 +26,7 @@ from isotropy.cli.sweep import main as sweep_main
 from isotropy.sweeps.driver import cell_summary, make_engine, run_sweep
 from isotropy.sweeps.local_engine import LocalEngine
 from isotropy.sweeps.points import check_inputs, expand
-from isotropy.sweeps.presets import preset_spec
+from isotropy.sweeps.presets import override, preset_spec
 from isotropy.sweeps.spec import load_spec, spec_from_dict
 from isotropy.sweeps.state import SweepStatus
 from isotropy.sweeps.worker import exit_reason
@@ -117,6 +117,13 @@ def test_the_papers_weight_names_are_accepted_in_a_spec(tiny_model, glue, tmp_pa
                  grid={"entropy_beta": [0.5]}, seeds=[7])
     assert [p.settings["tuning"] for p in expand(spec)] == [-1, 1]
     assert [p.settings["entropy_weight"] for p in expand(spec)] == [0.5, 0.5]
+    # --set / --grid take the papers' names too, replacing the setting they name
+    spec = _spec(tiny_model, glue, tmp_path, base={**tiny_base(tiny_model, glue),
+                                                   "regularizer": "istar", "istar_lambda": -1})
+    assert [p.settings["tuning"] for p in expand(override(spec, base={"istar_lambda": -2}))] \
+        == [-2]
+    over = override(spec, grid={"istar_lambda": [3, 4]})
+    assert sorted(p.settings["tuning"] for p in expand(over)) == [3, 4]
     with pytest.raises(ValueError, match="cosreg_lambda and cosreg_tuning are the same"):
         _spec(tiny_model, glue, tmp_path, base={**tiny_base(tiny_model, glue),
                                                 "cosreg_lambda": 1, "cosreg_tuning": 1})

@@ -305,7 +305,7 @@ def test_malformed_yaml_config_is_one_line_with_its_position(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--tuning", "abc"], "argument --tuning: invalid float value: 'abc'"),
+    (["--tuning", "abc"], "argument --tuning/--istar_lambda: invalid float value: 'abc'"),
     (["--per_device_train_batch_size", "x"], "argument --per_device_train_batch_size/"
      "--per-device-train-batch-size: invalid int value: 'x'"),
     (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
@@ -674,3 +674,16 @@ def test_the_papers_weight_names_are_aliases_of_the_recorded_settings(tmp_path):
     cfg.write_text("istar_lambda: -2\ntuning: -1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="istar_lambda and tuning are the same setting"):
         parse_train_args([*base, "--config", str(cfg)])
+
+
+def test_a_setting_under_two_names_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        train_main(["--task", "rte", "--output_dir", str(tmp_path / "x"), "--tuning", "1",
+                    "--istar_lambda", "2"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--tuning and --istar_lambda are the same setting" in err and err.count("\n") == 1
+    # one name given twice is argparse's usual last-one-wins, not an error
+    iso, _ = parse_train_args(["--task", "rte", "--output_dir", str(tmp_path / "x"),
+                               "--entropy_beta", "1", "--entropy_beta=2"])
+    assert iso.entropy_weight == 2.0

@@ -1,6 +1,7 @@
-"""Help formatting, argument types and input checks shared by ``stability``, ``measure`` and
-``demo``. Every command checks all of its inputs, cheap ones first, then loads what it needs
-(texts, model, tokenizer) before it computes anything; any failure is a one-line usage error."""
+"""Help formatting, argument types, input checks and result printing shared by
+``stability``, ``measure``, ``analyze`` and ``demo``. Every command checks all of its inputs,
+cheap ones first, then loads what it needs (texts, model, tokenizer) before it computes
+anything; any failure is a one-line usage error."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ __all__ = [
     "int_list",
     "prepare",
     "print_paths",
+    "print_table_and_notes",
     "wrap",
     "zeta_list",
 ]

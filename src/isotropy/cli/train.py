@@ -57,10 +57,11 @@ def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the flags, train, print where the run is; one-line errors."""
-    from isotropy.training.config import args_from_dict, build_parser
+    from isotropy.training.config import args_from_dict, build_parser, check_one_spelling
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    check_one_spelling(parser, argv)
     return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(parser.parse_args(argv)))))
 
 

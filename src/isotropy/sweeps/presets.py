@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from isotropy.sweeps.spec import SweepSpec, _suggest, spec_from_dict
+from isotropy.training.config import canonical_settings
 
 __all__ = [
     "PRESETS",
@@ -107,7 +108,9 @@ def override(spec: SweepSpec, *, base: Mapping[str, Any] | None = None,
     those of the same setting), ``seeds``, ``output_root`` and ``order`` replaced; the result
     is checked again like a spec file."""
     data = spec.to_dict()
-    data["base"] = {**data.get("base", {}), **(base or {})}
+    base = canonical_settings(base or {}, "--set")
+    grid = canonical_settings(grid or {}, "--grid")
+    data["base"] = {**data.get("base", {}), **base}
     if grid:
         data["grid"] = {**data.get("grid", {}), **grid}
         for k in grid:

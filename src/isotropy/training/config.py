@@ -327,8 +327,8 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
         usage="%(prog)s [--task TASK] [--model MODEL] [--regularizer R ...] [OPTIONS]",
         description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES, formatter_class=_HelpFormatter,
     )
-    ours_names = {f.name for f in fields(IsotropyArguments)}
-    iso_args = parser.add_argument_group(
+    isotropy_names = {f.name for f in fields(IsotropyArguments)}
+    isotropy_group = parser.add_argument_group(
         "isotropy options", "what to fine-tune, on which data, with which regularizers")
     hf = parser.add_argument_group(
         "Hugging Face TrainingArguments",
@@ -339,7 +339,7 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
         if action.dest == "help":
             continue
         parser._optionals._group_actions.remove(action)
-        (iso_args if action.dest in ours_names else hf)._group_actions.append(action)
+        (isotropy_group if action.dest in isotropy_names else hf)._group_actions.append(action)
     if suppress_defaults:
         for action in parser._actions:
             if action.dest != "help":
@@ -451,8 +451,27 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArgumen
 
     Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``.
     """
-    namespace = build_parser().parse_args(list(argv if argv is not None else []))
-    return args_from_dict(vars(namespace))
+    argv = list(argv if argv is not None else [])
+    parser = build_parser()
+    check_one_spelling(parser, argv)
+    return args_from_dict(vars(parser.parse_args(argv)))
+
+
+def check_one_spelling(parser: HfArgumentParser, argv: Sequence[str]) -> None:
+    """A usage error (exit status 2) when a setting is given under two of its names, e.g.
+    ``--tuning`` and ``--istar_lambda`` (argparse would keep the last one silently)."""
+    seen: dict[str, str] = {}
+    for token in argv:
+        if not token.startswith("--"):
+            continue
+        flag = token.split("=", 1)[0]
+        action = parser._option_string_actions.get(flag)
+        if action is None:
+            continue
+        name = flag[2:].replace("-", "_")
+        first = seen.setdefault(action.dest, name)
+        if first != name:
+            parser.error(f"--{first} and --{name} are the same setting; give one")
 
 
 def describe(iso_args: IsotropyArguments, train_args: TrainingArguments) -> dict[str, Any]:
