@@ -887,3 +887,18 @@ def test_a_cut_jsonl_is_used_up_to_its_last_whole_record_and_said(tmp_path: Path
     with open(out / "table3.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert float(row["raw_1_mean"]) == pytest.approx((0.5 + 0.6 + 0.7) / 3)
+
+
+def test_a_folder_of_sweep_roots_reads_as_all_their_runs(tmp_path: Path) -> None:
+    study = tmp_path / "study"
+    a = make_run(study / "phase-a", seed=1)
+    b = make_run(study / "phase-b", reg="cosreg", seed=1)
+    loose = study / "notes"  # not a sweep root: kept as one entry, skipped with its reason
+    loose.mkdir(parents=True)
+    for root in ("phase-a", "phase-b"):
+        (study / root / "sweep.json").write_text("{}")
+        (study / root / "logs").mkdir()
+    assert expand_inputs([str(study)]) == [loose, a, b]
+    runs, skipped = collect_runs(expand_inputs([str(study)]))
+    assert sorted(r.path for r in runs) == sorted([a, b])
+    assert [p for p, _ in skipped] == [str(loose)]

@@ -1,9 +1,10 @@
 """``isotropy report``: the papers' tables and figures from ``isotropy train`` run directories.
 
-Each argument is a run directory, a sweep output root (its sub-directories are the runs) or a
-glob of either. Runs are grouped into cells (task x model x method), seeds aggregated as
-mean ± sample standard deviation. Unfinished, unreadable or foreign directories are skipped
-and listed in report.md with the reason. The outputs are described in docs/report.md.
+Each argument is a run directory, a sweep output root (its sub-directories are the runs; a
+sweep root inside it is expanded too) or a glob of either. Runs are grouped into cells (task x
+model x method), seeds aggregated as mean ± sample standard deviation. Unfinished, unreadable
+or foreign directories are skipped and listed in report.md with the reason. The outputs are
+described in docs/report.md.
 """
 
 from __future__ import annotations

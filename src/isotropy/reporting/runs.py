@@ -378,11 +378,31 @@ def _sweep_logs(path: Path) -> bool:
     return path.name == "logs" and (path.parent / "sweep.json").is_file()
 
 
+def _is_run(p: Path) -> bool:
+    return (p / CONFIG).exists() or (p / RESULTS).exists()
+
+
+def _runs_under(p: Path) -> list[Path]:
+    """``p`` if it is a run (or not a directory); else its sub-directories in name order,
+    those that are sweep output roots themselves (a ``sweep.json``, no run files) expanded
+    in turn; ``[p]`` when it has none (it is then skipped with the reason)."""
+    if not p.is_dir() or _is_run(p):
+        return [p]
+    out: list[Path] = []
+    for c in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
+                    and not _sweep_logs(c)):
+        nested = (c / "sweep.json").is_file() and not _is_run(c)
+        out.extend(_runs_under(c) if nested else [c])
+    return out or [p]
+
+
 def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     """Run directories of the arguments (directories or globs).
 
     A directory with ``config.json`` or ``results.json`` is a run; any other directory is a
-    sweep root whose sub-directories are taken (in name order); files a glob matches, hidden
+    sweep root whose sub-directories are taken (in name order; a sub-directory that is a sweep
+    output root with its ``sweep.json`` is expanded in turn, so that a folder of sweeps reads
+    as all their runs); files a glob matches, hidden
     directories and the ``logs/`` folder of an ``isotropy sweep`` output root (beside its
     ``sweep.json``) are ignored. ``FileNotFoundError`` for a glob that matches no directory or
     a path that does not exist.
@@ -401,12 +421,7 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
             p = Path(m)
             if _sweep_logs(p):
                 continue
-            if p.is_dir() and not (p / CONFIG).exists() and not (p / RESULTS).exists():
-                subs = sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
-                              and not _sweep_logs(c))
-                out.extend(subs if subs else [p])
-            else:
-                out.append(p)
+            out.extend(_runs_under(p))
     seen: dict[str, Path] = {}
     for p in out:
         seen.setdefault(os.path.realpath(p), p)
