@@ -23,6 +23,7 @@ from isotropy.models.loading import (
     looks_like_path,
 )
 from isotropy.probing.inputs import resolve_device
+from isotropy.rundir import CONFIG, MODEL
 
 __all__ = ["is_decoder", "load_checkpoint_model", "locate_checkpoint"]
 
@@ -48,17 +49,17 @@ def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
                                 "isotropy train, a model directory or a hub id)")
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
-    config_file = path / "config.json"
+    config_file = path / CONFIG
     settings = None
     if config_file.is_file():
         try:
             settings = json.loads(config_file.read_text(encoding="utf-8")).get("settings")
         except (ValueError, AttributeError):
             settings = None
-    if settings is None and not (path / "model").is_dir():
+    if settings is None and not (path / MODEL).is_dir():
         check_model_path(str(path))
         return {"kind": "path", "model": str(path)}
-    model_dir = path / "model"
+    model_dir = path / MODEL
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(
             f"run directory {path} has no model/ with a config.json (the run has not finished "
