@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -248,6 +249,22 @@ def test_bad_values_are_refused_before_any_run(tiny_model, glue, tmp_path, keys,
     with pytest.raises(ValueError, match=message):
         expand(spec)
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_into_a_closed_pipe_ends_quietly(tiny_model, glue, tmp_path):
+    """``isotropy sweep --dry-run | head``: the reader is gone before the plan is written;
+    the command stops without a traceback or an "Exception ignored" line."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "isotropy.cli.main", "sweep", "--preset", "istar-grid",
+         "--set", f"model={tiny_model}", "--set", f"data_dir={glue}", "--set", "task=sst2",
+         "--output-root", str(out), "--dry-run"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the interpreter has even started
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=240) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert not out.exists()
 
 
 def test_dry_run_refuses_a_bad_grid_value_naming_point_and_setting(tiny_model, glue, tmp_path,

@@ -9,6 +9,7 @@ Run ``isotropy --help`` or ``isotropy COMMAND --help`` for the options.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -92,7 +93,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     status 2 and one line ``isotropy: error: ...`` on stderr. A failure while computing (rare
     once the checks pass) prints the same one line and returns 1.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            sys.stdout.flush()  # here, so that a closed pipe is caught below (also on --help)
+        return code
+    except BrokenPipeError:
+        # the reader of the output went away (`isotropy sweep --dry-run | head`): stop quietly,
+        # with stdout pointed at /dev/null so that the interpreter's last flush cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _dispatch(argv: list[str]) -> int:
+    """Run the command ``argv`` names (the four with parsers of their own first)."""
     if argv[:1] == ["train"]:
         from isotropy.cli.train import main as train_main
 
