@@ -1,4 +1,4 @@
-"""Input checks shared by every measurement.
+"""Input checks shared by every measurement, and the one-line form of an error message.
 
 Convention (loud, because the original IsoScore code used the transpose): a point cloud is
 an array of shape ``(n_points, dim)`` -- one row per point.
@@ -14,6 +14,19 @@ import numpy as np
 import torch
 
 ArrayLike = Any  # torch.Tensor | np.ndarray | nested sequences
+
+
+def one_line(message: object, limit: int | None = None) -> str:
+    """``message`` with its whitespace (newlines included) collapsed to single spaces; with
+    ``limit``, cut to at most that many characters (ending in ``...``).
+
+    >>> one_line("CUDA out of memory.\\n  Tried to allocate")
+    'CUDA out of memory. Tried to allocate'
+    >>> one_line("x" * 10, limit=8)
+    'xxxxx...'
+    """
+    s = " ".join(str(message).split())
+    return s if limit is None or len(s) <= limit else s[: limit - 3] + "..."
 
 
 def as_tensor(x: ArrayLike, *, name: str = "X") -> torch.Tensor:

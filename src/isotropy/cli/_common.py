@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from isotropy._validation import one_line
+
 __all__ = ["OneLineParser", "one_line", "positive_int", "task_name"]
-
-
-def one_line(message: object) -> str:
-    """``message`` with its whitespace (newlines included) collapsed to single spaces.
-
-    >>> one_line("CUDA out of memory.\\n  Tried to allocate")
-    'CUDA out of memory. Tried to allocate'
-    """
-    return " ".join(str(message).split())
 
 
 class OneLineParser(argparse.ArgumentParser):

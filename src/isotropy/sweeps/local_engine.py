@@ -16,10 +16,12 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from isotropy._validation import one_line
 from isotropy.io import write_json_atomic
 from isotropy.sweeps.points import SweepPoint
 from isotropy.sweeps.worker import (
     _WORK,
+    ERROR_CHARS,
     Finished,
     Outcome,
     Started,
@@ -28,7 +30,6 @@ from isotropy.sweeps.worker import (
     _package_parent,
     _tail,
     exit_reason,
-    one_line,
     visible_gpus,
 )
 
@@ -133,7 +134,8 @@ class LocalEngine:
                         outcome = self._run_one(i, point, root)
                     except Exception as err:  # could not start the process, write files...
                         outcome = Outcome(ok=False,
-                                          error=one_line(f"{type(err).__name__}: {err}"))
+                                          error=one_line(f"{type(err).__name__}: {err}",
+                                                         limit=ERROR_CHARS))
                     finished(point, outcome)
             finally:
                 done[i].set()

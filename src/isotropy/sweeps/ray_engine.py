@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from isotropy._validation import one_line
 from isotropy.sweeps.points import SweepPoint
 from isotropy.sweeps.worker import (
+    ERROR_CHARS,
     Finished,
     Outcome,
     Started,
@@ -22,7 +24,6 @@ from isotropy.sweeps.worker import (
     _log_path,
     _package_parent,
     _point_outcome,
-    one_line,
 )
 
 __all__ = [
@@ -89,7 +90,8 @@ class RayEngine:
                                  "TOKENIZERS_PARALLELISM": "false"}})
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"at {self.address}" if self.address else "locally"
-                raise ValueError(f"could not start Ray {where}: {one_line(err)}") from None
+                why = one_line(err, ERROR_CHARS)
+                raise ValueError(f"could not start Ray {where}: {why}") from None
             self._started = True
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
         total = ray.cluster_resources()
@@ -136,7 +138,7 @@ class RayEngine:
                     except Exception as err:  # the worker died, the task was cancelled...
                         lines = str(err).strip().splitlines()
                         outcome = Outcome(ok=False, error=one_line(
-                            f"{type(err).__name__}: {lines[-1] if lines else ''}"))
+                            f"{type(err).__name__}: {lines[-1] if lines else ''}", ERROR_CHARS))
                     outcome.seconds = time.perf_counter() - t0
                     finished(p, outcome)
         except BaseException:

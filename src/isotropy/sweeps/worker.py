@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import isotropy
+from isotropy._validation import one_line
 from isotropy.io import write_json_atomic
 from isotropy.sweeps.points import SweepPoint
 from isotropy.training.config import args_from_dict
@@ -23,19 +24,14 @@ from isotropy.training.config import args_from_dict
 __all__ = [
     "Outcome",
     "exit_reason",
-    "one_line",
+    "ERROR_CHARS",
     "run_point",
     "visible_gpus",
 ]
 
+ERROR_CHARS = 500  # a point's error message in sweep.json and the console is cut here
 _LOGS = "logs"
 _WORK = ".sweep"
-
-
-def one_line(text: object, limit: int = 500) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def run_point(settings: Mapping[str, Any], threads: int | None = None) -> dict[str, Any]:
@@ -62,7 +58,7 @@ def _point_outcome(settings: Mapping[str, Any], threads: int | None) -> dict[str
         out = {"ok": True, **run_point(settings, threads)}
     except Exception as err:  # the point fails; the error goes to the sweep's status
         traceback.print_exc()
-        out = {"ok": False, "error": one_line(f"{type(err).__name__}: {err}")}
+        out = {"ok": False, "error": one_line(f"{type(err).__name__}: {err}", limit=ERROR_CHARS)}
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -94,7 +90,7 @@ def exit_reason(returncode: int, log_tail: str = "") -> str:
     else:
         why = f"the worker process exited with status {returncode} without a result"
     lines = [x for x in log_tail.splitlines() if x.strip()]
-    return one_line(why + (f"; last output: {lines[-1]}" if lines else ""))
+    return one_line(why + (f"; last output: {lines[-1]}" if lines else ""), limit=ERROR_CHARS)
 
 
 @dataclass
