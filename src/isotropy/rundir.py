@@ -283,17 +283,22 @@ class RunDirectory:
                 if rec.get("step", 0) <= max_step]
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
-    def _whole_lines(self, name: str) -> int:
-        """The number of whole (newline-terminated, parseable) records of ``name``."""
+    def _terminated_lines(self, name: str) -> list[str]:
+        """The lines of the whole, newline-terminated records of ``name``, up to the first one
+        that is not (appending after it would join two records)."""
         path = self.file(name)
         if not path.is_file():
-            return 0
-        n = 0
+            return []
+        out = []
         for _, line, _ in _whole_records(path.read_text(encoding="utf-8")):
-            if not line.endswith("\n"):  # appending after it would join two records
+            if not line.endswith("\n"):
                 break
-            n += 1
-        return n
+            out.append(line)
+        return out
+
+    def _whole_lines(self, name: str) -> int:
+        """The number of whole (newline-terminated, parseable) records of ``name``."""
+        return len(self._terminated_lines(name))
 
     def record_counts(self) -> dict[str, int]:
         """How many records ``metrics.jsonl`` and ``measurements.jsonl`` hold (kept with a
@@ -303,13 +308,10 @@ class RunDirectory:
     def keep_records(self, counts: Mapping[str, int]) -> None:
         """Keep the first ``counts[name]`` records of each file (rewritten atomically); never
         a line cut short (a file that holds fewer whole records than counted keeps those)."""
-
         for name, n in counts.items():
-            path = self.file(name)
-            if path.is_file():
-                n = min(n, self._whole_lines(name))
-                records = _whole_records(path.read_text(encoding="utf-8"))
-                write_text_atomic(path, "".join(line for _, line, _ in list(records)[:n]))
+            if self.file(name).is_file():
+                lines = self._terminated_lines(name)[:n]
+                write_text_atomic(self.file(name), "".join(lines))
 
     def _read_jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.file(name)
