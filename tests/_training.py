@@ -1,10 +1,13 @@
-"""Shared pieces of the training tests: the tiny vocabulary and sentences, ``isotropy train``
-arguments for tiny runs, an in-process run, and a callback that simulates a crash."""
+"""Shared pieces of the training tests: the tiny vocabulary and sentences, SST-2 files of
+them, ``isotropy train`` arguments for tiny runs, an in-process run, and a callback that
+simulates a crash."""
 
 from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from transformers import TrainerCallback
 
@@ -20,6 +23,22 @@ WORDS = [
 def sentence(rng: random.Random, label: int) -> str:
     cue = rng.choice(["good", "great", "nice", "happy"] if label else ["bad", "awful", "poor"])
     return " ".join([*rng.choices(WORDS[9:], k=rng.randint(2, 8)), cue])
+
+
+def write_sst2(root: Path, sizes: Sequence[tuple[str, int]], seed: int,
+               make: Callable[[random.Random, int], str] = sentence) -> Path:
+    """SST-2 ``<split>.tsv`` files under ``root/SST-2`` (glue_data layout): for each
+    ``(split, n)``, ``n`` rows of a random label and ``make(rng, label)``, one seeded
+    ``random.Random(seed)`` drawn in that order; returns ``root``."""
+    rng = random.Random(seed)
+    (root / "SST-2").mkdir(parents=True, exist_ok=True)
+    for split, n in sizes:
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = rng.randint(0, 1)
+            rows.append(f"{make(rng, y)}\t{y}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
 
 
 def train_argv(model_dir, glue, out, *extra):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from _models import save_tiny_bert
+from _training import write_sst2
 
 from isotropy.cli.main import main as cli_main
 from isotropy.probing.analyze import analyze, analyze_model, locate_checkpoint, prepare_analyze
@@ -34,16 +35,8 @@ def _sentence(rng: random.Random, label: int) -> str:
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
     """SST-2 train (40 rows) and dev (14 rows), no test split."""
-    root = tmp_path_factory.mktemp("glue")
-    rng = random.Random(1)
-    (root / "SST-2").mkdir()
-    for split, n in (("train", 40), ("dev", 14)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            y = rng.randint(0, 1)
-            rows.append(f"{_sentence(rng, y)}\t{y}")
-        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return root
+    return write_sst2(tmp_path_factory.mktemp("glue"), [("train", 40), ("dev", 14)], 1,
+                      _sentence)
 
 
 def _texts(glue_dir, split):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import warnings
 
 import numpy as np
@@ -14,10 +13,9 @@ import pytest
 import torch
 from _models import save_tiny_bert
 from _reference import iota, mean_cosine, skdim_twonn, spd, spectrum
-from _training import WORDS
+from _training import WORDS, write_sst2
 from _training import Crash as _Crash
 from _training import run_train as _run
-from _training import sentence as _sentence
 from _training import train_argv as _argv
 
 from isotropy.probing.eval_measures import (
@@ -50,16 +48,7 @@ def word_model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sst2_dir(tmp_path_factory):
     """SST-2 train (48 rows) and dev (24 rows) files in the glue_data layout."""
-    root = tmp_path_factory.mktemp("glue")
-    rng = random.Random(0)
-    (root / "SST-2").mkdir()
-    for split, n in (("train", 48), ("dev", 24)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            y = rng.randint(0, 1)
-            rows.append(f"{_sentence(rng, y)}\t{y}")
-        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return root
+    return write_sst2(tmp_path_factory.mktemp("glue"), [("train", 48), ("dev", 24)], 0)
 
 
 def _batches(d: int = 6, n_states: int = 3, seed: int = 0):
