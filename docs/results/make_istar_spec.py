@@ -61,8 +61,10 @@ def main(picks_csv: str, out: str) -> None:
     print(f"wrote {out}")
     lr = float(picks["cola"]["picked"].split("=", 1)[1])
     zetas = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-    zeta_text = ("# Phase C: I-STAR lambda = -1, zeta in {0, 0.2, ..., 1} on CoLA at its phase-A learning\n"
-                 "# rate (written by make_istar_spec.py), in phase A's output root: the zeta = 0.8 point\n"
+    zeta_text = ("# Phase C: I-STAR lambda = -1, zeta in {0, 0.2, ..., 1} on CoLA at its "
+                 "phase-A learning\n"
+                 "# rate (written by make_istar_spec.py), in phase A's output root: the "
+                 "zeta = 0.8 point\n"
                  "# is phase A's run. 6 cells x 3 seeds, seed-major.\n"
                  f"output_root:{head}\npoints:\n"
                  + "\n".join(f"  - {{task: cola, learning_rate: {lr:.1e}, regularizer: istar, "

@@ -1,7 +1,11 @@
 """The numbers behind docs/results.md: each claim's measure per task, seed-paired differences to
 the reference cell with a 95% bootstrap interval, and a verdict by a fixed rule.
 
-    python docs/results/verdict.py docs/results/runs > docs/results/verdict.md
+    python docs/results/verdict.py SWEEP_ROOT... > docs/results/verdict.md
+
+with one sweep output root per phase (``docs/results/runs/istar``, ``docs/results/runs/entropy``),
+not ``docs/results/runs`` as a whole: its learning-rate pick holds runs at other learning
+rates, which this script refuses to pool.
 
 Runs are read with ``isotropy.reporting`` (the same reader as ``isotropy report``), one cell per
 task and method. A difference pairs the runs of two cells by seed (same seed: same data order
@@ -58,7 +62,8 @@ class Diff:
     def text(self, digits: int = 4) -> str:
         if self.n < 2:
             return f"{self.mean:+.{digits}f} (n={self.n})"
-        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] (n={self.n})"
+        low, high = f"{self.low:+.{digits}f}", f"{self.high:+.{digits}f}"
+        return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
 
 
 def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
