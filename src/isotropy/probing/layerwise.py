@@ -124,7 +124,15 @@ class LayerClouds:
     pass: the token cloud's statistics over all non-padding tokens
     (:class:`~isotropy.measures.cloud.TokenCloudStats`), its uniform sample of at most
     ``max_tokens`` rows (seeded; the same token positions in every layer), and the
-    first-token ([CLS]) rows of every text; ``rows`` measures them (module doc)."""
+    first-token ([CLS]) rows of every text; ``rows`` measures them (module doc).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> clouds = LayerClouds(max_tokens=5, seed=0)
+    >>> hs = [torch.randn(2, 4, 8, generator=g) for _ in range(3)]  # embeddings + 2 layers
+    >>> clouds.update(hs, torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]))
+    >>> clouds.n_tokens, clouds.samples[2].shape[0], [r["n_points"] for r in clouds.rows(3, [])][:2]
+    (5, 5, [5, 2])
+    """
 
     def __init__(self, max_tokens: int, seed: int) -> None:
         self.sampler = _Sampler(max_tokens, seed)
