@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     bs = args.batch_size
     entropy_name = f"persistent entropy, {2 * bs} [CLS] points ({bs} + previous {bs})"
     if PersistentEntropyLoss is not None:
-        ent = PersistentEntropyLoss(weight=1.0, pooling="cls", accumulation_steps=2)
+        ent = PersistentEntropyLoss(weight=1.0, pooling="cls", accumulation_steps=2,
+                                    accumulation="window")  # this micro-batch + the previous
         configs[entropy_name] = RegularizedModel(model, ent)
         with torch.no_grad():  # fill the window with one micro-batch
             configs[entropy_name](**batches[-1])
