@@ -50,7 +50,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "isotropy none": {"regularizer": ["none"]},
     "isotropy istar": {"regularizer": ["istar"], "tuning": -1.0, "zeta": 0.2},
     "isotropy cosreg": {"regularizer": ["cosreg"]},
-    "isotropy entropy": {"regularizer": ["entropy"], "entropy_window": 2},
+    "isotropy entropy": {"regularizer": ["entropy"], "entropy_accumulation": "window",
+                         "entropy_window": 2},  # 64 [CLS] points: this batch + the previous
 }
 
 
