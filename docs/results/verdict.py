@@ -231,8 +231,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(seeds) > 1 and boots
                   else (float("nan"), float("nan")))
         d = Diff(rho, float(lo), float(hi), len(seeds))
-        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                   f"{d.verdict(-1)} |")
+        ci = "– (one seed)" if math.isnan(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | {d.verdict(-1)} |")
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
     out += ["", "### C3: CosReg minus base", "",
