@@ -837,3 +837,36 @@ def test_a_folder_of_sweep_roots_reads_as_all_their_runs(tmp_path: Path) -> None
     runs, skipped = collect_runs(expand_inputs([str(study)]))
     assert sorted(r.path for r in runs) == sorted([a, b])
     assert [p for p, _ in skipped] == [str(loose)]
+
+
+def test_cli_reports_each_sweep_of_a_folder_on_its_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Two sweeps of one task at different learning rates: pooled, their cells are kept apart
+    # and tagged by the setting; each sweep's own report has no such tag.
+    from isotropy.cli.main import main
+    from isotropy.reporting.report import sweeps_inside
+
+    study = tmp_path / "study"
+    for seed, metric in ((1, 0.60), (2, 0.64)):
+        make_run(study / "a", seed=seed, metric=metric, training={"learning_rate": 1e-4})
+        make_run(study / "b", reg="cosreg", seed=seed, metric=metric + 0.1,
+                 training={"learning_rate": 3e-5})
+    (study / "c").mkdir()  # a sweep without a finished run yet
+    for root in ("a", "b", "c"):
+        (study / root / "sweep.json").write_text("{}")
+    assert sweeps_inside([str(study)]) == [("a", study / "a"), ("b", study / "b"),
+                                           ("c", study / "c")]
+    assert sweeps_inside([str(study / "a")]) == []  # a sweep root itself: no sub-report
+    out = tmp_path / "rep"
+    assert main(["report", str(study), "--output-dir", str(out), "--no-figures"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{out / 'sweeps' / 'c'}: no finished run in this sweep, no report" in printed
+    pooled = (out / "report.md").read_text()
+    assert "| none [learning_rate=0.0001] | 0.6200 ± 0.0283 (n=2) |" in pooled
+    for name, label, mean in (("a", "none", "0.6200"), ("b", "cosreg λ=1", "0.7200")):
+        md = (out / "sweeps" / name / "report.md").read_text()
+        assert f"| {label} | {mean} ± 0.0283 (n=2) |" in md
+        assert "learning_rate=" not in md
+        with open(out / "sweeps" / name / "runs.csv") as f:
+            assert len(list(csv.DictReader(f))) == 2
+    assert not (out / "sweeps" / "c").exists()

@@ -2,7 +2,10 @@
 
 Each argument is a run directory, a sweep output root (its sub-directories are the runs; a
 sweep root inside it is expanded too) or a glob of either. Runs are grouped into cells (task x
-model x method), seeds aggregated as mean ± sample standard deviation. Unfinished, unreadable
+model x method), seeds aggregated as mean ± sample standard deviation. An argument that is a
+folder of sweep roots is reported as a whole, and each of its sweeps also on its own in
+sweeps/NAME/ (the same outputs), so that one sweep's tables and figures are not tagged by the
+settings that only tell it apart from the others. Unfinished, unreadable
 or foreign directories are skipped and listed in report.md with the reason. The outputs are
 described in docs/report.md.
 """
@@ -27,11 +30,13 @@ outputs (in --output-dir):
   picks.csv             with --pick-best-over: the setting kept per cell, of how many
   runs.csv              every run used
   figures/*.png, .svg   the figures whose data the runs hold
+  sweeps/NAME/          for a folder of sweep roots: each sweep's own report (same files)
 
 examples:
   isotropy report runs/istar-grid
   isotropy report 'runs/rte-*' 'runs/mrpc-*' --output-dir report-glue
   isotropy report runs/entropy-grid --metric-from best
+  isotropy report docs/results/runs --output-dir docs/results/report   # a folder of sweeps
   isotropy report runs/istar-tuning \\
       --pick-best-over per_device_train_batch_size,num_train_epochs,learning_rate
 
@@ -88,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pathlib import Path
 
     from isotropy.io import output_dir_problem
-    from isotropy.reporting.report import collect_runs, expand_inputs, write_report
+    from isotropy.reporting.report import collect_runs, expand_inputs, sweeps_inside, write_report
 
     out = Path(args.output_dir)
     try:
@@ -100,20 +105,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = output_dir_problem(out, ["report.md"])
         if problem is not None:
             raise ValueError(f"--output-dir {out}: {problem}")
+        sweeps = sweeps_inside(args.run_dirs)
+        for name, _ in sweeps:
+            problem = output_dir_problem(out / "sweeps" / name, ["report.md"])
+            if problem is not None:
+                raise ValueError(f"--output-dir {out}: {problem}")
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     try:
-        res = write_report([str(p) for p in paths], out, which=args.metric_from,
-                           figures=not args.no_figures, pick_best_over=args.pick_best_over)
+        reports = [(out, [str(p) for p in paths])]
+        reports += [(out / "sweeps" / name, [str(root)]) for name, root in sweeps]
+        for where, inputs in reports:
+            if where != out and not collect_runs(expand_inputs(inputs), args.metric_from)[0]:
+                print(f"{where}: no finished run in this sweep, no report")
+                continue
+            res = write_report(inputs, where, which=args.metric_from,
+                               figures=not args.no_figures, pick_best_over=args.pick_best_over)
+            print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, "
+                  f"{len(res['skipped'])} skipped; {len(res['files'])} files written to {where}")
+            for why in res["refused"].values():
+                print(f"  {why}")
+            for name, why in res["skipped_figures"]:
+                print(f"  not drawn: {name}: {why}")
     except (OSError, ValueError, RuntimeError) as err:
         print(f"isotropy report: error: {one_line(err)}", file=sys.stderr)
         return 1
-    print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, {len(res['skipped'])} "
-          f"skipped; {len(res['files'])} files written to {out}")
-    for why in res["refused"].values():
-        print(f"  {why}")
-    for name, why in res["skipped_figures"]:
-        print(f"  not drawn: {name}: {why}")
     return 0
 
 

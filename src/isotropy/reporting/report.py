@@ -40,6 +40,7 @@ from isotropy.reporting.runs import (
     measurement_format,
     method_of,
     read_jsonl_whole,
+    sweeps_inside,
     tail_evaluations,
 )
 from isotropy.reporting.tables import (
@@ -73,6 +74,7 @@ __all__ = [
     "method_of",
     "pe_table2_rows",
     "pick_best",
+    "sweeps_inside",
     "read_jsonl_whole",
     "setting_tags",
     "table1_rows",

@@ -396,6 +396,29 @@ def _runs_under(p: Path) -> list[Path]:
     return out or [p]
 
 
+def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
+    """The sweep output roots inside the arguments that are folders of sweeps (the nested roots
+    :func:`expand_inputs` expands), as ``(name, root)`` with ``name`` the root's path relative
+    to the folder given (``istar``, or ``phase-a/istar`` when nested twice). An argument that
+    is a run or a sweep root itself contributes nothing; globs are expanded as there."""
+    out: list[tuple[str, Path]] = []
+
+    def walk(top: Path, p: Path) -> None:
+        for c in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
+                        and not _sweep_logs(c)):
+            if (c / "sweep.json").is_file() and not _is_run(c):
+                out.append((c.relative_to(top).as_posix(), c))
+                walk(top, c)
+
+    for pattern in patterns:
+        matches = (sorted(glob.glob(pattern)) if _GLOB_CHARS & set(pattern) else [pattern])
+        for m in matches:
+            p = Path(m)
+            if p.is_dir() and not _is_run(p) and not (p / "sweep.json").is_file():
+                walk(p, p)
+    return out
+
+
 def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     """Run directories of the arguments (directories or globs).
 
