@@ -12,13 +12,17 @@ under different training settings.
 Runs are read with ``isotropy.reporting`` (the same reader as ``isotropy report``), one cell per
 task and method. A difference pairs the runs of two cells by seed (same seed: same data order
 and head initialisation) and resamples the per-seed differences (``scipy.stats.bootstrap``,
-percentile interval, 10,000 resamples, fixed random state). With 3 seeds the interval is coarse:
-the mean of 3 values resampled with replacement takes at most 10 values, so it spans most of
-the range of the differences.
+percentile interval, 10,000 resamples, fixed random state). With 3 seeds the interval is the
+whole range of the 3 differences (the all-minimum and all-maximum resamples each have
+probability 1/27 > 2.5%), so it is a 95% interval in name only.
 
 Verdict rule, for a claim that predicts a sign: *supported* when the interval excludes 0 on the
 predicted side, *contradicted* when it excludes 0 on the other side, *inconclusive* otherwise
-(and with fewer than 2 paired seeds).
+(and with fewer than 2 paired seeds). With 3 seeds that reads: *supported* when every seed's
+difference has the predicted sign, a one-sided sign test at p = 1/8 under a null of no effect
+symmetric about 0. It is a statement about these seeds, not a significance test at 5%. A claim
+that something does *not* rise (C3) can only be contradicted: a difference near 0 is
+"not contradicted".
 """
 
 from __future__ import annotations
@@ -236,13 +240,16 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
     out += ["", "### C3: CosReg minus base", "",
-            "| task | Δ IsoScore* [95% CI] | verdict (no rise: Δ < 0) | Δ mean abs activation "
+            "| task | Δ IsoScore* [95% CI] | verdict (claim: no rise) | Δ mean abs activation "
             "(last layer) | verdict (Δ < 0) |", "|---|---|---|---|---|"]
     for task in TASKS:
         a, b = get(task, "none"), get(task, "cosreg λ=1")
         di, dz = paired(a, b, isoscore_star), paired(a, b, mean_abs_token_mean)
         if di:
-            out.append(f"| {task} | {di.text()} | {di.verdict(-1)} | "
+            rise = di.verdict(+1)  # "supported" for a rise contradicts the claim of none
+            no_rise = ("contradicted" if rise == "supported" else
+                       "not contradicted" if di.n >= 2 else "inconclusive")
+            out.append(f"| {task} | {di.text()} | {no_rise} | "
                        f"{dz.text() if dz else '–'} | {dz.verdict(-1) if dz else ''} |")
 
     # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.

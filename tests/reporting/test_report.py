@@ -860,7 +860,7 @@ def test_cli_reports_each_sweep_of_a_folder_on_its_own(
     out = tmp_path / "rep"
     assert main(["report", str(study), "--output-dir", str(out), "--no-figures"]) == 0
     printed = capsys.readouterr().out
-    assert f"{out / 'sweeps' / 'c'}: no finished run in this sweep, no report" in printed
+    assert f"{out / 'sweeps' / 'c'}: no finished run in {study / 'c'}, no report\n" in printed
     pooled = (out / "report.md").read_text()
     assert "| none [learning_rate=0.0001] | 0.6200 ± 0.0283 (n=2) |" in pooled
     for name, label, mean in (("a", "none", "0.6200"), ("b", "cosreg λ=1", "0.7200")):
@@ -870,3 +870,15 @@ def test_cli_reports_each_sweep_of_a_folder_on_its_own(
         with open(out / "sweeps" / name / "runs.csv") as f:
             assert len(list(csv.DictReader(f))) == 2
     assert not (out / "sweeps" / "c").exists()
+    # the same folder twice, or a glob of the roots themselves: no second copy, no sub-reports
+    assert sweeps_inside([str(study), str(study)]) == sweeps_inside([str(study)])
+    assert sweeps_inside([str(study / "*")]) == []
+    # two folders that both hold a sweep "a": refused before anything is written
+    other = tmp_path / "other"
+    make_run(other / "a", seed=1)
+    (other / "a" / "sweep.json").write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(study), str(other), "--output-dir", str(tmp_path / "rep2")])
+    assert exc.value.code == 2
+    assert "two sweeps would both be reported as sweeps/a" in capsys.readouterr().err
+    assert not (tmp_path / "rep2").exists()

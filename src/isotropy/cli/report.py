@@ -5,7 +5,8 @@ sweep root inside it is expanded too) or a glob of either. Runs are grouped into
 model x method), seeds aggregated as mean ± sample standard deviation. An argument that is a
 folder of sweep roots is reported as a whole, and each of its sweeps also on its own in
 sweeps/NAME/ (the same outputs), so that one sweep's tables and figures are not tagged by the
-settings that only tell it apart from the others. Unfinished, unreadable
+settings that only tell it apart from the others (a glob such as 'runs/*' names the sweep
+roots themselves and gets no such sub-reports; two sweeps that would share a name are refused). Unfinished, unreadable
 or foreign directories are skipped and listed in report.md with the reason. The outputs are
 described in docs/report.md.
 """
@@ -105,20 +106,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = output_dir_problem(out, ["report.md"])
         if problem is not None:
             raise ValueError(f"--output-dir {out}: {problem}")
-        sweeps = sweeps_inside(args.run_dirs)
-        for name, _ in sweeps:
-            problem = output_dir_problem(out / "sweeps" / name, ["report.md"])
+        reports = [(out, [str(p) for p in paths])]
+        for name, root in sweeps_inside(args.run_dirs):
+            where = out / "sweeps" / name
+            if not collect_runs(expand_inputs([str(root)]), args.metric_from,
+                                args.pick_best_over)[0]:
+                stale = " (the report already there is left as it was)" if (
+                    where / "report.md").exists() else ""
+                print(f"{where}: no finished run in {root}, no report{stale}")
+                continue
+            problem = output_dir_problem(where, ["report.md"])
             if problem is not None:
                 raise ValueError(f"--output-dir {out}: {problem}")
+            reports.append((where, [str(root)]))
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
+    where = out
     try:
-        reports = [(out, [str(p) for p in paths])]
-        reports += [(out / "sweeps" / name, [str(root)]) for name, root in sweeps]
         for where, inputs in reports:
-            if where != out and not collect_runs(expand_inputs(inputs), args.metric_from)[0]:
-                print(f"{where}: no finished run in this sweep, no report")
-                continue
             res = write_report(inputs, where, which=args.metric_from,
                                figures=not args.no_figures, pick_best_over=args.pick_best_over)
             print(f"{len(res['runs'])} runs in {len(res['cells'])} cells, "
@@ -128,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, why in res["skipped_figures"]:
                 print(f"  not drawn: {name}: {why}")
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"isotropy report: error: {one_line(err)}", file=sys.stderr)
+        print(f"isotropy report: error: writing {where}: {one_line(err)}", file=sys.stderr)
         return 1
     return 0
 

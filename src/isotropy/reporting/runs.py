@@ -31,6 +31,7 @@ __all__ = [
     "expand_inputs",
     "load_run",
     "mean_std",
+    "sweeps_inside",
     "measurement_format",
     "Method",
     "method_of",
@@ -400,14 +401,25 @@ def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
     """The sweep output roots inside the arguments that are folders of sweeps (the nested roots
     :func:`expand_inputs` expands), as ``(name, root)`` with ``name`` the root's path relative
     to the folder given (``istar``, or ``phase-a/istar`` when nested twice). An argument that
-    is a run or a sweep root itself contributes nothing; globs are expanded as there."""
+    is a run or a sweep root itself contributes nothing (so a glob such as ``runs/*`` that
+    matches the sweep roots themselves gives none); globs are expanded as there. A root reached
+    twice (the same folder given twice, links) is listed once. ``ValueError`` when two
+    different roots would get the same name (two folders that both hold an ``istar`` sweep)."""
     out: list[tuple[str, Path]] = []
+    seen: dict[str, Path] = {}
 
     def walk(top: Path, p: Path) -> None:
         for c in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
                         and not _sweep_logs(c)):
             if (c / "sweep.json").is_file() and not _is_run(c):
-                out.append((c.relative_to(top).as_posix(), c))
+                real, name = os.path.realpath(c), c.relative_to(top).as_posix()
+                if real in {os.path.realpath(r) for _, r in out}:
+                    continue
+                if name in seen:
+                    raise ValueError(f"two sweeps would both be reported as sweeps/{name}: "
+                                     f"{seen[name]} and {c}; report them separately")
+                seen[name] = c
+                out.append((name, c))
                 walk(top, c)
 
     for pattern in patterns:
