@@ -6,9 +6,9 @@ model x method), seeds aggregated as mean ± sample standard deviation. An argum
 folder of sweep roots is reported as a whole, and each of its sweeps also on its own in
 sweeps/NAME/ (the same outputs), so that one sweep's tables and figures are not tagged by the
 settings that only tell it apart from the others (a glob such as 'runs/*' names the sweep
-roots themselves and gets no such sub-reports; two sweeps that would share a name are refused). Unfinished, unreadable
-or foreign directories are skipped and listed in report.md with the reason. The outputs are
-described in docs/report.md.
+roots themselves and gets no such sub-reports; two sweeps that would share a name are
+refused). Unfinished, unreadable or foreign directories are skipped and listed in report.md
+with the reason. The outputs are described in docs/report.md.
 """
 
 from __future__ import annotations
