@@ -134,7 +134,8 @@ def tail_top1(r: Run) -> float | None:
 def spectrum_growth(r: Run, kind: str = "raw") -> float | None:
     """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the first
     training log (Table 3 gives both kinds)."""
-    logs, tail = r.spectrum_logs, spectrum_tail_means(r.spectrum_logs)
+    logs = r.spectrum_logs
+    tail = spectrum_tail_means(logs)
     if not logs or not tail:
         return None
     return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]

@@ -383,17 +383,26 @@ def _is_run(p: Path) -> bool:
     return (p / CONFIG).exists() or (p / RESULTS).exists()
 
 
+def _is_sweep_root(p: Path) -> bool:
+    """A sweep output root: a ``sweep.json`` and no run files."""
+    return (p / "sweep.json").is_file() and not _is_run(p)
+
+
+def _subdirs(p: Path) -> list[Path]:
+    """The sub-directories of ``p`` in name order, without hidden ones and a sweep's logs."""
+    return sorted(c for c in p.iterdir()
+                  if c.is_dir() and not c.name.startswith(".") and not _sweep_logs(c))
+
+
 def _runs_under(p: Path) -> list[Path]:
     """``p`` if it is a run (or not a directory); else its sub-directories in name order,
-    those that are sweep output roots themselves (a ``sweep.json``, no run files) expanded
-    in turn; ``[p]`` when it has none (it is then skipped with the reason)."""
+    those that are sweep output roots themselves expanded in turn; ``[p]`` when it has none
+    (it is then skipped with the reason)."""
     if not p.is_dir() or _is_run(p):
         return [p]
     out: list[Path] = []
-    for c in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
-                    and not _sweep_logs(c)):
-        nested = (c / "sweep.json").is_file() and not _is_run(c)
-        out.extend(_runs_under(c) if nested else [c])
+    for c in _subdirs(p):
+        out.extend(_runs_under(c) if _is_sweep_root(c) else [c])
     return out or [p]
 
 
@@ -405,22 +414,20 @@ def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
     matches the sweep roots themselves gives none); globs are expanded as there. A root reached
     twice (the same folder given twice, links) is listed once. ``ValueError`` when two
     different roots would get the same name (two folders that both hold an ``istar`` sweep)."""
-    out: list[tuple[str, Path]] = []
-    seen: dict[str, Path] = {}
+    named: dict[str, Path] = {}  # name -> root, in the order found
+    reached: set[str] = set()  # real paths of the roots found
 
     def walk(top: Path, p: Path) -> None:
-        for c in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")
-                        and not _sweep_logs(c)):
-            if (c / "sweep.json").is_file() and not _is_run(c):
-                real, name = os.path.realpath(c), c.relative_to(top).as_posix()
-                if real in {os.path.realpath(r) for _, r in out}:
-                    continue
-                if name in seen:
-                    raise ValueError(f"two sweeps would both be reported as sweeps/{name}: "
-                                     f"{seen[name]} and {c}; report them separately")
-                seen[name] = c
-                out.append((name, c))
-                walk(top, c)
+        for c in filter(_is_sweep_root, _subdirs(p)):
+            real, name = os.path.realpath(c), c.relative_to(top).as_posix()
+            if real in reached:
+                continue
+            if name in named:
+                raise ValueError(f"two sweeps would both be reported as sweeps/{name}: "
+                                 f"{named[name]} and {c}; report them separately")
+            reached.add(real)
+            named[name] = c
+            walk(top, c)
 
     for pattern in patterns:
         matches = (sorted(glob.glob(pattern)) if _GLOB_CHARS & set(pattern) else [pattern])
@@ -428,7 +435,7 @@ def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
             p = Path(m)
             if p.is_dir() and not _is_run(p) and not (p / "sweep.json").is_file():
                 walk(p, p)
-    return out
+    return list(named.items())
 
 
 def expand_inputs(patterns: Iterable[str]) -> list[Path]:
