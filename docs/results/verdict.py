@@ -23,6 +23,11 @@ difference has the predicted sign, a one-sided sign test at p = 1/8 under a null
 symmetric about 0. It is a statement about these seeds, not a significance test at 5%. A claim
 that something does *not* rise (C3) can only be contradicted: a difference near 0 is
 "not contradicted".
+
+A claim is tested on several units (tasks, or task and λ). Its own verdict, in the summary at
+the end: *supported* when the units that support it are a majority of those it was tested on,
+*not supported* when the contradicting units are, *inconclusive* otherwise (for C3's "no rise":
+*not supported* or *not contradicted*).
 """
 
 from __future__ import annotations
@@ -71,6 +76,67 @@ class Diff:
             return f"{self.mean:+.{digits}f} (n={self.n})"
         low, high = f"{self.low:+.{digits}f}", f"{self.high:+.{digits}f}"
         return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
+
+
+# The summary's rows: key -> (what is tested, what one unit of the test is).
+CLAIMS: dict[str, tuple[str, str]] = {
+    "C1 vs none": ("I-STAR (paper's λ < 0) above no regularizer, task metric", "task"),
+    "C1 vs CosReg": ("I-STAR (paper's λ < 0) above CosReg, task metric", "task"),
+    "C2": ("Spearman ρ(IsoScore*, metric) across λ is negative", "task"),
+    "C3 centres": ("CosReg lowers the mean absolute activation of the last layer", "task"),
+    "C3 no rise": ("CosReg does not raise IsoScore*", "task"),
+    "C4 λ < 0": ("λ < 0 lowers the TwoNN dimension of [CLS]", "task and λ"),
+    "C4 λ > 0": ("λ = +1 raises the TwoNN dimension of [CLS]", "task"),
+    "C5": ("at λ = -1 the best ζ ∈ (0, 1) is above ζ = 0", "task"),
+    "P1 grows, raw": ("without a regularizer the raw top-1 share grows", "task"),
+    "P1 grows, centred": ("without a regularizer the centred top-1 share grows", "task"),
+    "P1 held down": ("the entropy loss (selected bars) lowers the raw top-1 share", "task"),
+    "P2": ("the entropy loss (selected bars) raises the last-30% metric", "task"),
+    "P3 metric": ("selected bars above all bars, last-30% metric", "task"),
+    "P3 spectrum": ("selected bars below all bars, raw top-1 share", "task"),
+}
+
+
+def claim_verdict(unit_verdicts: Sequence[str]) -> str:
+    """One claim's verdict from those of its units, by majority.
+
+    >>> claim_verdict(["supported", "supported", "inconclusive"])
+    'supported'
+    >>> claim_verdict(["supported", "contradicted", "inconclusive", "inconclusive"])
+    'inconclusive'
+    >>> claim_verdict(["contradicted", "contradicted", "supported"])
+    'not supported'
+    >>> claim_verdict(["not contradicted", "not contradicted", "contradicted"])
+    'not contradicted'
+    """
+    n = len(unit_verdicts)
+    if n == 0:
+        return "not run"
+    if 2 * unit_verdicts.count("contradicted") > n:
+        return "not supported"
+    if 2 * unit_verdicts.count("supported") > n:
+        return "supported"
+    if 2 * unit_verdicts.count("not contradicted") > n:
+        return "not contradicted"
+    return "inconclusive"
+
+
+def summary(tally: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """The summary table: per claim, its units' verdicts counted and its own verdict."""
+    out = ["## Summary: one verdict per claim", "",
+           "Per unit: *supported* when every seed moves the claimed way (the interval excludes 0 "
+           "on that side), *contradicted* when every seed moves the other way. Per claim: the "
+           "majority of its units (see the docstring).", "",
+           "| claim | what is tested | units | supported | contradicted | other | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for key, (what, unit) in CLAIMS.items():
+        units = tally.get(key, [])
+        verdicts = [v for _, v in units]
+        sup, con = verdicts.count("supported"), verdicts.count("contradicted")
+        n = len(units)
+        out.append(f"| {key} | {what} | {n} ({unit}) | {sup} | {con} | {n - sup - con} | "
+                   f"{claim_verdict(verdicts)} |")
+    return out
 
 
 def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
@@ -167,6 +233,12 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     entropy_cells = read_phase(entropy_root, out, "persistent entropy, phase B")
     out.append("")
     cells = istar_cells
+    tally: dict[str, list[tuple[str, str]]] = {}
+
+    def note(claim: str, unit: str, verdict: str) -> str:
+        """Record one unit's verdict for the summary; returns it for the table."""
+        tally.setdefault(claim, []).append((unit, verdict))
+        return verdict
 
     def get(task: str, label: str) -> list[Run]:
         return cells.get((task, label), [])
@@ -192,6 +264,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             di = paired(base, rs, isoscore_star) if label != "none" else None
             dt = paired(base, rs, twonn_cls_last) if label != "none" else None
             c1 = dm.verdict(+1) if dm and label.startswith("istar λ=-") else ""
+            if dm and label == istar(lam, zeta):
+                note("C1 vs none", task, c1)
             out.append(f"| {task} | {label} | {mean_std_text(rs, main_metric)} | "
                        f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, isoscore_star)} | "
                        f"{di.text() if di else ''} | {mean_std_text(rs, twonn_cls_last)} | "
@@ -202,7 +276,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         lam, zeta = ISTAR_BEST[task]
         d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), main_metric)
         if d:
-            out.append(f"| {task} | {d.text()} | {d.verdict(+1)} |")
+            out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', task, d.verdict(+1))} |")
 
     # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
     # IsoScore* and the metric over runs; bootstrap over seeds (all cells of a seed together).
@@ -235,7 +309,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                   else (float("nan"), float("nan")))
         d = Diff(rho, float(lo), float(hi), len(seeds))
         ci = "– (one seed)" if math.isnan(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
-        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | {d.verdict(-1)} |")
+        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | "
+                   f"{note('C2', task, d.verdict(-1))} |")
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
     out += ["", "### C3: CosReg minus base", "",
@@ -248,8 +323,10 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             rise = di.verdict(+1)  # "supported" for a rise contradicts the claim of none
             no_rise = ("contradicted" if rise == "supported" else
                        "not contradicted" if di.n >= 2 else "inconclusive")
-            out.append(f"| {task} | {di.text()} | {no_rise} | "
-                       f"{dz.text() if dz else '–'} | {dz.verdict(-1) if dz else ''} |")
+            note("C3 no rise", task, no_rise)
+            centres = note("C3 centres", task, dz.verdict(-1)) if dz else ""
+            out.append(f"| {task} | {di.text()} | {no_rise} | {dz.text() if dz else '–'} | "
+                       f"{centres} |")
 
     # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.
     out += ["", "### C4: TwoNN dimension of [CLS], last layer, minus base", "",
@@ -259,7 +336,9 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         for la, sign in ((lam, -1), (-0.3, -1), (1.0, +1)):
             d = paired(get(task, "none"), get(task, istar(la, zeta)), twonn_cls_last)
             if d:
-                out.append(f"| {task} | {la:g} | {d.text(2)} | {d.verdict(sign)} |")
+                key = "C4 λ < 0" if sign < 0 else "C4 λ > 0"
+                out.append(f"| {task} | {la:g} | {d.text(2)} | "
+                           f"{note(key, f'{task} λ={la:g}', d.verdict(sign))} |")
 
     # C5 (phase C): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
     out += ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (phase C)", "",
@@ -279,7 +358,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         shown = ", ".join(f"{z:g}: {means[z]:.4f} ({len(by_zeta[z])})" for z in ZETAS
                           if z in means)
         if d:
-            out.append(f"| {task} | {shown} | {best:g} | {d.text()} | {d.verdict(+1)} |")
+            out.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
+                       f"{note('C5', task, d.verdict(+1))} |")
 
     # ---------------------------------------------------------------- entropy (phase B)
     cells = entropy_cells
@@ -298,10 +378,13 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                 continue
             dm = paired(base, rs, tail_metric) if label != "none" else None
             ds = paired(base, rs, tail_top1) if label != "none" else None
+            p2, p1 = (dm.verdict(+1) if dm else ""), (ds.verdict(-1) if ds else "")
+            if label == sel:  # the paper's method; all bars is its ablation (P3)
+                p2 = note("P2", task, p2) if dm else ""
+                p1 = note("P1 held down", task, p1) if ds else ""
             out.append(f"| {task} | {label} | {mean_std_text(rs, tail_metric)} | "
-                       f"{dm.text() if dm else ''} | {dm.verdict(+1) if dm else ''} | "
-                       f"{mean_std_text(rs, tail_top1)} | {ds.text() if ds else ''} | "
-                       f"{ds.verdict(-1) if ds else ''} |")
+                       f"{dm.text() if dm else ''} | {p2} | "
+                       f"{mean_std_text(rs, tail_top1)} | {ds.text() if ds else ''} | {p1} |")
     out += ["", "### P1: growth of the top-1 [CLS] spectrum without a regularizer "
             "(last 30% mean minus first log)", "",
             "| task | spectrum | runs | growth mean ± std | verdict (> 0 in every run) |",
@@ -314,16 +397,22 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                 verdict = ("supported" if all(x > 0 for x in g) and len(g) > 1 else
                            "contradicted" if all(x < 0 for x in g) and len(g) > 1 else
                            "inconclusive")
+                note(f"P1 grows, {kind}", task, verdict)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
                 out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {verdict} |")
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
-            "| task | Δ metric, last 30% [95% CI] | Δ top-1 spectrum, last 30% [95% CI] |",
-            "|---|---|---|"]
+            "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
+            "| Δ top-1 spectrum, last 30% [95% CI] | verdict (Δ < 0) |",
+            "|---|---|---|---|---|"]
     for task in ("mrpc", "cola"):
         dm = paired(get(task, allbars), get(task, sel), tail_metric)
         ds = paired(get(task, allbars), get(task, sel), tail_top1)
         if dm or ds:
-            out.append(f"| {task} | {dm.text() if dm else '–'} | {ds.text() if ds else '–'} |")
+            vm = note("P3 metric", task, dm.verdict(+1)) if dm else ""
+            vs = note("P3 spectrum", task, ds.verdict(-1)) if ds else ""
+            out.append(f"| {task} | {dm.text() if dm else '–'} | {vm} | "
+                       f"{ds.text() if ds else '–'} | {vs} |")
+    out += ["", *summary(tally)]
     print("\n".join(out))
 
 

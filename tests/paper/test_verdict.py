@@ -107,3 +107,57 @@ def test_phases_are_read_apart(verdict: ModuleType, tmp_path: Path,
     assert "| mrpc | entropy β=1 | 0.7300 ± 0.0141 (n=2) | +0.0200 [" in out
     with pytest.raises(SystemExit, match="pass the runs of one protocol"):
         verdict.main(str(tmp_path), None)  # both roots read as one phase
+
+
+def test_claim_verdict_doctests(verdict: ModuleType) -> None:
+    import doctest
+    failures, tried = doctest.testmod(verdict, verbose=False)
+    assert tried >= 4 and failures == 0
+
+
+@pytest.mark.parametrize(("units", "expected"), [
+    ([], "not run"),
+    (["supported"] * 3 + ["inconclusive"] * 2, "supported"),  # 3 of 5: "most tasks"
+    (["supported"] * 2 + ["inconclusive"] * 3, "inconclusive"),
+    (["supported", "supported"], "supported"),  # a two-task claim needs both
+    (["supported", "inconclusive"], "inconclusive"),
+    (["contradicted"] * 3 + ["supported"] * 2, "not supported"),
+    (["contradicted", "supported"], "inconclusive"),
+    (["not contradicted"] * 4 + ["contradicted"], "not contradicted"),
+    (["not contradicted"] * 2 + ["contradicted"] * 3, "not supported"),
+])
+def test_claim_verdict_is_a_majority_of_units(verdict: ModuleType, units: list[str],
+                                              expected: str) -> None:
+    assert verdict.claim_verdict(units) == expected
+
+
+def test_summary_counts_each_claims_units(verdict: ModuleType, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # Phase B, 3 seeds, two tasks. The entropy loss (selected bars) lowers the raw top-1 share
+    # in every seed on both tasks (P1 held down: supported) and lowers the metric in every seed
+    # on both (P2: not supported). Without a regularizer the raw share grows on MRPC in every
+    # seed and falls on CoLA in every seed: one unit each way, so "inconclusive".
+    root = tmp_path / "entropy"
+    for task in ("mrpc", "cola"):
+        grow = 0.2 if task == "mrpc" else -0.2
+        for seed in range(3):
+            m = 0.6 + 0.01 * seed
+            for reg, metric, top1 in (("none", m, 0.5 + grow), ("entropy", m - 0.02, 0.25)):
+                spectrum = [(10, [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]),
+                            (100, [top1 + 0.001 * seed, 0.1, 0.1, 0.2, 0.1, 0.1])]
+                make_run(root, task=task, reg=reg, seed=seed, metric=metric,
+                         spectrum=spectrum, evals=[(50, metric), (100, metric)],
+                         global_step=100)
+    (root / "sweep.json").write_text("{}")
+    verdict.main(None, str(root))
+    out = capsys.readouterr().out
+    summary = out[out.index("## Summary"):]
+    assert ("| P1 held down | the entropy loss (selected bars) lowers the raw top-1 share | "
+            "2 (task) | 2 | 0 | 0 | supported |") in summary
+    assert ("| P2 | the entropy loss (selected bars) raises the last-30% metric | 2 (task) | "
+            "0 | 2 | 0 | not supported |") in summary
+    assert ("| P1 grows, raw | without a regularizer the raw top-1 share grows | 2 (task) | "
+            "1 | 1 | 0 | inconclusive |") in summary
+    assert "| P1 grows, centred | without a regularizer the centred top-1 share grows | " \
+           "2 (task) | 2 | 0 | 0 | supported |" in summary
+    assert "| C1 vs none |" in summary and "| 0 (task) | 0 | 0 | 0 | not run |" in summary
