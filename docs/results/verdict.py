@@ -193,7 +193,7 @@ def tail_metric(r: Run) -> float | None:
 
 def tail_top1(r: Run) -> float | None:
     """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
-    m = spectrum_tail_means(r.spectrum_logs)
+    m = spectrum_tail_means(r.spectrum_logs, r.total_steps)
     return m["cls_spectrum_raw_1"] if m else None
 
 
@@ -201,7 +201,7 @@ def spectrum_growth(r: Run, kind: str = "raw") -> float | None:
     """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the first
     training log (Table 3 gives both kinds)."""
     logs = r.spectrum_logs
-    tail = spectrum_tail_means(logs)
+    tail = spectrum_tail_means(logs, r.total_steps)
     if not logs or not tail:
         return None
     return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]

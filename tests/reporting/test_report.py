@@ -105,6 +105,16 @@ def test_table3_last_30_percent(tmp_path: Path) -> None:
     assert row["centred_3_std"] == pytest.approx(0.0)
 
 
+def test_table3_window_is_that_of_the_metric(tmp_path: Path) -> None:
+    # 174 training steps, the spectrum logged every 10 (10..170): the last 30% are steps
+    # >= 0.7 * 174 = 121.8, i.e. 130..170, as for the evaluations (not >= 0.7 * 170 = 119).
+    spec = [(s, [s / 1000, 0.2, 0.1, 0.5, 0.3, 0.2]) for s in range(10, 171, 10)]
+    make_run(tmp_path, reg="entropy", seed=1, spectrum=spec, global_step=174)
+    runs, _ = collect_runs(expand_inputs([str(tmp_path)]))
+    (row,) = table3_rows(group_cells(runs))
+    assert row["raw_1_mean"] == pytest.approx((0.13 + 0.14 + 0.15 + 0.16 + 0.17) / 5)
+
+
 def test_write_report_tables(sweep_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = write_report([str(sweep_root)], out, figures=False)

@@ -79,14 +79,24 @@ def table2_rows(cells: Sequence[Cell], which: str = "final") -> list[dict[str, A
     return rows
 
 
-def spectrum_tail_means(logs: Sequence[Mapping[str, float]],
+def spectrum_tail_means(logs: Sequence[Mapping[str, float]], total_steps: float | None = None,
                         fraction: float = LAST_FRACTION) -> dict[str, float] | None:
     r"""Mean of each ``cls_spectrum_*`` value over the logs of the last ``fraction`` of training:
-    steps :math:`t \ge (1-f)\,t_{max}`."""
+    steps :math:`t \ge (1-f)\,T`, :math:`T` the run's ``total_steps`` (the window of
+    :func:`~isotropy.reporting.runs.tail_evaluations`), else the last logged step.
+
+    >>> logs = [{"step": s, **{k: s for k in SPECTRUM_KEYS}} for s in (110, 120, 130, 170)]
+    >>> spectrum_tail_means(logs, 174)["cls_spectrum_raw_1"]  # steps >= 121.8: 130 and 170
+    150.0
+    >>> spectrum_tail_means(logs)["cls_spectrum_raw_1"]  # steps >= 119: 120, 130 and 170
+    140.0
+    """
     if not logs:
         return None
-    t_max = max(r["step"] for r in logs)
+    t_max = max(r["step"] for r in logs) if total_steps is None else total_steps
     tail = [r for r in logs if r["step"] >= (1.0 - fraction) * t_max]
+    if not tail:
+        return None
     return {k: float(np.mean([r[k] for r in tail])) for k in SPECTRUM_KEYS}
 
 
@@ -157,11 +167,13 @@ def _format_note(runs: Sequence[Run]) -> list[str]:
 
 def table3_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """Table 3 (persistent-entropy paper): top-3 raw and centred anisotropy spectrum of [CLS],
-    averaged over the last 30% of training steps of each seed, then mean and sample std over
-    seeds; cells whose runs logged no spectrum are left out."""
+    averaged over the logs of the last 30% of each seed's training steps
+    (:func:`spectrum_tail_means`), then mean and sample std over seeds; cells whose runs logged
+    no spectrum there are left out."""
     rows = []
     for c in cells:
-        per_seed = [m for r in c.runs if (m := spectrum_tail_means(r.spectrum_logs)) is not None]
+        per_seed = [m for r in c.runs
+                    if (m := spectrum_tail_means(r.spectrum_logs, r.total_steps)) is not None]
         if not per_seed:
             continue
         row: dict[str, Any] = {"task": c.task, "model": c.model, "setting": c.setting,
