@@ -19,14 +19,16 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              measured_zeta: float = 0.2, training: dict[str, Any] | None = None,
              fmt: Any = None, evals: list[tuple[int, float]] | None = None,
              global_step: int | None = None, em: float | None = None,
-             accumulation: str | None = "exact", padding: bool | None = None) -> Path:
+             accumulation: str | None = "exact", padding: bool | None = None,
+             twonn: float | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers.
 
     ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
     ``(step, main metric)`` evaluations logged in metrics.jsonl (default: one at step 100 with
     ``metric``); ``global_step``: results.json's ``train.global_step``; ``em``: SQuAD's EM;
     ``accumulation``/``padding``: ``entropy_accumulation``/``include_padding`` (absent if
-    ``None``, as in runs written before those settings)."""
+    ``None``, as in runs written before those settings); ``twonn``: the final evaluation's
+    ``eval_twonn_cls_last`` (absent if ``None``)."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             + "".join(f"_{k}{v}" for k, v in (training or {}).items())
             + ("" if fmt is None else f"_f{fmt}") + f"_{accumulation}_{padding}-seed{seed}")
@@ -46,6 +48,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
     final = {f"eval_{acc}": metric, "eval_isoscore_star_union": iso, "eval_loss": 0.7}
     if em is not None:
         final["eval_exact_match"] = em
+    if twonn is not None:
+        final["eval_twonn_cls_last"] = twonn
     logs: list[dict[str, Any]] = []
     for step, values in spectrum or []:
         rec = {"step": step, "loss": 0.5}

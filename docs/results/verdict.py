@@ -16,18 +16,24 @@ percentile interval, 10,000 resamples, fixed random state). With 3 seeds the int
 whole range of the 3 differences (the all-minimum and all-maximum resamples each have
 probability 1/27 > 2.5%), so it is a 95% interval in name only.
 
-Verdict rule, for a claim that predicts a sign: *supported* when the interval excludes 0 on the
-predicted side, *contradicted* when it excludes 0 on the other side, *inconclusive* otherwise
-(and with fewer than 2 paired seeds). With 3 seeds that reads: *supported* when every seed's
-difference has the predicted sign, a one-sided sign test at p = 1/8 under a null of no effect
-symmetric about 0. It is a statement about these seeds, not a significance test at 5%. A claim
-that something does *not* rise (C3) can only be contradicted: a difference near 0 is
-"not contradicted".
+Per task (the tables), for a claim that predicts a sign: *supported* when the interval
+excludes 0 on the predicted side, *contradicted* when it excludes 0 on the other side,
+*inconclusive* otherwise (and with fewer than 2 paired seeds). With 3 seeds that reads:
+*supported* when every seed's difference has the predicted sign, a one-sided sign test at
+p = 1/8 under a null of no effect symmetric about 0: a statement about these seeds, not a
+significance test at 5%. A claim that something does *not* rise (C3) can only be
+contradicted: a difference near 0 is "not contradicted".
 
-A claim is tested on several units (tasks, or task and λ). Its own verdict, in the summary at
-the end: *supported* when the units that support it are a majority of those it was tested on,
-*not supported* when the contradicting units are, *inconclusive* otherwise (for C3's "no rise":
-*not supported* or *not contradicted*).
+Per claim (the summary at the end): the per-seed values of all the tasks it was tested on are
+pooled, each oriented so that > 0 is the claimed direction (a paired difference; for C2 minus
+the Spearman ρ of one seed's runs; for P1's growth one run's growth), and a one-sided sign
+test (exact binomial, ties dropped) decides: *supported* when the values in the claimed
+direction have p < 0.05, *contradicted* when those in the other direction have,
+*inconclusive* otherwise. With independent tasks and seeds its error rate is 5% whatever the
+number of tasks; with 3 seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
+cannot decide a claim of one task (3 of 3: p = 1/8). For a claim that something does not rise
+(C3) only *contradicted* is possible (a significant rise); otherwise it is *not
+contradicted*, which with this few values also means "too few to see a rise".
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class Diff:
     low: float
     high: float
     n: int
+    values: tuple[float, ...] = ()  # the per-seed differences
 
     def verdict(self, sign: int) -> str:
         if self.n < 2 or math.isnan(self.low):
@@ -78,64 +85,106 @@ class Diff:
         return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
 
 
-# The summary's rows: key -> (what is tested, what one unit of the test is).
-CLAIMS: dict[str, tuple[str, str]] = {
-    "C1 vs none": ("I-STAR (paper's λ < 0) above no regularizer, task metric", "task"),
-    "C1 vs CosReg": ("I-STAR (paper's λ < 0) above CosReg, task metric", "task"),
-    "C2": ("Spearman ρ(IsoScore*, metric) across λ is negative", "task"),
-    "C3 centres": ("CosReg lowers the mean absolute activation of the last layer", "task"),
-    "C3 no rise": ("CosReg does not raise IsoScore*", "task"),
-    "C4 λ < 0": ("λ < 0 lowers the TwoNN dimension of [CLS]", "task and λ"),
-    "C4 λ > 0": ("λ = +1 raises the TwoNN dimension of [CLS]", "task"),
-    "C5": ("at λ = -1 the best ζ ∈ (0, 1) is above ζ = 0", "task"),
-    "P1 grows, raw": ("without a regularizer the raw top-1 share grows", "task"),
-    "P1 grows, centred": ("without a regularizer the centred top-1 share grows", "task"),
-    "P1 held down": ("the entropy loss (selected bars) lowers the raw top-1 share", "task"),
-    "P2": ("the entropy loss (selected bars) raises the last-30% metric", "task"),
-    "P3 metric": ("selected bars above all bars, last-30% metric", "task"),
-    "P3 spectrum": ("selected bars below all bars, raw top-1 share", "task"),
+ALPHA = 0.05  # the claim-level sign test's level
+
+# The summary's rows: key -> (what is tested, +1 for a predicted direction or 0 for a claim
+# that something does not rise).
+CLAIMS: dict[str, tuple[str, int]] = {
+    "C1 vs none": ("I-STAR (paper's λ < 0) above no regularizer, task metric", +1),
+    "C1 vs CosReg": ("I-STAR (paper's λ < 0) above CosReg, task metric", +1),
+    "C2": ("Spearman ρ(IsoScore*, metric) across λ is negative (one ρ per seed)", +1),
+    "C3 centres": ("CosReg lowers the mean absolute activation of the last layer", +1),
+    "C3 no rise": ("CosReg does not raise IsoScore*", 0),
+    "C4 paper's λ": ("the paper's λ < 0 lowers the TwoNN dimension of [CLS]", +1),
+    "C4 λ = -0.3": ("λ = -0.3 lowers the TwoNN dimension of [CLS]", +1),
+    "C4 λ = +1": ("λ = +1 raises the TwoNN dimension of [CLS]", +1),
+    "C5": ("at λ = -1 the best ζ ∈ (0, 1) is above ζ = 0", +1),
+    "P1 grows, raw": ("without a regularizer the raw top-1 share grows (per run)", +1),
+    "P1 grows, centred": ("without a regularizer the centred top-1 share grows (per run)", +1),
+    "P1 held down": ("the entropy loss (selected bars) lowers the raw top-1 share", +1),
+    "P2": ("the entropy loss (selected bars) raises the last-30% metric", +1),
+    "P3 metric": ("selected bars above all bars, last-30% metric", +1),
+    "P3 spectrum": ("selected bars below all bars, raw top-1 share", +1),
 }
 
 
-def claim_verdict(unit_verdicts: Sequence[str]) -> str:
-    """One claim's verdict from those of its units, by majority.
+@dataclass
+class Tally:
+    """A claim's units: each one's verdict and its per-seed values, oriented so that > 0 is the
+    claimed direction (for a "no rise" claim: > 0 is a rise)."""
 
-    >>> claim_verdict(["supported", "supported", "inconclusive"])
-    'supported'
-    >>> claim_verdict(["supported", "contradicted", "inconclusive", "inconclusive"])
-    'inconclusive'
-    >>> claim_verdict(["contradicted", "contradicted", "supported"])
-    'not supported'
-    >>> claim_verdict(["not contradicted", "not contradicted", "contradicted"])
-    'not contradicted'
+    verdicts: list[str]
+    values: list[float]
+
+
+def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
+    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero values are > 0, and the exact
+    one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+
+    >>> sign_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # 6 of 6: 1/64
+    (6, 6, 0.015625, 1.0)
+    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie is dropped
+    >>> (k, n, round(p * 2 ** 15))  # C(15,12) + C(15,13) + C(15,14) + C(15,15) = 576
+    (12, 15, 576)
     """
-    n = len(unit_verdicts)
+    nonzero = [v for v in values if v != 0]
+    n, k = len(nonzero), sum(v > 0 for v in nonzero)
     if n == 0:
+        return 0, 0, 1.0, 1.0
+    p_for = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
+    p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
+    return k, n, p_for, p_against
+
+
+def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
+    """A claim's verdict from its pooled per-seed values (> 0: the claimed direction, or for
+    ``sign`` 0 a rise), by the one-sided sign test at :data:`ALPHA`.
+
+    >>> claim_verdict([0.1] * 6)
+    'supported'
+    >>> claim_verdict([0.1] * 5 + [-0.1])  # p = 7/64
+    'inconclusive'
+    >>> claim_verdict([-0.1] * 12 + [0.1] * 3)
+    'contradicted'
+    >>> claim_verdict([0.01, -0.02, 0.03], sign=0), claim_verdict([0.1] * 6, sign=0)
+    ('not contradicted', 'contradicted')
+    >>> claim_verdict([])
+    'not run'
+    """
+    if not values:
         return "not run"
-    if 2 * unit_verdicts.count("contradicted") > n:
-        return "not supported"
-    if 2 * unit_verdicts.count("supported") > n:
+    _, _, p_for, p_against = sign_test(values)
+    if sign == 0:
+        return "contradicted" if p_for < ALPHA else "not contradicted"
+    if p_for < ALPHA:
         return "supported"
-    if 2 * unit_verdicts.count("not contradicted") > n:
-        return "not contradicted"
+    if p_against < ALPHA:
+        return "contradicted"
     return "inconclusive"
 
 
-def summary(tally: dict[str, list[tuple[str, str]]]) -> list[str]:
-    """The summary table: per claim, its units' verdicts counted and its own verdict."""
+def summary(tally: dict[str, Tally]) -> list[str]:
+    """The summary table: per claim, its units, the pooled sign test and its verdict."""
+    unknown = set(tally) - set(CLAIMS)
+    if unknown:
+        raise ValueError(f"units recorded under no claim of CLAIMS: {sorted(unknown)}")
     out = ["## Summary: one verdict per claim", "",
-           "Per unit: *supported* when every seed moves the claimed way (the interval excludes 0 "
-           "on that side), *contradicted* when every seed moves the other way. Per claim: the "
-           "majority of its units (see the docstring).", "",
-           "| claim | what is tested | units | supported | contradicted | other | verdict |",
+           f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
+           f"at {ALPHA:g} (see the docstring): *k of n* values move the claimed way (for "
+           "\"no rise\": rise). Per task, as in the tables above: *supported* when every seed "
+           "moves the claimed way (C2: the interval of ρ over resampled seeds, P1 growth: "
+           "every run), *contradicted* when every seed moves the other way.", "",
+           "| claim | what is tested | tasks | values the claimed way | one-sided p | tasks "
+           "supported / contradicted / other | verdict |",
            "|---|---|---|---|---|---|---|"]
-    for key, (what, unit) in CLAIMS.items():
-        units = tally.get(key, [])
-        verdicts = [v for _, v in units]
-        sup, con = verdicts.count("supported"), verdicts.count("contradicted")
-        n = len(units)
-        out.append(f"| {key} | {what} | {n} ({unit}) | {sup} | {con} | {n - sup - con} | "
-                   f"{claim_verdict(verdicts)} |")
+    for key, (what, sign) in CLAIMS.items():
+        t = tally.get(key, Tally([], []))
+        k, n, p_for, _ = sign_test(t.values)
+        sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
+        p = f"{p_for:.3g}" if n else "–"
+        out.append(f"| {key} | {what} | {len(t.verdicts)} | {k} of {n} | {p} | "
+                   f"{sup} / {con} / {len(t.verdicts) - sup - con} | "
+                   f"{claim_verdict(t.values, sign)} |")
     return out
 
 
@@ -147,12 +196,13 @@ def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | No
                   if va[s] is not None and vb[s] is not None], dtype=float)
     if d.size == 0:
         return None
+    values = tuple(float(x) for x in d)
     if d.size < 2 or np.ptp(d) == 0:
-        return Diff(float(d.mean()), float(d.min()), float(d.max()), int(d.size))
+        return Diff(float(d.mean()), float(d.min()), float(d.max()), int(d.size), values)
     res = stats.bootstrap((d,), np.mean, n_resamples=RESAMPLES, method="percentile",
                           confidence_level=0.95, random_state=np.random.default_rng(0))
     ci = res.confidence_interval
-    return Diff(float(d.mean()), float(ci.low), float(ci.high), int(d.size))
+    return Diff(float(d.mean()), float(ci.low), float(ci.high), int(d.size), values)
 
 
 def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
@@ -199,12 +249,29 @@ def tail_top1(r: Run) -> float | None:
 
 def spectrum_growth(r: Run, kind: str = "raw") -> float | None:
     """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the first
-    training log (Table 3 gives both kinds)."""
+    training log (Table 3 gives both kinds). A log is the mean over the optimizer steps since
+    the previous one: the first is that of steps 1 to ``logging_steps``."""
     logs = r.spectrum_logs
     tail = spectrum_tail_means(logs, r.total_steps)
     if not logs or not tail:
         return None
     return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
+
+
+def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
+    """Spearman ρ of ``(seed, x, y)`` points within each seed (seeds with a constant column or
+    fewer than 3 points give none).
+
+    >>> per_seed_spearman([(0, 1, 3), (0, 2, 2), (0, 3, 1), (1, 1, 1), (1, 2, 2), (1, 3, 3)])
+    [-1.0, 1.0]
+    """
+    out = []
+    for seed in sorted({p[0] for p in pts}):
+        x = [p[1] for p in pts if p[0] == seed]
+        y = [p[2] for p in pts if p[0] == seed]
+        if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            out.append(float(stats.spearmanr(x, y).statistic))
+    return out
 
 
 Cells = dict[tuple[str, str], list[Run]]
@@ -233,11 +300,14 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     entropy_cells = read_phase(entropy_root, out, "persistent entropy, phase B")
     out.append("")
     cells = istar_cells
-    tally: dict[str, list[tuple[str, str]]] = {}
+    tally: dict[str, Tally] = {}
 
-    def note(claim: str, unit: str, verdict: str) -> str:
-        """Record one unit's verdict for the summary; returns it for the table."""
-        tally.setdefault(claim, []).append((unit, verdict))
+    def note(claim: str, verdict: str, values: Sequence[float] = ()) -> str:
+        """Record one task's verdict and its per-seed values, oriented so that > 0 is the
+        claimed direction (for "no rise": a rise), for the summary; returns the verdict."""
+        t = tally.setdefault(claim, Tally([], []))
+        t.verdicts.append(verdict)
+        t.values.extend(values)
         return verdict
 
     def get(task: str, label: str) -> list[Run]:
@@ -265,7 +335,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             dt = paired(base, rs, twonn_cls_last) if label != "none" else None
             c1 = dm.verdict(+1) if dm and label.startswith("istar λ=-") else ""
             if dm and label == istar(lam, zeta):
-                note("C1 vs none", task, c1)
+                note("C1 vs none", c1, dm.values)
             out.append(f"| {task} | {label} | {mean_std_text(rs, main_metric)} | "
                        f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, isoscore_star)} | "
                        f"{di.text() if di else ''} | {mean_std_text(rs, twonn_cls_last)} | "
@@ -276,7 +346,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         lam, zeta = ISTAR_BEST[task]
         d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), main_metric)
         if d:
-            out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', task, d.verdict(+1))} |")
+            out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', d.verdict(+1), d.values)} |")
 
     # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
     # IsoScore* and the metric over runs; bootstrap over seeds (all cells of a seed together).
@@ -290,10 +360,14 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         pts = [(r.seed, isoscore_star(r), main_metric(r)) for r in group]
         pts = [p for p in pts if p[1] is not None and p[2] is not None]
         if len(pts) < 4:
+            if group:
+                out.append(f"| {task} | {len(pts)} | fewer than 4 runs with both values | | "
+                           f"{note('C2', 'inconclusive')} |")
             continue
         xs, ys = [p[1] for p in pts], [p[2] for p in pts]
         if np.ptp(xs) == 0 or np.ptp(ys) == 0:
-            out.append(f"| {task} | {len(pts)} | undefined (a constant column) | | |")
+            out.append(f"| {task} | {len(pts)} | undefined (a constant column) | | "
+                       f"{note('C2', 'inconclusive')} |")
             continue
         rho = float(stats.spearmanr(xs, ys).statistic)
         seeds = sorted({p[0] for p in pts})
@@ -310,7 +384,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         d = Diff(rho, float(lo), float(hi), len(seeds))
         ci = "– (one seed)" if math.isnan(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
         out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | "
-                   f"{note('C2', task, d.verdict(-1))} |")
+                   f"{note('C2', d.verdict(-1), [-r for r in per_seed_spearman(pts)])} |")
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
     out += ["", "### C3: CosReg minus base", "",
@@ -319,26 +393,28 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     for task in TASKS:
         a, b = get(task, "none"), get(task, "cosreg λ=1")
         di, dz = paired(a, b, isoscore_star), paired(a, b, mean_abs_token_mean)
+        no_rise = centres = ""
         if di:
             rise = di.verdict(+1)  # "supported" for a rise contradicts the claim of none
-            no_rise = ("contradicted" if rise == "supported" else
-                       "not contradicted" if di.n >= 2 else "inconclusive")
-            note("C3 no rise", task, no_rise)
-            centres = note("C3 centres", task, dz.verdict(-1)) if dz else ""
-            out.append(f"| {task} | {di.text()} | {no_rise} | {dz.text() if dz else '–'} | "
-                       f"{centres} |")
+            no_rise = note("C3 no rise", "contradicted" if rise == "supported" else
+                           "not contradicted" if di.n >= 2 else "inconclusive", di.values)
+        if dz:
+            centres = note("C3 centres", dz.verdict(-1), [-x for x in dz.values])
+        if di or dz:
+            out.append(f"| {task} | {di.text() if di else '–'} | {no_rise} | "
+                       f"{dz.text() if dz else '–'} | {centres} |")
 
     # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.
     out += ["", "### C4: TwoNN dimension of [CLS], last layer, minus base", "",
             "| task | λ | Δ TwoNN [95% CI] | verdict |", "|---|---|---|---|"]
     for task in TASKS:
         lam, zeta = ISTAR_BEST[task]
-        for la, sign in ((lam, -1), (-0.3, -1), (1.0, +1)):
+        for la, sign, key in ((lam, -1, "C4 paper's λ"), (-0.3, -1, "C4 λ = -0.3"),
+                              (1.0, +1, "C4 λ = +1")):
             d = paired(get(task, "none"), get(task, istar(la, zeta)), twonn_cls_last)
             if d:
-                key = "C4 λ < 0" if sign < 0 else "C4 λ > 0"
                 out.append(f"| {task} | {la:g} | {d.text(2)} | "
-                           f"{note(key, f'{task} λ={la:g}', d.verdict(sign))} |")
+                           f"{note(key, d.verdict(sign), [sign * x for x in d.values])} |")
 
     # C5 (phase C): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
     out += ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (phase C)", "",
@@ -353,13 +429,15 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             continue
         means = {z: float(np.mean(v)) for z in ZETAS
                  if (v := [m for r in by_zeta[z] if (m := main_metric(r)) is not None])}
-        best = max((z for z in inner if z in means), key=lambda z: means[z])
+        best = max((z for z in inner if z in means), key=lambda z: means[z], default=None)
+        if best is None:
+            continue
         d = paired(by_zeta[0.0], by_zeta[best], main_metric)
         shown = ", ".join(f"{z:g}: {means[z]:.4f} ({len(by_zeta[z])})" for z in ZETAS
                           if z in means)
         if d:
             out.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
-                       f"{note('C5', task, d.verdict(+1))} |")
+                       f"{note('C5', d.verdict(+1), d.values)} |")
 
     # ---------------------------------------------------------------- entropy (phase B)
     cells = entropy_cells
@@ -380,8 +458,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             ds = paired(base, rs, tail_top1) if label != "none" else None
             p2, p1 = (dm.verdict(+1) if dm else ""), (ds.verdict(-1) if ds else "")
             if label == sel:  # the paper's method; all bars is its ablation (P3)
-                p2 = note("P2", task, p2) if dm else ""
-                p1 = note("P1 held down", task, p1) if ds else ""
+                p2 = note("P2", p2, dm.values) if dm else ""
+                p1 = note("P1 held down", p1, [-x for x in ds.values]) if ds else ""
             out.append(f"| {task} | {label} | {mean_std_text(rs, tail_metric)} | "
                        f"{dm.text() if dm else ''} | {p2} | "
                        f"{mean_std_text(rs, tail_top1)} | {ds.text() if ds else ''} | {p1} |")
@@ -397,7 +475,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                 verdict = ("supported" if all(x > 0 for x in g) and len(g) > 1 else
                            "contradicted" if all(x < 0 for x in g) and len(g) > 1 else
                            "inconclusive")
-                note(f"P1 grows, {kind}", task, verdict)
+                note(f"P1 grows, {kind}", verdict, g)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
                 out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {verdict} |")
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
@@ -408,8 +486,8 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         dm = paired(get(task, allbars), get(task, sel), tail_metric)
         ds = paired(get(task, allbars), get(task, sel), tail_top1)
         if dm or ds:
-            vm = note("P3 metric", task, dm.verdict(+1)) if dm else ""
-            vs = note("P3 spectrum", task, ds.verdict(-1)) if ds else ""
+            vm = note("P3 metric", dm.verdict(+1), dm.values) if dm else ""
+            vs = note("P3 spectrum", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
             out.append(f"| {task} | {dm.text() if dm else '–'} | {vm} | "
                        f"{ds.text() if ds else '–'} | {vs} |")
     out += ["", *summary(tally)]

@@ -109,55 +109,109 @@ def test_phases_are_read_apart(verdict: ModuleType, tmp_path: Path,
         verdict.main(str(tmp_path), None)  # both roots read as one phase
 
 
-def test_claim_verdict_doctests(verdict: ModuleType) -> None:
+def test_doctests(verdict: ModuleType) -> None:
     import doctest
     failures, tried = doctest.testmod(verdict, verbose=False)
-    assert tried >= 4 and failures == 0
+    assert tried >= 9 and failures == 0
 
 
-@pytest.mark.parametrize(("units", "expected"), [
-    ([], "not run"),
-    (["supported"] * 3 + ["inconclusive"] * 2, "supported"),  # 3 of 5: "most tasks"
-    (["supported"] * 2 + ["inconclusive"] * 3, "inconclusive"),
-    (["supported", "supported"], "supported"),  # a two-task claim needs both
-    (["supported", "inconclusive"], "inconclusive"),
-    (["contradicted"] * 3 + ["supported"] * 2, "not supported"),
-    (["contradicted", "supported"], "inconclusive"),
-    (["not contradicted"] * 4 + ["contradicted"], "not contradicted"),
-    (["not contradicted"] * 2 + ["contradicted"] * 3, "not supported"),
+@pytest.mark.parametrize(("k", "n"), [(6, 6), (5, 6), (12, 15), (11, 15), (3, 3), (0, 4)])
+def test_sign_test_is_the_binomial_tail(verdict: ModuleType, k: int, n: int) -> None:
+    # The exact tail P(X >= k), X ~ Bin(n, 1/2), summed by hand.
+    from math import comb
+    values = [1.0] * k + [-1.0] * (n - k)
+    got_k, got_n, p_for, p_against = verdict.sign_test(values)
+    assert (got_k, got_n) == (k, n)
+    assert p_for == pytest.approx(sum(comb(n, i) for i in range(k, n + 1)) / 2 ** n)
+    assert p_against == pytest.approx(sum(comb(n, i) for i in range(0, k + 1)) / 2 ** n)
+
+
+@pytest.mark.parametrize(("values", "sign", "expected"), [
+    ([], +1, "not run"),
+    ([0.1] * 6, +1, "supported"),  # 1/64: two tasks, every seed
+    ([0.1] * 5 + [-0.1], +1, "inconclusive"),  # 7/64
+    ([0.1] * 12 + [-0.1] * 3, +1, "supported"),  # 576/32768 = 0.018
+    ([0.1] * 11 + [-0.1] * 4, +1, "inconclusive"),  # 0.059
+    ([-0.1] * 6, +1, "contradicted"),
+    ([0.1] * 3, +1, "inconclusive"),  # one task, 3 seeds: 1/8 can never decide
+    ([0.1, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1, 0.1], +1, "supported"),  # ties dropped: 6 of 6
+    ([0.1] * 6, 0, "contradicted"),  # "no rise": a significant rise
+    ([0.1] * 5 + [-0.1], 0, "not contradicted"),
 ])
-def test_claim_verdict_is_a_majority_of_units(verdict: ModuleType, units: list[str],
-                                              expected: str) -> None:
-    assert verdict.claim_verdict(units) == expected
+def test_claim_verdict(verdict: ModuleType, values: list[float], sign: int,
+                       expected: str) -> None:
+    assert verdict.claim_verdict(values, sign) == expected
 
 
-def test_summary_counts_each_claims_units(verdict: ModuleType, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    # Phase B, 3 seeds, two tasks. The entropy loss (selected bars) lowers the raw top-1 share
-    # in every seed on both tasks (P1 held down: supported) and lowers the metric in every seed
-    # on both (P2: not supported). Without a regularizer the raw share grows on MRPC in every
-    # seed and falls on CoLA in every seed: one unit each way, so "inconclusive".
+def _row(out: str, key: str) -> str:
+    summary = out[out.index("## Summary"):]
+    (line,) = [x for x in summary.splitlines() if x.startswith(f"| {key} |")]
+    return line
+
+
+def test_summary_of_phase_b(verdict: ModuleType, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    # Two tasks, 3 seeds. Selected bars lower the raw top-1 share in every seed on both tasks
+    # (P1 held down: 6 of 6) and lower the metric in every seed (P2: 0 of 6, contradicted).
+    # All bars raise the metric and lower the share too: counted only in P3 (selected minus
+    # all bars), never in P1 or P2, which would then read 12 values. Without a regularizer the
+    # raw share grows on MRPC and falls on CoLA in every run: 3 of 6, inconclusive.
     root = tmp_path / "entropy"
     for task in ("mrpc", "cola"):
         grow = 0.2 if task == "mrpc" else -0.2
         for seed in range(3):
             m = 0.6 + 0.01 * seed
-            for reg, metric, top1 in (("none", m, 0.5 + grow), ("entropy", m - 0.02, 0.25)):
+            for reg, select, metric, top1 in (("none", True, m, 0.5 + grow),
+                                              ("entropy", True, m - 0.02, 0.25),
+                                              ("entropy", False, m + 0.03, 0.2)):
                 spectrum = [(10, [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]),
                             (100, [top1 + 0.001 * seed, 0.1, 0.1, 0.2, 0.1, 0.1])]
-                make_run(root, task=task, reg=reg, seed=seed, metric=metric,
+                make_run(root, task=task, reg=reg, select=select, seed=seed, metric=metric,
                          spectrum=spectrum, evals=[(50, metric), (100, metric)],
                          global_step=100)
     (root / "sweep.json").write_text("{}")
     verdict.main(None, str(root))
     out = capsys.readouterr().out
-    summary = out[out.index("## Summary"):]
-    assert ("| P1 held down | the entropy loss (selected bars) lowers the raw top-1 share | "
-            "2 (task) | 2 | 0 | 0 | supported |") in summary
-    assert ("| P2 | the entropy loss (selected bars) raises the last-30% metric | 2 (task) | "
-            "0 | 2 | 0 | not supported |") in summary
-    assert ("| P1 grows, raw | without a regularizer the raw top-1 share grows | 2 (task) | "
-            "1 | 1 | 0 | inconclusive |") in summary
-    assert "| P1 grows, centred | without a regularizer the centred top-1 share grows | " \
-           "2 (task) | 2 | 0 | 0 | supported |" in summary
-    assert "| C1 vs none |" in summary and "| 0 (task) | 0 | 0 | 0 | not run |" in summary
+    assert _row(out, "P1 held down").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert _row(out, "P2").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    assert _row(out, "P1 grows, raw").endswith("| 2 | 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
+    assert _row(out, "P1 grows, centred").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert _row(out, "P3 metric").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
+    assert _row(out, "P3 spectrum").endswith("| 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    assert _row(out, "C1 vs none").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+
+
+def test_summary_of_phase_a(verdict: ModuleType, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    # Two tasks at their paper's (λ, ζ), 3 seeds. I-STAR is below base and above CosReg in
+    # every seed; CosReg raises IsoScore* by 0.01 on seeds 0-1 and lowers it on seed 2 (no
+    # rise: 4 of 6 rises, not contradicted) and centres in every seed (mean |activation|
+    # -0.5); the paper's λ lowers TwoNN in every seed, λ = +1 raises it on one task only.
+    root = tmp_path / "istar"
+    for task, (lam, zeta) in (("mrpc", (-1.0, 0.6)), ("cola", (-1.0, 0.8))):
+        for seed in range(3):
+            m = 0.7 + 0.01 * seed
+            cos_iso = 0.2 + (0.01 if seed < 2 else -0.01)
+            up = 1.0 if task == "mrpc" else -1.0
+            for reg, lam_, metric, iso, shift in (("none", 1.0, m, 0.2, 0.0),
+                                                  ("cosreg", 1.0, m - 0.05, cos_iso, -0.5),
+                                                  ("istar", lam, m - 0.02, 0.01, -2.0),
+                                                  ("istar", 1.0, m - 0.01, 0.5, up)):
+                make_run(root, task=task, reg=reg, lam=lam_, zeta=zeta, seed=seed,
+                         metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift)
+    (root / "sweep.json").write_text("{}")
+    verdict.main(str(root), None)
+    out = capsys.readouterr().out
+    assert _row(out, "C1 vs none").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    assert _row(out, "C1 vs CosReg").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert _row(out, "C3 no rise").endswith("| 4 of 6 | 0.344 | 0 / 0 / 2 | not contradicted |")
+    assert _row(out, "C3 centres").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert _row(out, "C4 paper's λ").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert _row(out, "C4 λ = +1").endswith("| 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
+    assert _row(out, "C4 λ = -0.3").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+
+
+def test_summary_refuses_a_claim_it_does_not_know(verdict: ModuleType) -> None:
+    with pytest.raises(ValueError, match="C4 λ<0"):
+        verdict.summary({"C4 λ<0": verdict.Tally(["supported"], [1.0])})

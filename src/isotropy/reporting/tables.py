@@ -83,7 +83,9 @@ def spectrum_tail_means(logs: Sequence[Mapping[str, float]], total_steps: float 
                         fraction: float = LAST_FRACTION) -> dict[str, float] | None:
     r"""Mean of each ``cls_spectrum_*`` value over the logs of the last ``fraction`` of training:
     steps :math:`t \ge (1-f)\,T`, :math:`T` the run's ``total_steps`` (the window of
-    :func:`~isotropy.reporting.runs.tail_evaluations`), else the last logged step.
+    :func:`~isotropy.reporting.runs.tail_evaluations`), else the last logged step. A training
+    log holds the mean over the steps since the previous log, so the window's first log also
+    covers a few steps before :math:`(1-f)\,T`.
 
     >>> logs = [{"step": s, **{k: s for k in SPECTRUM_KEYS}} for s in (110, 120, 130, 170)]
     >>> spectrum_tail_means(logs, 174)["cls_spectrum_raw_1"]  # steps >= 121.8: 130 and 170
