@@ -113,6 +113,18 @@ def test_table3_window_is_that_of_the_metric(tmp_path: Path) -> None:
     runs, _ = collect_runs(expand_inputs([str(tmp_path)]))
     (row,) = table3_rows(group_cells(runs))
     assert row["raw_1_mean"] == pytest.approx((0.13 + 0.14 + 0.15 + 0.16 + 0.17) / 5)
+    assert (row["n_seeds"], row["n_no_logs"]) == (1, 0)
+
+
+def test_table3_counts_runs_with_no_log_in_the_window(tmp_path: Path) -> None:
+    # Logged every 60 of 100 steps: step 60 only, before the window (>= 70): left out, counted.
+    spec = [(s, [s / 1000, 0.2, 0.1, 0.5, 0.3, 0.2]) for s in range(10, 101, 10)]
+    make_run(tmp_path, reg="entropy", seed=1, spectrum=spec, global_step=100)
+    make_run(tmp_path, reg="entropy", seed=2, spectrum=[(60, [0.9] * 6)], global_step=100)
+    runs, _ = collect_runs(expand_inputs([str(tmp_path)]))
+    (row,) = table3_rows(group_cells(runs))
+    assert (row["n_seeds"], row["n_no_logs"]) == (1, 1)
+    assert row["raw_1_mean"] == pytest.approx((0.07 + 0.08 + 0.09 + 0.1) / 4)
 
 
 def test_write_report_tables(sweep_root: Path, tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def spectrum_tail_means(logs: Sequence[Mapping[str, float]], total_steps: float 
     >>> spectrum_tail_means(logs)["cls_spectrum_raw_1"]  # steps >= 119: 120, 130 and 170
     140.0
     """
-    if not logs:
+    if not logs or (total_steps is not None and total_steps <= 0):
         return None
     t_max = max(r["step"] for r in logs) if total_steps is None else total_steps
     tail = [r for r in logs if r["step"] >= (1.0 - fraction) * t_max]
@@ -170,16 +170,19 @@ def _format_note(runs: Sequence[Run]) -> list[str]:
 def table3_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """Table 3 (persistent-entropy paper): top-3 raw and centred anisotropy spectrum of [CLS],
     averaged over the logs of the last 30% of each seed's training steps
-    (:func:`spectrum_tail_means`), then mean and sample std over seeds; cells whose runs logged
-    no spectrum there are left out."""
+    (:func:`spectrum_tail_means`), then mean and sample std over seeds. ``n_no_logs``: the
+    runs that logged a spectrum, but none in that window (left out); cells with no run left
+    are left out."""
     rows = []
     for c in cells:
         per_seed = [m for r in c.runs
                     if (m := spectrum_tail_means(r.spectrum_logs, r.total_steps)) is not None]
         if not per_seed:
             continue
+        no_logs = sum(1 for r in c.runs if r.spectrum_logs) - len(per_seed)
         row: dict[str, Any] = {"task": c.task, "model": c.model, "setting": c.setting,
-                               "method": c.method.label, "n_seeds": len(per_seed)}
+                               "method": c.method.label, "n_seeds": len(per_seed),
+                               "n_no_logs": no_logs}
         for k in SPECTRUM_KEYS:
             m, s = mean_std([p[k] for p in per_seed])
             short = k.removeprefix("cls_spectrum_")

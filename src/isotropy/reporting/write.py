@@ -101,7 +101,7 @@ def _write_tables(rep: _Report, out: Path) -> list[Path]:
     t2_fields = ["task", "model", "setting", "metric", "lambda", "zeta", "mean", "std",
                  "n_seeds", "n_istar_cells"]
     files.append(write_csv_atomic(out / "table2.csv", rep.t2, t2_fields))
-    t3_fields = ["task", "model", "setting", "method", "n_seeds"] + [
+    t3_fields = ["task", "model", "setting", "method", "n_seeds", "n_no_logs"] + [
         f"{k.removeprefix('cls_spectrum_')}_{s}" for k in SPECTRUM_KEYS for s in ("mean", "std")]
     files.append(write_csv_atomic(out / "table3.csv", rep.t3, t3_fields))
     pt2_fields = ["task", "model", "setting", "method", "metric", "mean", "std", "n_seeds",
@@ -166,12 +166,15 @@ def _md_tables(rep: _Report) -> list[str]:
         md.append(_md_table(
             ["task", "model", "method", "n", *(k.removeprefix("cls_spectrum_")
                                                  for k in SPECTRUM_KEYS)],
-            [[r["task"], r["model"], _with_setting(r["method"], r), r["n_seeds"],
+            [[r["task"], r["model"], _with_setting(r["method"], r),
+              f"{r['n_seeds']}" + (f" ({r['n_no_logs']} run(s) with no log in the window, "
+                                   "left out)" if r["n_no_logs"] else ""),
               *(_fmt(r[f"{k.removeprefix('cls_spectrum_')}_mean"],
                      r[f"{k.removeprefix('cls_spectrum_')}_std"], 3) for k in SPECTRUM_KEYS)]
              for r in rep.t3]))
     else:
-        md.append("No run logged `cls_spectrum_*` training values.")
+        md.append("No run logged `cls_spectrum_*` training values in the last 30% of its "
+                  "training.")
     md += ["", "## Persistent-entropy Table 2: main metric over the last 30% of training", "",
            "Per run, the main metric averaged over the evaluations of `metrics.jsonl` at steps "
            "≥ 0.7 × the run's training steps (`results.json` `train.global_step`); then mean ± "
