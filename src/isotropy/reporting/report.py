@@ -2,7 +2,8 @@ r"""Tables and figures of the papers from finished ``isotropy train`` run direct
 
 The steps live in :mod:`~isotropy.reporting.runs` (a run directory),
 :mod:`~isotropy.reporting.cells` (runs -> cells), :mod:`~isotropy.reporting.tables` and
-:mod:`~isotropy.reporting.figures` (cells -> outputs) and :mod:`~isotropy.reporting.write`
+:mod:`~isotropy.reporting.figures` (cells -> outputs), :mod:`~isotropy.reporting.claims`
+(cells -> each paper's claims, with verdicts) and :mod:`~isotropy.reporting.write`
 (the report directory); this module gathers their public names.
 
 :func:`collect_runs` reads run directories (a directory holding ``config.json`` is a run; any
@@ -17,7 +18,8 @@ standard deviation :math:`s = \sqrt{\frac{1}{n-1}\sum_i (x_i-\bar x)^2}` over it
 SQuAD's F1 and EM; Table 2: the best global I-STAR :math:`\lambda, \zeta` per task and model;
 Table 3: the top-3 anisotropy spectrum of [CLS] over the last 30% of training; the
 persistent-entropy paper's Table 2: the main metric averaged over the evaluations in the last
-30% of training) and the figures (:mod:`isotropy.reporting.figures`).
+30% of training), the figures (:mod:`isotropy.reporting.figures`) and ``claims.md``
+(:func:`claims_markdown`: both papers' claims, per task and per claim).
 
 Every run has a *measurement format* (:func:`measurement_format`, :data:`MEASUREMENT_FORMATS`):
 outputs built from per-layer IsoScore* or from the training spectrum
@@ -25,6 +27,7 @@ outputs built from per-layer IsoScore* or from the training spectrum
 """
 
 from isotropy.reporting.cells import Cell, collect_runs, group_cells, lower_is_better, pick_best
+from isotropy.reporting.claims import claim_verdict, claims_markdown
 from isotropy.reporting.runs import (
     COMPARED_SETTINGS,
     FORMAT_BOUND_OUTPUTS,
@@ -62,6 +65,8 @@ __all__ = [
     "Cell",
     "Method",
     "Run",
+    "claim_verdict",
+    "claims_markdown",
     "collect_runs",
     "eval_history",
     "expand_inputs",

@@ -1,29 +1,24 @@
-"""The study's verdict script (``docs/results/verdict.py``): seed pairing, the bootstrap
-interval, the verdict rule, and reading phases A and B apart."""
+"""The papers' claims on a report's runs (``isotropy.reporting.claims``): seed pairing, the
+bootstrap interval, the per-task and per-claim verdict rules, and one protocol at a time."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 from _runs import make_run
 
-SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "results" / "verdict.py"
+from isotropy.reporting import claims
+from isotropy.reporting.cells import collect_runs, group_cells
+from isotropy.reporting.runs import expand_inputs
 
 
-@pytest.fixture(scope="module")
-def verdict() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("results_verdict", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+def _claims_of(*roots: Path) -> tuple[str, str | None]:
+    runs, _ = collect_runs(expand_inputs([str(r) for r in roots]))
+    lines, why = claims.claims_markdown(group_cells(runs))
+    return "\n".join(lines), why
 
 
 class _Run:
@@ -35,17 +30,17 @@ def _value(r: _Run) -> float | None:
     return r.v
 
 
-def test_paired_matches_seeds_and_skips_missing(verdict: ModuleType) -> None:
+def test_paired_matches_seeds_and_skips_missing() -> None:
     a = [_Run(0, 0.50), _Run(1, 0.60), _Run(2, 0.70), _Run(3, None)]
     b = [_Run(2, 0.71), _Run(0, 0.55), _Run(3, 0.9), _Run(4, 0.1)]
-    d = verdict.paired(a, b, _value)
+    d = claims.paired(a, b, _value)
     # seeds 0 and 2 pair; seed 1 has no b, seed 3 no value in a, seed 4 no a
     assert d.n == 2
     assert d.mean == pytest.approx(((0.55 - 0.50) + (0.71 - 0.70)) / 2)
-    assert verdict.paired(a, [_Run(9, 1.0)], _value) is None
+    assert claims.paired(a, [_Run(9, 1.0)], _value) is None
 
 
-def test_percentile_interval_of_three_seeds_is_their_range(verdict: ModuleType) -> None:
+def test_percentile_interval_of_three_seeds_is_their_range() -> None:
     # The mean of 3 values resampled with replacement: 27 equally likely resamples; the
     # all-minimum and all-maximum ones each have probability 1/27 > 2.5%, so the exact 2.5% and
     # 97.5% quantiles of the bootstrap distribution are the smallest and largest difference.
@@ -54,17 +49,17 @@ def test_percentile_interval_of_three_seeds_is_their_range(verdict: ModuleType) 
     assert means[0] == min(diffs) and means[-1] == max(diffs)
     a = [_Run(s, 0.0) for s in range(3)]
     b = [_Run(s, x) for s, x in enumerate(diffs)]
-    d = verdict.paired(a, b, _value)
+    d = claims.paired(a, b, _value)
     assert (d.low, d.high, d.n) == (pytest.approx(0.01), pytest.approx(0.06), 3)
     assert d.mean == pytest.approx(0.03)
     assert d.verdict(+1) == "supported" and d.verdict(-1) == "contradicted"
 
 
-def test_interval_of_many_seeds_narrows_to_the_normal_one(verdict: ModuleType) -> None:
+def test_interval_of_many_seeds_narrows_to_the_normal_one() -> None:
     # With 40 seeds, the percentile interval of the mean is close to mean ± 1.96 s / sqrt(n).
     rng = np.random.default_rng(3)
     diffs = rng.normal(0.02, 0.01, size=40)
-    d = verdict.paired([_Run(s, 0.0) for s in range(40)],
+    d = claims.paired([_Run(s, 0.0) for s in range(40)],
                        [_Run(s, float(x)) for s, x in enumerate(diffs)], _value)
     half = 1.96 * diffs.std(ddof=1) / np.sqrt(40)
     assert d.low == pytest.approx(diffs.mean() - half, abs=0.3 * half)
@@ -79,15 +74,14 @@ def test_interval_of_many_seeds_narrows_to_the_normal_one(verdict: ModuleType) -
     (0.01, 0.03, 1, +1, "inconclusive"),  # one seed never decides
     (float("nan"), float("nan"), 3, +1, "inconclusive"),
 ])
-def test_verdict_rule(verdict: ModuleType, low: float, high: float, n: int, sign: int,
+def test_verdict_rule(low: float, high: float, n: int, sign: int,
                       expected: str) -> None:
-    assert verdict.Diff(0.02, low, high, n).verdict(sign) == expected
+    assert claims.Diff(0.02, low, high, n).verdict(sign) == expected
 
 
-def test_phases_are_read_apart(verdict: ModuleType, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_protocol_at_a_time(tmp_path: Path) -> None:
     # Both phases have a run without a regularizer on MRPC, under different learning rates:
-    # pooled, they would be refused (or worse, compared); read apart, each is its phase's base.
+    # pooled, which is the base run? Refused; each on its own, each is its phase's base.
     a, b = tmp_path / "istar", tmp_path / "entropy"
     for seed, (m_a, m_b) in enumerate([(0.80, 0.70), (0.82, 0.72)]):
         make_run(a, task="mrpc", seed=seed, metric=m_a, training={"learning_rate": 1e-4})
@@ -98,29 +92,23 @@ def test_phases_are_read_apart(verdict: ModuleType, tmp_path: Path,
         make_run(b, task="mrpc", reg="entropy", seed=seed, metric=m_b + 0.02,
                  training={"learning_rate": 2e-5},
                  evals=[(10, m_b), (90, m_b + 0.02), (100, m_b + 0.02)], global_step=100)
-    for root in (a, b):
-        (root / "sweep.json").write_text("{}")  # sweep output roots: runs/ reads as both
-    verdict.main(str(a), str(b))
-    out = capsys.readouterr().out
-    assert "| mrpc | none | 0.8100 ± 0.0141 (n=2) |" in out  # phase A: final metric
-    assert "| mrpc | none | 0.7100 ± 0.0141 (n=2) |" in out  # phase B: last-30% mean
-    assert "| mrpc | entropy β=1 | 0.7300 ± 0.0141 (n=2) | +0.0200 [" in out
-    with pytest.raises(SystemExit, match="pass the runs of one protocol"):
-        verdict.main(str(tmp_path), None)  # both roots read as one phase
-
-
-def test_doctests(verdict: ModuleType) -> None:
-    import doctest
-    failures, tried = doctest.testmod(verdict, verbose=False)
-    assert tried >= 9 and failures == 0
+    out_a, why_a = _claims_of(a)
+    out_b, why_b = _claims_of(b)
+    assert why_a is None and why_b is None
+    assert "| mrpc | none | 0.8100 ± 0.0141 (n=2) |" in out_a  # phase A: final metric
+    assert "| mrpc | none | 0.7100 ± 0.0141 (n=2) |" in out_b  # phase B: last-30% mean
+    assert "| mrpc | entropy β=1 | 0.7300 ± 0.0141 (n=2) | +0.0200 [" in out_b
+    assert "## Persistent entropy" not in out_a and "## I-STAR" not in out_b
+    out, why = _claims_of(a, b)
+    assert out == "" and why is not None and "mrpc differ in settings" in why
 
 
 @pytest.mark.parametrize(("k", "n"), [(6, 6), (5, 6), (12, 15), (11, 15), (3, 3), (0, 4)])
-def test_sign_test_is_the_binomial_tail(verdict: ModuleType, k: int, n: int) -> None:
+def test_sign_test_is_the_binomial_tail(k: int, n: int) -> None:
     # The exact tail P(X >= k), X ~ Bin(n, 1/2), summed by hand.
     from math import comb
     values = [1.0] * k + [-1.0] * (n - k)
-    got_k, got_n, p_for, p_against = verdict.sign_test(values)
+    got_k, got_n, p_for, p_against = claims.sign_test(values)
     assert (got_k, got_n) == (k, n)
     assert p_for == pytest.approx(sum(comb(n, i) for i in range(k, n + 1)) / 2 ** n)
     assert p_against == pytest.approx(sum(comb(n, i) for i in range(0, k + 1)) / 2 ** n)
@@ -138,9 +126,9 @@ def test_sign_test_is_the_binomial_tail(verdict: ModuleType, k: int, n: int) -> 
     ([0.1] * 6, 0, "contradicted"),  # "no rise": a significant rise
     ([0.1] * 5 + [-0.1], 0, "not contradicted"),
 ])
-def test_claim_verdict(verdict: ModuleType, values: list[float], sign: int,
+def test_claim_verdict(values: list[float], sign: int,
                        expected: str) -> None:
-    assert verdict.claim_verdict(values, sign) == expected
+    assert claims.claim_verdict(values, sign) == expected
 
 
 def _row(out: str, key: str) -> str:
@@ -149,8 +137,7 @@ def _row(out: str, key: str) -> str:
     return line
 
 
-def test_summary_of_phase_b(verdict: ModuleType, tmp_path: Path,
-                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_of_phase_b(tmp_path: Path) -> None:
     # Two tasks, 3 seeds. Selected bars lower the raw top-1 share in every seed on both tasks
     # (P1 held down: 6 of 6) and lower the metric in every seed (P2: 0 of 6, contradicted).
     # All bars raise the metric and lower the share too: counted only in P3 (selected minus
@@ -169,9 +156,8 @@ def test_summary_of_phase_b(verdict: ModuleType, tmp_path: Path,
                 make_run(root, task=task, reg=reg, select=select, seed=seed, metric=metric,
                          spectrum=spectrum, evals=[(50, metric), (100, metric)],
                          global_step=100)
-    (root / "sweep.json").write_text("{}")
-    verdict.main(None, str(root))
-    out = capsys.readouterr().out
+    out, why = _claims_of(root)
+    assert why is None
     assert _row(out, "P1 held down").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "P2").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     assert _row(out, "P1 grows, raw").endswith("| 2 | 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
@@ -179,11 +165,11 @@ def test_summary_of_phase_b(verdict: ModuleType, tmp_path: Path,
     assert _row(out, "P3 metric").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
     assert _row(out, "P3 spectrum").endswith("| 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
-    assert _row(out, "C1 vs none").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    summary = out[out.index("## Summary"):]
+    assert "| C1 vs none |" not in summary  # no I-STAR cell: its claims are not listed
 
 
-def test_summary_of_phase_a(verdict: ModuleType, tmp_path: Path,
-                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_of_phase_a(tmp_path: Path) -> None:
     # Two tasks at their paper's (λ, ζ), 3 seeds. I-STAR is below base and above CosReg in
     # every seed; CosReg raises IsoScore* by 0.01 on seeds 0-1 and lowers it on seed 2 (no
     # rise: 4 of 6 rises, not contradicted) and centres in every seed (mean |activation|
@@ -200,9 +186,8 @@ def test_summary_of_phase_a(verdict: ModuleType, tmp_path: Path,
                                                   ("istar", 1.0, m - 0.01, 0.5, up)):
                 make_run(root, task=task, reg=reg, lam=lam_, zeta=zeta, seed=seed,
                          metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift)
-    (root / "sweep.json").write_text("{}")
-    verdict.main(str(root), None)
-    out = capsys.readouterr().out
+    out, why = _claims_of(root)
+    assert why is None
     assert _row(out, "C1 vs none").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     assert _row(out, "C1 vs CosReg").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "C3 no rise").endswith("| 4 of 6 | 0.344 | 0 / 0 / 2 | not contradicted |")
@@ -210,8 +195,30 @@ def test_summary_of_phase_a(verdict: ModuleType, tmp_path: Path,
     assert _row(out, "C4 paper's λ").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "C4 λ = +1").endswith("| 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
     assert _row(out, "C4 λ = -0.3").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    assert _row(out, "C5").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    assert "| P2 |" not in out[out.index("## Summary"):]
 
 
-def test_summary_refuses_a_claim_it_does_not_know(verdict: ModuleType) -> None:
+def test_summary_refuses_a_claim_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="C4 λ<0"):
-        verdict.summary({"C4 λ<0": verdict.Tally(["supported"], [1.0])})
+        claims.summary({"C4 λ<0": claims.Tally(["supported"], [1.0])})
+
+
+def test_report_writes_claims_md_or_says_why_not(tmp_path: Path) -> None:
+    from isotropy.reporting.write import write_report
+    runs = tmp_path / "runs"
+    for seed in range(2):
+        make_run(runs, task="mrpc", seed=seed, metric=0.8)
+        make_run(runs, task="mrpc", reg="cosreg", seed=seed, metric=0.81)
+    out = tmp_path / "report"
+    res = write_report([str(runs)], out, figures=False)
+    assert out / "claims.md" in res["files"]
+    text = (out / "claims.md").read_text()
+    assert "| mrpc | cosreg λ=1 | 0.8100 ± 0.0000 (n=2) | +0.0100 [" in text
+    assert "[`claims.md`](claims.md)" in (out / "report.md").read_text()
+    # Another learning rate next to them: no claims, the reason in report.md, and the earlier
+    # claims.md (of other runs) is not left behind.
+    make_run(runs, task="mrpc", seed=0, metric=0.7, training={"learning_rate": 1e-4})
+    res = write_report([str(runs)], out, figures=False)
+    assert not (out / "claims.md").exists()
+    assert "Not measured: the runs of mrpc differ in settings" in (out / "report.md").read_text()

@@ -1,20 +1,20 @@
-"""The numbers behind docs/results.md: each claim's measure per task, seed-paired differences to
-the reference cell with a 95% bootstrap interval, and a verdict by a fixed rule.
+r"""Both papers' claims measured on a report's runs (``claims.md`` of ``isotropy report``).
 
-    python docs/results/verdict.py --istar docs/results/runs/istar \
-        --entropy docs/results/runs/entropy > docs/results/verdict.md
+I-STAR (Rudman & Eickhoff 2024): (C1) λ < 0 at the paper's ζ improves the task metric over no
+regularizer and over CosReg (Table 1); (C2) IsoScore\* and the metric are inversely related
+across λ (Fig. 3); (C3) CosReg centres the activations and does not raise IsoScore\* (Fig. 4);
+(C4) λ < 0 lowers and λ > 0 raises the TwoNN dimension of [CLS] (Fig. 5); (C5) ζ = 0 is worse
+than the best ζ ∈ (0, 1) (Fig. 7). Persistent entropy (Kudriashov et al. 2025): (P1) without a
+regularizer the top-1 share of the [CLS] spectrum grows during fine-tuning and the entropy loss
+holds it down (Fig. 1, Table 3); (P2) the loss raises the metric over the last 30% of training
+(Table 2); (P3) prominent-feature selection matters for both.
 
-with one sweep output root per phase (either may be left out), not ``docs/results/runs`` as a
-whole: its learning-rate pick holds runs at other learning rates, which this script refuses to
-pool. The phases are read apart because both have a run without a regularizer on MRPC and CoLA,
-under different training settings.
-
-Runs are read with ``isotropy.reporting`` (the same reader as ``isotropy report``), one cell per
-task and method. A difference pairs the runs of two cells by seed (same seed: same data order
-and head initialisation) and resamples the per-seed differences (``scipy.stats.bootstrap``,
-percentile interval, 10,000 resamples, fixed random state). With 3 seeds the interval is the
-whole range of the 3 differences (the all-minimum and all-maximum resamples each have
-probability 1/27 > 2.5%), so it is a 95% interval in name only.
+Cells are keyed by task and method label; a task's I-STAR claims use the paper's best
+(λ, ζ) for it (:data:`ISTAR_BEST`, BERT) with λ = -0.3 and +1 at that ζ. A difference pairs the
+runs of two cells by seed (same data order and head initialisation) and resamples the per-seed
+differences (``scipy.stats.bootstrap``, percentile interval, 10,000 resamples, fixed random
+state). With 3 seeds the interval is the whole range of the 3 differences (the all-minimum and
+all-maximum resamples each have probability 1/27 > 2.5%), a 95% interval in name only.
 
 Per task (the tables), for a claim that predicts a sign: *supported* when the interval
 excludes 0 on the predicted side, *contradicted* when it excludes 0 on the other side,
@@ -38,7 +38,6 @@ contradicted*, which with this few values also means "too few to see a rise".
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,16 +45,26 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from isotropy.reporting.cells import collect_runs
-from isotropy.reporting.runs import Run, expand_inputs, mean_std, tail_evaluations
+from isotropy.reporting.cells import Cell
+from isotropy.reporting.runs import Run, mean_std, tail_evaluations
 from isotropy.reporting.tables import spectrum_tail_means
+
+__all__ = [
+    "CLAIMS",
+    "ISTAR_BEST",
+    "Diff",
+    "claim_verdict",
+    "claims_markdown",
+    "paired",
+    "sign_test",
+]
 
 # I-STAR paper, Table 2 (BERT): the best I-STAR (lambda, zeta) per task, and the paper's Table 1
 # (BERT) task metrics for base, CosReg and I-STAR.
 ISTAR_BEST = {"sst2": (-5.0, 0.2), "rte": (-1.0, 0.8), "mrpc": (-1.0, 0.6),
               "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
 TASKS = ("cola", "stsb", "sst2", "mrpc", "rte")
-ZETAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # phase C's grid (docs/results/specs/zeta.yaml)
+ZETAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the paper's Fig. 7 grid
 RESAMPLES = 10_000
 
 
@@ -163,8 +172,9 @@ def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
     return "inconclusive"
 
 
-def summary(tally: dict[str, Tally]) -> list[str]:
-    """The summary table: per claim, its units, the pooled sign test and its verdict."""
+def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
+    """The summary table: per claim of the ``papers`` (``C``: I-STAR, ``P``: persistent
+    entropy), its tasks, the pooled sign test and its verdict."""
     unknown = set(tally) - set(CLAIMS)
     if unknown:
         raise ValueError(f"units recorded under no claim of CLAIMS: {sorted(unknown)}")
@@ -178,6 +188,8 @@ def summary(tally: dict[str, Tally]) -> list[str]:
            "supported / contradicted / other | verdict |",
            "|---|---|---|---|---|---|---|"]
     for key, (what, sign) in CLAIMS.items():
+        if key[0] not in papers:
+            continue
         t = tally.get(key, Tally([], []))
         k, n, p_for, _ = sign_test(t.values)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
@@ -212,10 +224,6 @@ def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> 
         return "–"
     mean, std = mean_std(v)
     return f"{mean:.4f} (n=1)" if std is None else f"{mean:.4f} ± {std:.4f} (n={len(v)})"
-
-
-def main_metric(r: Run) -> float | None:
-    return r.value(r.main_metric)
 
 
 def isoscore_star(r: Run) -> float | None:
@@ -275,40 +283,13 @@ def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
 
 
 Cells = dict[tuple[str, str], list[Run]]
+Note = Callable[..., str]
 
 
-def read_phase(root: str | None, out: list[str], name: str) -> Cells:
-    """The runs under one sweep root as cells ``(task, method label) -> runs``."""
-    if root is None:
-        return {}
-    runs, skipped = collect_runs(expand_inputs([root]))
-    mixed = sorted({f"{r.task}: {r.setting}" for r in runs if r.setting})
-    if mixed:  # e.g. the learning-rate pick's runs next to phase A's
-        raise SystemExit(f"{root}: runs of one task differ in settings that define the "
-                         f"experiment ({'; '.join(mixed)}): pass the runs of one protocol")
-    out.append(f"{name} ({root}): {len(runs)} finished runs read; {len(skipped)} directories "
-               "skipped.")
-    cells: Cells = {}
-    for r in runs:
-        cells.setdefault((r.task, r.method.label), []).append(r)
-    return cells
-
-
-def main(istar_root: str | None, entropy_root: str | None) -> None:
-    out: list[str] = ["# Per-claim numbers (generated by docs/results/verdict.py)", ""]
-    istar_cells = read_phase(istar_root, out, "I-STAR, phases A and C")
-    entropy_cells = read_phase(entropy_root, out, "persistent entropy, phase B")
-    out.append("")
-    cells = istar_cells
-    tally: dict[str, Tally] = {}
-
-    def note(claim: str, verdict: str, values: Sequence[float] = ()) -> str:
-        """Record one task's verdict and its per-seed values, oriented so that > 0 is the
-        claimed direction (for "no rise": a rise), for the summary; returns the verdict."""
-        t = tally.setdefault(claim, Tally([], []))
-        t.verdicts.append(verdict)
-        t.values.extend(values)
-        return verdict
+def _istar_tables(cells: Cells, tasks: Sequence[str], note: Note,
+                  main_metric: Callable[[Run], float | None]) -> list[str]:
+    """The I-STAR claims' tables (C1-C5) of ``tasks``."""
+    out: list[str] = []
 
     def get(task: str, label: str) -> list[Run]:
         return cells.get((task, label), [])
@@ -316,12 +297,11 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     def istar(lam: float, zeta: float) -> str:
         return f"istar λ={lam:g} ζ={zeta:g}"
 
-    # ---------------------------------------------------------------- I-STAR (phase A)
-    out += ["## I-STAR (phase A)", "",
+    out += ["## I-STAR", "",
             "| task | method | metric mean ± std | Δ metric vs base [95% CI] | verdict (C1: Δ > 0) "
             "| IsoScore* | Δ IsoScore* vs base | TwoNN [CLS] last | Δ TwoNN vs base |",
             "|---|---|---|---|---|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         base = get(task, "none")
         if not base:
             continue
@@ -342,7 +322,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                        f"{dt.text(2) if dt else ''} |")
     out += ["", "### C1 against CosReg: Δ metric of I-STAR (paper's λ) minus CosReg", "",
             "| task | Δ [95% CI] | verdict (Δ > 0) |", "|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         lam, zeta = ISTAR_BEST[task]
         d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), main_metric)
         if d:
@@ -353,7 +333,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     out += ["", "### C2: Spearman ρ(IsoScore*, metric) over the runs of λ ∈ {paper's λ, -0.3, "
             "0 (base), +1}", "", "| task | runs | ρ | 95% CI (seeds resampled) | verdict (ρ < 0) |",
             "|---|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         lam, zeta = ISTAR_BEST[task]
         group = [r for label in ("none", istar(lam, zeta), istar(-0.3, zeta), istar(1, zeta))
                  for r in get(task, label)]
@@ -390,7 +370,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     out += ["", "### C3: CosReg minus base", "",
             "| task | Δ IsoScore* [95% CI] | verdict (claim: no rise) | Δ mean abs activation "
             "(last layer) | verdict (Δ < 0) |", "|---|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         a, b = get(task, "none"), get(task, "cosreg λ=1")
         di, dz = paired(a, b, isoscore_star), paired(a, b, mean_abs_token_mean)
         no_rise = centres = ""
@@ -407,7 +387,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
     # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.
     out += ["", "### C4: TwoNN dimension of [CLS], last layer, minus base", "",
             "| task | λ | Δ TwoNN [95% CI] | verdict |", "|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         lam, zeta = ISTAR_BEST[task]
         for la, sign, key in ((lam, -1, "C4 paper's λ"), (-0.3, -1, "C4 λ = -0.3"),
                               (1.0, +1, "C4 λ = +1")):
@@ -416,13 +396,13 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
                 out.append(f"| {task} | {la:g} | {d.text(2)} | "
                            f"{note(key, d.verdict(sign), [sign * x for x in d.values])} |")
 
-    # C5 (phase C): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
-    out += ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (phase C)", "",
+    # C5 (a ζ grid): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
+    out += ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (a ζ grid)", "",
             "The best ζ is the one of highest mean metric, picked on the same seeds it is then "
             "compared on: this favours it, so only a clear difference counts.", "",
             "| task | metric by ζ (mean, n) | best ζ | Δ best - ζ=0 [95% CI] | verdict (Δ > 0) |",
             "|---|---|---|---|---|"]
-    for task in TASKS:
+    for task in tasks:
         by_zeta = {z: get(task, istar(-1, z)) for z in ZETAS}
         inner = [z for z in ZETAS if 0 < z < 1 and by_zeta[z]]
         if not by_zeta[0.0] or not inner:
@@ -438,15 +418,22 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
         if d:
             out.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
                        f"{note('C5', d.verdict(+1), d.values)} |")
+    return out
 
-    # ---------------------------------------------------------------- entropy (phase B)
-    cells = entropy_cells
+
+def _entropy_tables(cells: Cells, tasks: Sequence[str], note: Note) -> list[str]:
+    """The persistent-entropy claims' tables (P1-P3) of ``tasks``."""
+    out: list[str] = []
+
+    def get(task: str, label: str) -> list[Run]:
+        return cells.get((task, label), [])
+
     sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
-    out += ["", "## Persistent entropy (phase B)", "",
+    out += ["## Persistent entropy", "",
             "| task | method | metric, last 30% mean | Δ vs base [95% CI] | verdict (P2: Δ > 0) "
             "| top-1 [CLS] spectrum, last 30% | Δ vs base | verdict (P1: Δ < 0) |",
             "|---|---|---|---|---|---|---|---|"]
-    for task in ("mrpc", "cola"):
+    for task in tasks:
         base = get(task, "none")
         if not base:
             continue
@@ -467,7 +454,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             "(last 30% mean minus first log)", "",
             "| task | spectrum | runs | growth mean ± std | verdict (> 0 in every run) |",
             "|---|---|---|---|---|"]
-    for task in ("mrpc", "cola"):
+    for task in tasks:
         base = get(task, "none")
         for kind in ("raw", "centred"):
             g = [x for r in base if (x := spectrum_growth(r, kind)) is not None]
@@ -482,7 +469,7 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
             "| Δ top-1 spectrum, last 30% [95% CI] | verdict (Δ < 0) |",
             "|---|---|---|---|---|"]
-    for task in ("mrpc", "cola"):
+    for task in tasks:
         dm = paired(get(task, allbars), get(task, sel), tail_metric)
         ds = paired(get(task, allbars), get(task, sel), tail_top1)
         if dm or ds:
@@ -490,15 +477,47 @@ def main(istar_root: str | None, entropy_root: str | None) -> None:
             vs = note("P3 spectrum", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
             out.append(f"| {task} | {dm.text() if dm else '–'} | {vm} | "
                        f"{ds.text() if ds else '–'} | {vs} |")
-    out += ["", *summary(tally)]
-    print("\n".join(out))
+    return out
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--istar", help="phase A's (and C's) sweep output root")
-    parser.add_argument("--entropy", help="phase B's sweep output root")
-    args = parser.parse_args()
-    if args.istar is None and args.entropy is None:
-        parser.error("name at least one of --istar, --entropy")
-    main(args.istar, args.entropy)
+def claims_markdown(cells: Sequence[Cell], which: str = "final") -> tuple[list[str], str | None]:
+    """The claims' tables and their summary as markdown lines, or ``([], reason)`` when the
+    runs cannot be read as one protocol (a task whose runs differ in settings, e.g. two
+    learning rates: which of them is the base run?) or hold no claim's cells."""
+    mixed = sorted({c.task for c in cells if c.setting})
+    if mixed:
+        return [], (f"the runs of {', '.join(mixed)} differ in settings that define the "
+                    "experiment (the setting column of the tables): the claims are measured "
+                    "on one protocol at a time, e.g. in each sweep's own report")
+    models = sorted({c.model for c in cells})
+    if len(models) > 1:
+        return [], f"runs of several models ({', '.join(models)}): one model at a time"
+    by_label: Cells = {(c.task, c.method.label): list(c.runs) for c in cells}
+    labels = {task: {lab for (t, lab) in by_label if t == task} for task in {c.task for c in cells}}
+    istar_tasks = [t for t in TASKS if "none" in labels.get(t, ())
+                   and any(lab.startswith(("istar", "cosreg")) for lab in labels[t])]
+    entropy_tasks = sorted(t for t, labs in labels.items() if "none" in labs
+                           and any(lab.startswith("entropy") for lab in labs))
+    if not istar_tasks and not entropy_tasks:
+        return [], ("no task has a run without a regularizer next to CosReg or I-STAR (at a task "
+                    f"of {', '.join(TASKS)}) or next to the entropy loss")
+    tally: dict[str, Tally] = {}
+
+    def note(claim: str, verdict: str, values: Sequence[float] = ()) -> str:
+        """Record one task's verdict and its per-seed values, oriented so that > 0 is the
+        claimed direction (for "no rise": a rise), for the summary; returns the verdict."""
+        t = tally.setdefault(claim, Tally([], []))
+        t.verdicts.append(verdict)
+        t.values.extend(values)
+        return verdict
+
+    out: list[str] = []
+    if istar_tasks:
+        out += _istar_tables(by_label, istar_tasks, note,
+                             lambda r: r.value(r.main_metric, which))
+        out.append("")
+    if entropy_tasks:
+        out += _entropy_tables(by_label, entropy_tasks, note)
+        out.append("")
+    papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
+    return [*out, *summary(tally, papers)], None
