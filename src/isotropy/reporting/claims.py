@@ -397,11 +397,12 @@ def _istar_tables(cells: Cells, tasks: Sequence[str], note: Note,
                            f"{note(key, d.verdict(sign), [sign * x for x in d.values])} |")
 
     # C5 (a ζ grid): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
-    out += ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (a ζ grid)", "",
-            "The best ζ is the one of highest mean metric, picked on the same seeds it is then "
-            "compared on: this favours it, so only a clear difference counts.", "",
-            "| task | metric by ζ (mean, n) | best ζ | Δ best - ζ=0 [95% CI] | verdict (Δ > 0) |",
-            "|---|---|---|---|---|"]
+    c5 = ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (a ζ grid)", "",
+          "The best ζ is the one of highest mean metric, picked on the same seeds it is then "
+          "compared on: this favours it, so only a clear difference counts.", "",
+          "| task | metric by ζ (mean, n) | best ζ | Δ best - ζ=0 [95% CI] | verdict (Δ > 0) |",
+          "|---|---|---|---|---|"]
+    rows = len(c5)
     for task in tasks:
         by_zeta = {z: get(task, istar(-1, z)) for z in ZETAS}
         inner = [z for z in ZETAS if 0 < z < 1 and by_zeta[z]]
@@ -416,9 +417,11 @@ def _istar_tables(cells: Cells, tasks: Sequence[str], note: Note,
         shown = ", ".join(f"{z:g}: {means[z]:.4f} ({len(by_zeta[z])})" for z in ZETAS
                           if z in means)
         if d:
-            out.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
-                       f"{note('C5', d.verdict(+1), d.values)} |")
-    return out
+            c5.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
+                      f"{note('C5', d.verdict(+1), d.values)} |")
+    if len(c5) == rows:
+        c5[3:] = ["No task has I-STAR λ = -1 runs at ζ = 0 and at a ζ in (0, 1)."]
+    return out + c5
 
 
 def _entropy_tables(cells: Cells, tasks: Sequence[str], note: Note) -> list[str]:
