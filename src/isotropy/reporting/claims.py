@@ -283,16 +283,14 @@ def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
 
 
 Cells = dict[tuple[str, str], list[Run]]
+Get = Callable[[str, str], list[Run]]  # (task, method label) -> the cell's runs
 Note = Callable[..., str]
 
 
-def _istar_tables(cells: Cells, tasks: Sequence[str], note: Note,
+def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
                   main_metric: Callable[[Run], float | None]) -> list[str]:
     """The I-STAR claims' tables (C1-C5) of ``tasks``."""
     out: list[str] = []
-
-    def get(task: str, label: str) -> list[Run]:
-        return cells.get((task, label), [])
 
     def istar(lam: float, zeta: float) -> str:
         return f"istar λ={lam:g} ζ={zeta:g}"
@@ -424,13 +422,9 @@ def _istar_tables(cells: Cells, tasks: Sequence[str], note: Note,
     return out + c5
 
 
-def _entropy_tables(cells: Cells, tasks: Sequence[str], note: Note) -> list[str]:
+def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
     """The persistent-entropy claims' tables (P1-P3) of ``tasks``."""
     out: list[str] = []
-
-    def get(task: str, label: str) -> list[Run]:
-        return cells.get((task, label), [])
-
     sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
     out += ["## Persistent entropy", "",
             "| task | method | metric, last 30% mean | Δ vs base [95% CI] | verdict (P2: Δ > 0) "
@@ -514,13 +508,16 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final") -> tuple[list[s
         t.values.extend(values)
         return verdict
 
+    def get(task: str, label: str) -> list[Run]:
+        return by_label.get((task, label), [])
+
     out: list[str] = []
     if istar_tasks:
-        out += _istar_tables(by_label, istar_tasks, note,
+        out += _istar_tables(get, istar_tasks, note,
                              lambda r: r.value(r.main_metric, which))
         out.append("")
     if entropy_tasks:
-        out += _entropy_tables(by_label, entropy_tasks, note)
+        out += _entropy_tables(get, entropy_tasks, note)
         out.append("")
     papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
     return [*out, *summary(tally, papers)], None
