@@ -1,4 +1,5 @@
-"""``isotropy report``: the papers' tables and figures from ``isotropy train`` run directories.
+"""``isotropy report``: the papers' tables, figures and claims from ``isotropy train`` run
+directories.
 
 Each argument is a run directory, a sweep output root (its sub-directories are the runs; a
 sweep root inside it is expanded too) or a glob of either. Runs are grouped into cells (task x
@@ -28,6 +29,9 @@ outputs (in --output-dir):
   table2.csv            the best I-STAR lambda and zeta per task x model
   table3.csv            top-3 raw and centred anisotropy spectrum of [CLS], last 30% of training
   pe_table2.csv         main metric averaged over the evaluations of the last 30% of training
+  claims.md             both papers' claims per task (paired differences to the base run) and
+                        one verdict per claim, where the runs hold their cells (of one
+                        protocol: report.md says why not otherwise)
   picks.csv             with --pick-best-over: the setting kept per cell, of how many
   runs.csv              every run used
   figures/*.png, .svg   the figures whose data the runs hold
