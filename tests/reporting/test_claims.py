@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -222,3 +223,77 @@ def test_report_writes_claims_md_or_says_why_not(tmp_path: Path) -> None:
     res = write_report([str(runs)], out, figures=False)
     assert not (out / "claims.md").exists()
     assert "Not measured: the runs of mrpc differ in settings" in (out / "report.md").read_text()
+
+
+def _claims_lines(root: Path, **kwargs: Any) -> tuple[str, str | None]:
+    runs, _ = collect_runs(expand_inputs([str(root)]))
+    lines, why = claims.claims_markdown(group_cells(runs), **kwargs)
+    return "\n".join(lines), why
+
+
+def test_best_evaluation_is_read_for_every_value(tmp_path: Path) -> None:
+    import json
+    for reg in ("none", "cosreg"):
+        d = make_run(tmp_path, task="mrpc", reg=reg, seed=0, metric=0.8, iso=0.1, twonn=10.0)
+        res = json.loads((d / "results.json").read_text())
+        res["best"].update(eval_isoscore_star_union=0.3 if reg == "cosreg" else 0.2,
+                           eval_twonn_cls_last=20.0, step=100)
+        (d / "results.json").write_text(json.dumps(res))
+    final, _ = _claims_lines(tmp_path)
+    best, _ = _claims_lines(tmp_path, which="best")
+    assert "| mrpc | cosreg λ=1 | 0.8000 (n=1) | +0.0000 (n=1) |  | 0.1000 (n=1) |" in final
+    # best: metric 0.81 (make_run's best), IsoScore* 0.3 against 0.2, TwoNN 20
+    assert ("| mrpc | cosreg λ=1 | 0.8100 (n=1) | +0.0000 (n=1) |  | 0.3000 (n=1) | "
+            "+0.1000 (n=1) | 20.0000 (n=1) |") in best
+    assert "Evaluation read: the best one of each run" in best
+
+
+def test_isoscore_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:
+    for seed in range(2):
+        make_run(tmp_path, task="mrpc", seed=seed, iso=0.1, measured_zeta=0.2)
+        make_run(tmp_path, task="mrpc", reg="cosreg", seed=seed, iso=0.3, measured_zeta=0.8)
+    out, why = _claims_lines(tmp_path)
+    assert why is None
+    assert "IsoScore\\* not compared on mrpc" in out
+    assert _row(out, "C3 no rise").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+
+
+def test_only_the_cells_of_a_claim_open_it(tmp_path: Path) -> None:
+    # CosReg at λ = 0.5 and the entropy loss in its old window mode: no claim compares them.
+    make_run(tmp_path, task="mrpc", seed=0)
+    make_run(tmp_path, task="mrpc", reg="cosreg", cos_lam=0.5, seed=0)
+    make_run(tmp_path, task="mrpc", reg="entropy", accumulation=None, seed=0)
+    out, why = _claims_lines(tmp_path)
+    assert out == "" and why is not None and "CosReg λ = 1" in why
+
+
+def test_a_claim_tested_without_values_is_inconclusive(tmp_path: Path) -> None:
+    # C2 needs 4 runs with IsoScore* and the metric: 2 here, so the task is "inconclusive",
+    # and so is the claim (not "not run"). Other cells are listed as compared by no claim.
+    make_run(tmp_path, task="mrpc", seed=0)
+    make_run(tmp_path, task="mrpc", reg="istar", lam=-1.0, zeta=0.6, seed=0)
+    make_run(tmp_path, task="mrpc", reg="cosreg", cos_lam=0.5, seed=0)
+    out, _ = _claims_lines(tmp_path)
+    assert "| mrpc | 2 | fewer than 4 runs with both values | | inconclusive |" in out
+    assert _row(out, "C2").endswith("| 1 | 0 of 0 | – | 0 / 0 / 1 | inconclusive |")
+    assert "Cells no claim compares: mrpc: cosreg λ=0.5." in out
+    assert "Seeds per cell: 1 (one seed" in out
+
+
+def test_spectrum_left_out_when_formats_differ(tmp_path: Path) -> None:
+    spectrum = [(10, [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]), (100, [0.6, 0.1, 0.1, 0.2, 0.1, 0.1])]
+    for reg in ("none", "entropy"):
+        make_run(tmp_path, task="mrpc", reg=reg, seed=0, spectrum=spectrum, global_step=100)
+    out, _ = _claims_lines(tmp_path, spectrum=False)
+    assert "The training [CLS] spectrum is not compared" in out
+    assert _row(out, "P1 held down").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+
+
+def test_a_claims_md_not_written_by_report_is_kept(tmp_path: Path) -> None:
+    from isotropy.reporting.write import write_report
+    runs, out = tmp_path / "runs", tmp_path / "report"
+    make_run(runs, task="mrpc", seed=0)
+    out.mkdir()
+    (out / "claims.md").write_text("# my notes\n")
+    write_report([str(runs)], out, figures=False)
+    assert (out / "claims.md").read_text() == "# my notes\n"

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not runs:
             first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
             raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
-        problem = output_dir_problem(out, ["report.md"])
+        problem = output_dir_problem(out, ["report.md", "claims.md"])
         if problem is not None:
             raise ValueError(f"--output-dir {out}: {problem}")
         reports = [(out, [str(p) for p in paths])]
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     where / "report.md").exists() else ""
                 print(f"{where}: no finished run in {root}, no report{stale}")
                 continue
-            problem = output_dir_problem(where, ["report.md"])
+            problem = output_dir_problem(where, ["report.md", "claims.md"])
             if problem is not None:
                 raise ValueError(f"--output-dir {out}: {problem}")
             reports.append((where, [str(root)]))

@@ -181,9 +181,10 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
     out = ["## Summary: one verdict per claim", "",
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"at {ALPHA:g} (see the docstring): *k of n* values move the claimed way (for "
-           "\"no rise\": rise). Per task, as in the tables above: *supported* when every seed "
-           "moves the claimed way (C2: the interval of ρ over resampled seeds, P1 growth: "
-           "every run), *contradicted* when every seed moves the other way.", "",
+           "\"no rise\": rise). Per task, as in the tables above: *supported* when the 95% "
+           "interval excludes 0 on the claimed side (with 3 seeds: every seed moves the claimed "
+           "way; C2: the interval of ρ over resampled seeds; P1 growth: every run), "
+           "*contradicted* when it excludes 0 on the other side.", "",
            "| claim | what is tested | tasks | values the claimed way | one-sided p | tasks "
            "supported / contradicted / other | verdict |",
            "|---|---|---|---|---|---|---|"]
@@ -194,9 +195,9 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
         k, n, p_for, _ = sign_test(t.values)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
         p = f"{p_for:.3g}" if n else "–"
+        verdict = claim_verdict(t.values, sign) if t.values or not t.verdicts else "inconclusive"
         out.append(f"| {key} | {what} | {len(t.verdicts)} | {k} of {n} | {p} | "
-                   f"{sup} / {con} / {len(t.verdicts) - sup - con} | "
-                   f"{claim_verdict(t.values, sign)} |")
+                   f"{sup} / {con} / {len(t.verdicts) - sup - con} | {verdict} |")
     return out
 
 
@@ -226,21 +227,6 @@ def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> 
     return f"{mean:.4f} (n=1)" if std is None else f"{mean:.4f} ± {std:.4f} (n={len(v)})"
 
 
-def isoscore_star(r: Run) -> float | None:
-    return r.value("isoscore_star_union")
-
-
-def twonn_cls_last(r: Run) -> float | None:
-    return r.value("twonn_cls_last")
-
-
-def mean_abs_token_mean(r: Run) -> float | None:
-    """Mean over dimensions of |mean activation| of the last layer's token cloud (I-STAR
-    Fig. 4's quantity, one number: CosReg is said to centre it)."""
-    m = ((r.last_measurement or {}).get("last") or {}).get("token_mean")
-    return float(np.mean(np.abs(m))) if m else None
-
-
 def tail_metric(r: Run) -> float | None:
     """The main metric averaged over the evaluations of the last 30% of training (the
     persistent-entropy paper's Table 2)."""
@@ -249,21 +235,59 @@ def tail_metric(r: Run) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def tail_top1(r: Run) -> float | None:
-    """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
-    m = spectrum_tail_means(r.spectrum_logs, r.total_steps)
-    return m["cls_spectrum_raw_1"] if m else None
+def measured_zeta(r: Run) -> float | None:
+    """The ζ the run's evaluation IsoScore* was measured with (``measurements.jsonl``)."""
+    z = (r.last_measurement or {}).get("zeta")
+    return float(z) if isinstance(z, (int, float)) else None
 
 
-def spectrum_growth(r: Run, kind: str = "raw") -> float | None:
-    """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the first
-    training log (Table 3 gives both kinds). A log is the mean over the optimizer steps since
-    the previous one: the first is that of steps 1 to ``logging_steps``."""
-    logs = r.spectrum_logs
-    tail = spectrum_tail_means(logs, r.total_steps)
-    if not logs or not tail:
-        return None
-    return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
+@dataclass
+class _Values:
+    """What the claims read from a run: the evaluation ``which`` (final or best) for the
+    metric, IsoScore* (union), the TwoNN dimension of [CLS] and the centring; IsoScore* only
+    for tasks whose runs measured it with one ζ (``iso_tasks``), the training spectrum only
+    when ``spectrum`` (the runs' measurement formats agree)."""
+
+    which: str = "final"
+    iso_tasks: frozenset[str] = frozenset()
+    spectrum: bool = True
+
+    def metric(self, r: Run) -> float | None:
+        return r.value(r.main_metric, self.which)
+
+    def iso(self, r: Run) -> float | None:
+        return r.value("isoscore_star_union", self.which) if r.task in self.iso_tasks else None
+
+    def twonn(self, r: Run) -> float | None:
+        return r.value("twonn_cls_last", self.which)
+
+    def centring(self, r: Run) -> float | None:
+        """Mean over dimensions of |mean activation| of the last layer's token cloud (I-STAR
+        Fig. 4's quantity, one number: CosReg is said to centre it), measured at the
+        evaluation ``which`` (the measurement record of its step)."""
+        if self.which == "final":
+            rec = r.last_measurement
+        else:
+            step = r.best.get("step")
+            rec = next((m for m in reversed(r.measurement_records) if m.get("step") == step),
+                       None)
+        m = ((rec or {}).get("last") or {}).get("token_mean")
+        return float(np.mean(np.abs(m))) if m else None
+
+    def top1(self, r: Run) -> float | None:
+        """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
+        m = spectrum_tail_means(r.spectrum_logs, r.total_steps) if self.spectrum else None
+        return m["cls_spectrum_raw_1"] if m else None
+
+    def growth(self, r: Run, kind: str = "raw") -> float | None:
+        """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the
+        first training log (Table 3 gives both kinds). A log is the mean over the optimizer
+        steps since the previous one: the first is that of steps 1 to ``logging_steps``."""
+        logs = r.spectrum_logs if self.spectrum else []
+        tail = spectrum_tail_means(logs, r.total_steps)
+        if not logs or not tail:
+            return None
+        return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
 
 
 def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
@@ -287,8 +311,7 @@ Get = Callable[[str, str], list[Run]]  # (task, method label) -> the cell's runs
 Note = Callable[..., str]
 
 
-def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
-                  main_metric: Callable[[Run], float | None]) -> list[str]:
+def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
     """The I-STAR claims' tables (C1-C5) of ``tasks``."""
     out: list[str] = []
 
@@ -308,21 +331,21 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
             rs = get(task, label)
             if not rs:
                 continue
-            dm = paired(base, rs, main_metric) if label != "none" else None
-            di = paired(base, rs, isoscore_star) if label != "none" else None
-            dt = paired(base, rs, twonn_cls_last) if label != "none" else None
-            c1 = dm.verdict(+1) if dm and label.startswith("istar λ=-") else ""
+            dm = paired(base, rs, v.metric) if label != "none" else None
+            di = paired(base, rs, v.iso) if label != "none" else None
+            dt = paired(base, rs, v.twonn) if label != "none" else None
+            c1 = ""  # C1 is the paper's λ; the other rows' differences are shown, not judged
             if dm and label == istar(lam, zeta):
-                note("C1 vs none", c1, dm.values)
-            out.append(f"| {task} | {label} | {mean_std_text(rs, main_metric)} | "
-                       f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, isoscore_star)} | "
-                       f"{di.text() if di else ''} | {mean_std_text(rs, twonn_cls_last)} | "
+                c1 = note("C1 vs none", dm.verdict(+1), dm.values)
+            out.append(f"| {task} | {label} | {mean_std_text(rs, v.metric)} | "
+                       f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, v.iso)} | "
+                       f"{di.text() if di else ''} | {mean_std_text(rs, v.twonn)} | "
                        f"{dt.text(2) if dt else ''} |")
     out += ["", "### C1 against CosReg: Δ metric of I-STAR (paper's λ) minus CosReg", "",
             "| task | Δ [95% CI] | verdict (Δ > 0) |", "|---|---|---|"]
     for task in tasks:
         lam, zeta = ISTAR_BEST[task]
-        d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), main_metric)
+        d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), v.metric)
         if d:
             out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', d.verdict(+1), d.values)} |")
 
@@ -333,9 +356,11 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
             "|---|---|---|---|---|"]
     for task in tasks:
         lam, zeta = ISTAR_BEST[task]
-        group = [r for label in ("none", istar(lam, zeta), istar(-0.3, zeta), istar(1, zeta))
-                 for r in get(task, label)]
-        pts = [(r.seed, isoscore_star(r), main_metric(r)) for r in group]
+        lams = [istar(la, zeta) for la in (lam, -0.3, 1.0) if get(task, istar(la, zeta))]
+        if not lams:  # no λ but the base run's 0: nothing to correlate
+            continue
+        group = [r for label in ("none", *lams) for r in get(task, label)]
+        pts = [(r.seed, v.iso(r), v.metric(r)) for r in group]
         pts = [p for p in pts if p[1] is not None and p[2] is not None]
         if len(pts) < 4:
             if group:
@@ -370,7 +395,7 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
             "(last layer) | verdict (Δ < 0) |", "|---|---|---|---|---|"]
     for task in tasks:
         a, b = get(task, "none"), get(task, "cosreg λ=1")
-        di, dz = paired(a, b, isoscore_star), paired(a, b, mean_abs_token_mean)
+        di, dz = paired(a, b, v.iso), paired(a, b, v.centring)
         no_rise = centres = ""
         if di:
             rise = di.verdict(+1)  # "supported" for a rise contradicts the claim of none
@@ -389,7 +414,7 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
         lam, zeta = ISTAR_BEST[task]
         for la, sign, key in ((lam, -1, "C4 paper's λ"), (-0.3, -1, "C4 λ = -0.3"),
                               (1.0, +1, "C4 λ = +1")):
-            d = paired(get(task, "none"), get(task, istar(la, zeta)), twonn_cls_last)
+            d = paired(get(task, "none"), get(task, istar(la, zeta)), v.twonn)
             if d:
                 out.append(f"| {task} | {la:g} | {d.text(2)} | "
                            f"{note(key, d.verdict(sign), [sign * x for x in d.values])} |")
@@ -406,12 +431,12 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
         inner = [z for z in ZETAS if 0 < z < 1 and by_zeta[z]]
         if not by_zeta[0.0] or not inner:
             continue
-        means = {z: float(np.mean(v)) for z in ZETAS
-                 if (v := [m for r in by_zeta[z] if (m := main_metric(r)) is not None])}
+        means = {z: float(np.mean(ms)) for z in ZETAS
+                 if (ms := [m for r in by_zeta[z] if (m := v.metric(r)) is not None])}
         best = max((z for z in inner if z in means), key=lambda z: means[z], default=None)
         if best is None:
             continue
-        d = paired(by_zeta[0.0], by_zeta[best], main_metric)
+        d = paired(by_zeta[0.0], by_zeta[best], v.metric)
         shown = ", ".join(f"{z:g}: {means[z]:.4f} ({len(by_zeta[z])})" for z in ZETAS
                           if z in means)
         if d:
@@ -422,7 +447,7 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note,
     return out + c5
 
 
-def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
+def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
     """The persistent-entropy claims' tables (P1-P3) of ``tasks``."""
     out: list[str] = []
     sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
@@ -439,14 +464,14 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
             if not rs:
                 continue
             dm = paired(base, rs, tail_metric) if label != "none" else None
-            ds = paired(base, rs, tail_top1) if label != "none" else None
-            p2, p1 = (dm.verdict(+1) if dm else ""), (ds.verdict(-1) if ds else "")
-            if label == sel:  # the paper's method; all bars is its ablation (P3)
-                p2 = note("P2", p2, dm.values) if dm else ""
-                p1 = note("P1 held down", p1, [-x for x in ds.values]) if ds else ""
+            ds = paired(base, rs, v.top1) if label != "none" else None
+            p2 = p1 = ""  # P1 and P2 are the paper's method; all bars is its ablation (P3)
+            if label == sel:
+                p2 = note("P2", dm.verdict(+1), dm.values) if dm else ""
+                p1 = note("P1 held down", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
             out.append(f"| {task} | {label} | {mean_std_text(rs, tail_metric)} | "
                        f"{dm.text() if dm else ''} | {p2} | "
-                       f"{mean_std_text(rs, tail_top1)} | {ds.text() if ds else ''} | {p1} |")
+                       f"{mean_std_text(rs, v.top1)} | {ds.text() if ds else ''} | {p1} |")
     out += ["", "### P1: growth of the top-1 [CLS] spectrum without a regularizer "
             "(last 30% mean minus first log)", "",
             "| task | spectrum | runs | growth mean ± std | verdict (> 0 in every run) |",
@@ -454,7 +479,7 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
     for task in tasks:
         base = get(task, "none")
         for kind in ("raw", "centred"):
-            g = [x for r in base if (x := spectrum_growth(r, kind)) is not None]
+            g = [x for r in base if (x := v.growth(r, kind)) is not None]
             if g:
                 verdict = ("supported" if all(x > 0 for x in g) and len(g) > 1 else
                            "contradicted" if all(x < 0 for x in g) and len(g) > 1 else
@@ -468,7 +493,7 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
             "|---|---|---|---|---|"]
     for task in tasks:
         dm = paired(get(task, allbars), get(task, sel), tail_metric)
-        ds = paired(get(task, allbars), get(task, sel), tail_top1)
+        ds = paired(get(task, allbars), get(task, sel), v.top1)
         if dm or ds:
             vm = note("P3 metric", dm.verdict(+1), dm.values) if dm else ""
             vs = note("P3 spectrum", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
@@ -477,10 +502,27 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note) -> list[str]:
     return out
 
 
-def claims_markdown(cells: Sequence[Cell], which: str = "final") -> tuple[list[str], str | None]:
+def _istar_labels(task: str) -> list[str]:
+    """The cells the I-STAR claims compare on ``task``: CosReg λ = 1, and I-STAR at the paper's
+    best (λ, ζ) for the task and at λ = -0.3 and +1 there, and λ = -1 over :data:`ZETAS`."""
+    lam, zeta = ISTAR_BEST[task]
+    return ["cosreg λ=1", *(f"istar λ={la:g} ζ={zeta:g}" for la in (lam, -0.3, 1.0)),
+            *(f"istar λ=-1 ζ={z:g}" for z in ZETAS)]
+
+
+ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")
+
+
+def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool = True,
+                    picked: bool = False) -> tuple[list[str], str | None]:
     """The claims' tables and their summary as markdown lines, or ``([], reason)`` when the
     runs cannot be read as one protocol (a task whose runs differ in settings, e.g. two
-    learning rates: which of them is the base run?) or hold no claim's cells."""
+    learning rates: which of them is the base run?) or hold no claim's cells.
+
+    ``which``: the evaluation read (``final`` or ``best``); ``spectrum``: whether the training
+    [CLS] spectrum may be compared (``False`` when the runs' measurement formats differ: P1 and
+    P3's spectrum values are left out); ``picked``: the cells hold ``--pick-best-over`` picks
+    (said in the output)."""
     mixed = sorted({c.task for c in cells if c.setting})
     if mixed:
         return [], (f"the runs of {', '.join(mixed)} differ in settings that define the "
@@ -492,12 +534,44 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final") -> tuple[list[s
     by_label: Cells = {(c.task, c.method.label): list(c.runs) for c in cells}
     labels = {task: {lab for (t, lab) in by_label if t == task} for task in {c.task for c in cells}}
     istar_tasks = [t for t in TASKS if "none" in labels.get(t, ())
-                   and any(lab.startswith(("istar", "cosreg")) for lab in labels[t])]
+                   and set(_istar_labels(t)) & labels[t]]
     entropy_tasks = sorted(t for t, labs in labels.items() if "none" in labs
-                           and any(lab.startswith("entropy") for lab in labs))
+                           and set(ENTROPY_LABELS) & labs)
     if not istar_tasks and not entropy_tasks:
-        return [], ("no task has a run without a regularizer next to CosReg or I-STAR (at a task "
-                    f"of {', '.join(TASKS)}) or next to the entropy loss")
+        return [], ("no task has a run without a regularizer next to CosReg λ = 1 or I-STAR at "
+                    "the paper's (λ, ζ) for the task (known for "
+                    f"{', '.join(TASKS)}), or next to the entropy loss (β = 1, exact)")
+    used = {("none", t) for t in istar_tasks + entropy_tasks}
+    used |= {(lab, t) for t in istar_tasks for lab in _istar_labels(t)}
+    used |= {(lab, t) for t in entropy_tasks for lab in ENTROPY_LABELS}
+    unused = sorted(f"{t}: {lab}" for (t, lab) in by_label if (lab, t) not in used)
+    zetas = {t: {z for (t2, _), rs in by_label.items() if t2 == t for r in rs
+                 if (z := measured_zeta(r)) is not None} for t in labels}
+    iso_tasks = frozenset(t for t, zs in zetas.items() if len(zs) <= 1)
+    v = _Values(which, iso_tasks, spectrum)
+    seeds = sorted({len(rs) for rs in by_label.values()})
+    out = [f"Evaluation read: the {which} one of each run (`--metric-from`). Seeds per cell: "
+           f"{', '.join(map(str, seeds))}"
+           + (" (one seed: no per-task verdict; a claim's verdict then rests on one run per "
+              "task)" if seeds == [1] else "") + "."]
+    if picked:
+        out.append("Each cell holds its own `--pick-best-over` pick (`picks.csv`), chosen on the "
+                   "seeds it is then compared on: the comparisons favour the picked cells.")
+    no_iso = sorted(set(istar_tasks) - iso_tasks)
+    if no_iso:
+        out.append(f"IsoScore\\* not compared on {', '.join(no_iso)}: its runs measured it "
+                   "with different ζ (`--measure_zeta`), which do not compare.")
+    if not spectrum:
+        out.append("The training [CLS] spectrum is not compared (P1, P3): the runs' measurement "
+                   "formats differ.")
+    other = sorted({t for t, labs in labels.items() if t not in TASKS
+                    and any(lab.startswith(("istar", "cosreg")) for lab in labs)})
+    if other:
+        out.append(f"No I-STAR claim on {', '.join(other)}: the paper's best (λ, ζ) is known "
+                   f"for {', '.join(TASKS)} only.")
+    if unused:
+        out.append(f"Cells no claim compares: {'; '.join(unused)}.")
+    out.append("")
     tally: dict[str, Tally] = {}
 
     def note(claim: str, verdict: str, values: Sequence[float] = ()) -> str:
@@ -511,13 +585,9 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final") -> tuple[list[s
     def get(task: str, label: str) -> list[Run]:
         return by_label.get((task, label), [])
 
-    out: list[str] = []
     if istar_tasks:
-        out += _istar_tables(get, istar_tasks, note,
-                             lambda r: r.value(r.main_metric, which))
-        out.append("")
+        out += [*_istar_tables(get, istar_tasks, note, v), ""]
     if entropy_tasks:
-        out += _entropy_tables(get, entropy_tasks, note)
-        out.append("")
+        out += [*_entropy_tables(get, entropy_tasks, note, v), ""]
     papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
     return [*out, *summary(tally, papers)], None
