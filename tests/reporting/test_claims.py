@@ -245,7 +245,7 @@ def test_best_evaluation_is_read_for_every_value(tmp_path: Path) -> None:
     # best: metric 0.81 (make_run's best), IsoScore* 0.3 against 0.2, TwoNN 20
     assert ("| mrpc | cosreg λ=1 | 0.8100 (n=1) | +0.0000 (n=1) |  | 0.3000 (n=1) | "
             "+0.1000 (n=1) | 20.0000 (n=1) |") in best
-    assert "Evaluation read: the best one of each run" in best
+    assert "the I-STAR claims read the best evaluation of each run" in best
 
 
 def test_isoscore_of_different_measurement_zeta_is_not_compared(tmp_path: Path) -> None:
@@ -297,3 +297,14 @@ def test_a_claims_md_not_written_by_report_is_kept(tmp_path: Path) -> None:
     (out / "claims.md").write_text("# my notes\n")
     write_report([str(runs)], out, figures=False)
     assert (out / "claims.md").read_text() == "# my notes\n"
+
+
+def test_a_claim_needs_two_seeds_of_each_task() -> None:
+    one_seed = claims.Tally(["inconclusive"] * 6, [0.1] * 6, [1] * 6)  # 6 of 6, p = 1/64
+    three = claims.Tally(["supported"] * 2, [0.1] * 6, [3, 3])
+    rows = claims.summary({"C4 λ = +1": one_seed, "C1 vs none": three}, "C")
+    (c4,) = [r for r in rows if r.startswith("| C4 λ = +1 |")]
+    (c1,) = [r for r in rows if r.startswith("| C1 vs none |")]
+    assert c4.endswith("| 6 of 6 | 0.0156 | 0 / 0 / 6 | inconclusive (a task with fewer than 2 "
+                       "seeds) |")
+    assert c1.endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")

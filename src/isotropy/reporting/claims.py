@@ -29,8 +29,10 @@ pooled, each oriented so that > 0 is the claimed direction (a paired difference;
 the Spearman ρ of one seed's runs; for P1's growth one run's growth), and a one-sided sign
 test (exact binomial, ties dropped) decides: *supported* when the values in the claimed
 direction have p < 0.05, *contradicted* when those in the other direction have,
-*inconclusive* otherwise. With independent tasks and seeds its error rate is 5% whatever the
-number of tasks; with 3 seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
+*inconclusive* otherwise, and also while a task gave fewer than 2 values (with one seed per
+task nothing shows whether a task's difference, however small, outlasts a change of seed).
+With independent tasks and seeds its error rate is 5% whatever the number of tasks; with 3
+seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
 cannot decide a claim of one task (3 of 3: p = 1/8). For a claim that something does not rise
 (C3) only *contradicted* is possible (a significant rise); otherwise it is *not
 contradicted*, which with this few values also means "too few to see a rise".
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -95,6 +97,7 @@ class Diff:
 
 
 ALPHA = 0.05  # the claim-level sign test's level
+MIN_SEEDS = 2  # a claim's verdict needs at least this many values from each of its tasks
 
 # The summary's rows: key -> (what is tested, +1 for a predicted direction or 0 for a claim
 # that something does not rise).
@@ -124,6 +127,7 @@ class Tally:
 
     verdicts: list[str]
     values: list[float]
+    seeds: list[int] = field(default_factory=list)  # per task: how many values it gave
 
 
 def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
@@ -195,7 +199,12 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
         k, n, p_for, _ = sign_test(t.values)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
         p = f"{p_for:.3g}" if n else "–"
-        verdict = claim_verdict(t.values, sign) if t.values or not t.verdicts else "inconclusive"
+        if t.values and min(n for n in t.seeds if n) < MIN_SEEDS:
+            verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
+        elif t.values or not t.verdicts:
+            verdict = claim_verdict(t.values, sign)
+        else:
+            verdict = "inconclusive"
         out.append(f"| {key} | {what} | {len(t.verdicts)} | {k} of {n} | {p} | "
                    f"{sup} / {con} / {len(t.verdicts) - sup - con} | {verdict} |")
     return out
@@ -453,7 +462,7 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
     sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
     out += ["## Persistent entropy", "",
             "| task | method | metric, last 30% mean | Δ vs base [95% CI] | verdict (P2: Δ > 0) "
-            "| top-1 [CLS] spectrum, last 30% | Δ vs base | verdict (P1: Δ < 0) |",
+            "| top-1 raw [CLS] spectrum, last 30% | Δ vs base | verdict (P1: Δ < 0) |",
             "|---|---|---|---|---|---|---|---|"]
     for task in tasks:
         base = get(task, "none")
@@ -550,10 +559,15 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
     iso_tasks = frozenset(t for t, zs in zetas.items() if len(zs) <= 1)
     v = _Values(which, iso_tasks, spectrum)
     seeds = sorted({len(rs) for rs in by_label.values()})
-    out = [f"Evaluation read: the {which} one of each run (`--metric-from`). Seeds per cell: "
-           f"{', '.join(map(str, seeds))}"
-           + (" (one seed: no per-task verdict; a claim's verdict then rests on one run per "
-              "task)" if seeds == [1] else "") + "."]
+    read = []
+    if istar_tasks:
+        read.append(f"the I-STAR claims read the {which} evaluation of each run (`--metric-from`)")
+    if entropy_tasks:
+        read.append("the entropy claims average the evaluations and [CLS] spectrum logs of the "
+                    "last 30% of training")
+    out = [f"Values: {'; '.join(read)}. Seeds per cell: {', '.join(map(str, seeds))}"
+           + (" (one seed: every verdict, per task and per claim, is inconclusive)"
+              if seeds == [1] else "") + "."]
     if picked:
         out.append("Each cell holds its own `--pick-best-over` pick (`picks.csv`), chosen on the "
                    "seeds it is then compared on: the comparisons favour the picked cells.")
@@ -580,6 +594,7 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
         t = tally.setdefault(claim, Tally([], []))
         t.verdicts.append(verdict)
         t.values.extend(values)
+        t.seeds.append(len(values))
         return verdict
 
     def get(task: str, label: str) -> list[Run]:
