@@ -883,6 +883,9 @@ def test_cli_reports_each_sweep_of_a_folder_on_its_own(
     assert main(["report", str(study), "--output-dir", str(out), "--no-figures"]) == 0
     printed = capsys.readouterr().out
     assert f"{out / 'sweeps' / 'c'}: no finished run in {study / 'c'}, no report\n" in printed
+    # pooled, the two sweeps' settings differ: no claims.md, and the command says why
+    assert "claims.md not written: the runs of rte differ in settings" in printed
+    assert not (out / "claims.md").exists()
     pooled = (out / "report.md").read_text()
     assert "| none [learning_rate=0.0001] | 0.6200 ± 0.0283 (n=2) |" in pooled
     for name, label, mean in (("a", "none", "0.6200"), ("b", "cosreg λ=1", "0.7200")):

@@ -134,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{len(res['skipped'])} skipped; {len(res['files'])} files written to {where}")
             for why in res["refused"].values():
                 print(f"  {why}")
+            if res["claims_why_not"] is not None:
+                print(f"  claims.md not written: {res['claims_why_not']}")
             for name, why in res["skipped_figures"]:
                 print(f"  not drawn: {name}: {why}")
     except (OSError, ValueError, RuntimeError) as err:

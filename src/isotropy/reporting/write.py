@@ -68,7 +68,8 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     Outputs of :data:`FORMAT_BOUND_OUTPUTS` are not made when the runs' measurement formats
     differ (:func:`format_refusals`).
 
-    Returns ``{"runs", "skipped", "cells", "files", "skipped_figures", "refused", "picks"}``.
+    Returns ``{"runs", "skipped", "cells", "files", "skipped_figures", "refused", "picks",
+    "claims_why_not"}`` (the last ``None`` when ``claims.md`` was written).
     ``ValueError`` when no run is usable (nothing is written then).
     """
     if which not in ("final", "best"):
@@ -98,7 +99,8 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     md = [*_md_head(rep), *_md_tables(rep), *_md_claims(rep), *_md_figures(rep), *_md_tail(rep)]
     files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
     return {"runs": runs, "skipped": skipped, "cells": rep.cells, "files": files,
-            "skipped_figures": rep.fig_skipped, "refused": rep.refused, "picks": picks}
+            "skipped_figures": rep.fig_skipped, "refused": rep.refused, "picks": picks,
+            "claims_why_not": rep.claims_why_not}
 
 
 CLAIMS_HEAD = ["# The papers' claims on these runs", "",
