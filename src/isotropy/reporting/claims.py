@@ -316,6 +316,12 @@ def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
 
 
 Cells = dict[tuple[str, str], list[Run]]
+ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")  # selected bars, all bars
+
+
+def istar(lam: float, zeta: float) -> str:
+    """The method label of I-STAR at ``(lam, zeta)`` (:attr:`Method.label`)."""
+    return f"istar λ={lam:g} ζ={zeta:g}"
 Get = Callable[[str, str], list[Run]]  # (task, method label) -> the cell's runs
 Note = Callable[..., str]
 
@@ -323,9 +329,6 @@ Note = Callable[..., str]
 def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
     """The I-STAR claims' tables (C1-C5) of ``tasks``."""
     out: list[str] = []
-
-    def istar(lam: float, zeta: float) -> str:
-        return f"istar λ={lam:g} ζ={zeta:g}"
 
     out += ["## I-STAR", "",
             "| task | method | metric mean ± std | Δ metric vs base [95% CI] | verdict (C1: Δ > 0) "
@@ -459,7 +462,7 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
 def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
     """The persistent-entropy claims' tables (P1-P3) of ``tasks``."""
     out: list[str] = []
-    sel, allbars = "entropy β=1", "entropy β=1 (all bars)"
+    sel, allbars = ENTROPY_LABELS
     out += ["## Persistent entropy", "",
             "| task | method | metric, last 30% mean | Δ vs base [95% CI] | verdict (P2: Δ > 0) "
             "| top-1 raw [CLS] spectrum, last 30% | Δ vs base | verdict (P1: Δ < 0) |",
@@ -515,11 +518,8 @@ def _istar_labels(task: str) -> list[str]:
     """The cells the I-STAR claims compare on ``task``: CosReg λ = 1, and I-STAR at the paper's
     best (λ, ζ) for the task and at λ = -0.3 and +1 there, and λ = -1 over :data:`ZETAS`."""
     lam, zeta = ISTAR_BEST[task]
-    return ["cosreg λ=1", *(f"istar λ={la:g} ζ={zeta:g}" for la in (lam, -0.3, 1.0)),
-            *(f"istar λ=-1 ζ={z:g}" for z in ZETAS)]
-
-
-ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")
+    return ["cosreg λ=1", *(istar(la, zeta) for la in (lam, -0.3, 1.0)),
+            *(istar(-1, z) for z in ZETAS)]
 
 
 def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool = True,
