@@ -197,6 +197,9 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
     report = (out / "finetune" / "report" / "report.md").read_text()
     assert all(m in report for m in ("none", "istar", "cosreg", "entropy"))
     assert list((out / "finetune" / "report" / "figures").glob("*.png"))
+    # the claims file is written and listed among the demo's outputs
+    claims = out / "finetune" / "report" / "claims.md"
+    assert claims.is_file() and f"  {claims}\n" in text
     md = (out / "finetune" / "comparison.md").read_text()
     assert md.count("\n| ") == 5  # header and four methods
     # a second demo reuses the finished runs instead of training again

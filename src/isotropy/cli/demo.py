@@ -129,6 +129,11 @@ def _finetune(args: argparse.Namespace, out: Path) -> dict[str, Path]:
     report = write_report([r["run_dir"] for r in result.rows], out / "report")
     paths["report"] = Path(out / "report" / "report.md")
     print(f"\nreport of the four runs (tables and figures): {paths['report']}")
+    if report["claims_why_not"] is None:
+        paths["claims"] = Path(out / "report" / "claims.md")
+        print(f"both papers' claims on these runs (one seed: no verdicts): {paths['claims']}")
+    else:
+        print(f"  claims.md not written: {report['claims_why_not']}")
     for name, why in report["skipped_figures"]:
         print(f"  not drawn: {name}: {why}")
     return paths
