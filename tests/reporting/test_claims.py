@@ -1,9 +1,8 @@
 """The papers' claims on a report's runs (``isotropy.reporting.claims``): seed pairing, the
-bootstrap interval, the per-task and per-claim verdict rules, and one protocol at a time."""
+Student-t interval, the per-task and per-claim verdict rules, and one protocol at a time."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -41,30 +40,41 @@ def test_paired_matches_seeds_and_skips_missing() -> None:
     assert claims.paired(a, [_Run(9, 1.0)], _value) is None
 
 
-def test_percentile_interval_of_three_seeds_is_their_range() -> None:
-    # The mean of 3 values resampled with replacement: 27 equally likely resamples; the
-    # all-minimum and all-maximum ones each have probability 1/27 > 2.5%, so the exact 2.5% and
-    # 97.5% quantiles of the bootstrap distribution are the smallest and largest difference.
-    diffs = [0.01, 0.02, 0.06]
-    means = sorted(np.mean(c) for c in itertools.product(diffs, repeat=3))
-    assert means[0] == min(diffs) and means[-1] == max(diffs)
+def test_interval_of_three_seeds_is_students() -> None:
+    # d = 0.01, 0.02, 0.06: mean 0.03, s² = (0.02² + 0.01² + 0.03²) / 2 = 0.0007, and the
+    # two-sided 95% quantile of Student's t with 2 degrees of freedom is 4.3027 (tables; in
+    # closed form, its CDF 1/2 + t / (2 sqrt(2 + t²)) = q solves to t = a sqrt(2 / (1 - a²)),
+    # a = 2q - 1, q = 0.975). Every seed is above 0, yet the interval includes it.
+    q = 0.975
+    t = (2 * q - 1) * np.sqrt(2 / (1 - (2 * q - 1) ** 2))
+    assert t == pytest.approx(4.302652729911275)
+    half = t * np.sqrt(0.0007) / np.sqrt(3)
     a = [_Run(s, 0.0) for s in range(3)]
-    b = [_Run(s, x) for s, x in enumerate(diffs)]
+    b = [_Run(s, x) for s, x in enumerate([0.01, 0.02, 0.06])]
     d = claims.paired(a, b, _value)
-    assert (d.low, d.high, d.n) == (pytest.approx(0.01), pytest.approx(0.06), 3)
+    assert (d.low, d.high, d.n) == (pytest.approx(0.03 - half), pytest.approx(0.03 + half), 3)
     assert d.mean == pytest.approx(0.03)
+    assert d.verdict(+1) == "inconclusive"
+    # three seeds close together decide it: 0.029, 0.030, 0.031 give 0.030 ± 0.0025
+    d = claims.paired(a, [_Run(s, x) for s, x in enumerate([0.029, 0.030, 0.031])], _value)
+    assert d.low == pytest.approx(0.03 - t * 0.001 / np.sqrt(3))
     assert d.verdict(+1) == "supported" and d.verdict(-1) == "contradicted"
 
 
-def test_interval_of_many_seeds_narrows_to_the_normal_one() -> None:
-    # With 40 seeds, the percentile interval of the mean is close to mean ± 1.96 s / sqrt(n).
-    rng = np.random.default_rng(3)
-    diffs = rng.normal(0.02, 0.01, size=40)
-    d = claims.paired([_Run(s, 0.0) for s in range(40)],
-                       [_Run(s, float(x)) for s, x in enumerate(diffs)], _value)
-    half = 1.96 * diffs.std(ddof=1) / np.sqrt(40)
-    assert d.low == pytest.approx(diffs.mean() - half, abs=0.3 * half)
-    assert d.high == pytest.approx(diffs.mean() + half, abs=0.3 * half)
+def test_interval_covers_the_mean_95_times_in_100_with_three_seeds() -> None:
+    # Normal per-seed differences: the 95% interval of 3 seeds holds the true mean in about 95%
+    # of 4,000 draws (binomial sd 0.0034), unlike the range of the 3 (75%).
+    rng = np.random.default_rng(7)
+    draws = rng.normal(0.02, 0.01, size=(4000, 3))
+    hits = [d.low <= 0.02 <= d.high for d in map(claims.mean_interval, draws)]
+    assert np.mean(hits) == pytest.approx(0.95, abs=0.012)
+    in_range = (draws.min(axis=1) <= 0.02) & (draws.max(axis=1) >= 0.02)
+    assert np.mean(in_range) == pytest.approx(0.75, abs=0.02)
+
+
+def test_one_seed_has_no_interval() -> None:
+    d = claims.mean_interval([0.3])
+    assert np.isnan(d.low) and d.verdict(+1) == "inconclusive" and d.text() == "+0.3000 (n=1)"
 
 
 @pytest.mark.parametrize(("low", "high", "n", "sign", "expected"), [
@@ -138,6 +148,19 @@ def _row(out: str, key: str) -> str:
     return line
 
 
+def _tables_are_rectangular(md: str) -> None:
+    """Every markdown table's separator and rows have as many cells as its header."""
+    width = None
+    for line in md.splitlines():
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = line.count("|")
+        if width is None:
+            width = cells
+        assert cells == width, line
+
+
 def test_summary_of_phase_b(tmp_path: Path) -> None:
     # Two tasks, 3 seeds. Selected bars lower the raw top-1 share in every seed on both tasks
     # (P1 held down: 6 of 6) and lower the metric in every seed (P2: 0 of 6, contradicted).
@@ -159,6 +182,7 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
                          global_step=100)
     out, why = _claims_of(root)
     assert why is None
+    _tables_are_rectangular(out)
     assert _row(out, "P1 held down").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "P2").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     assert _row(out, "P1 grows, raw").endswith("| 2 | 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
@@ -189,6 +213,7 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
                          metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift)
     out, why = _claims_of(root)
     assert why is None
+    _tables_are_rectangular(out)
     assert _row(out, "C1 vs none").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     assert _row(out, "C1 vs CosReg").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "C3 no rise").endswith("| 4 of 6 | 0.344 | 0 / 0 / 2 | not contradicted |")

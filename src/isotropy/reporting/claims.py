@@ -11,18 +11,18 @@ holds it down (Fig. 1, Table 3); (P2) the loss raises the metric over the last 3
 
 Cells are keyed by task and method label; a task's I-STAR claims use the paper's best
 (λ, ζ) for it (:data:`ISTAR_BEST`, BERT) with λ = -0.3 and +1 at that ζ. A difference pairs the
-runs of two cells by seed (same data order and head initialisation) and resamples the per-seed
-differences (``scipy.stats.bootstrap``, percentile interval, 10,000 resamples, fixed random
-state). With 3 seeds the interval is the whole range of the 3 differences (the all-minimum and
-all-maximum resamples each have probability 1/27 > 2.5%), a 95% interval in name only.
+runs of two cells by seed (same data order and head initialisation); the interval of the mean
+per-seed difference d̄ is Student's, d̄ ± t₀.₉₇₅(n-1) · s / √n (``scipy.stats.ttest_1samp``),
+95% when the per-seed differences are normal: with 3 seeds t₀.₉₇₅(2) = 4.30, so only a
+difference large against its spread across seeds excludes 0. (A percentile bootstrap over 3
+seeds would be the range of the 3 differences, which misses the true mean whenever all three
+fall on one side of it: 1 time in 4, not 1 in 20.) Identical differences give the point
+interval.
 
 Per task (the tables), for a claim that predicts a sign: *supported* when the interval
 excludes 0 on the predicted side, *contradicted* when it excludes 0 on the other side,
-*inconclusive* otherwise (and with fewer than 2 paired seeds). With 3 seeds that reads:
-*supported* when every seed's difference has the predicted sign, a one-sided sign test at
-p = 1/8 under a null of no effect symmetric about 0: a statement about these seeds, not a
-significance test at 5%. A claim that something does *not* rise (C3) can only be
-contradicted: a difference near 0 is "not contradicted".
+*inconclusive* otherwise (and with fewer than 2 paired seeds). A claim that something does
+*not* rise (C3) can only be contradicted: a difference near 0 is "not contradicted".
 
 Per claim (the summary at the end): the per-seed values of all the tasks it was tested on are
 pooled, each oriented so that > 0 is the claimed direction (a paired difference; for C2 minus
@@ -57,6 +57,7 @@ __all__ = [
     "Diff",
     "claim_verdict",
     "claims_markdown",
+    "mean_interval",
     "paired",
     "sign_test",
 ]
@@ -67,7 +68,7 @@ ISTAR_BEST = {"sst2": (-5.0, 0.2), "rte": (-1.0, 0.8), "mrpc": (-1.0, 0.6),
               "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
 TASKS = ("sst2", "rte", "mrpc", "cola", "stsb")
 ZETAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the paper's Fig. 7 grid
-RESAMPLES = 10_000
+CONFIDENCE = 0.95  # of the per-task intervals
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Diff:
         return "inconclusive"
 
     def text(self, digits: int = 4) -> str:
-        if self.n < 2:
+        if self.n < 2 or math.isnan(self.low):
             return f"{self.mean:+.{digits}f} (n={self.n})"
         low, high = f"{self.low:+.{digits}f}", f"{self.high:+.{digits}f}"
         return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
@@ -185,10 +186,10 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
     out = ["## Summary: one verdict per claim", "",
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"at {ALPHA:g} (see the docstring): *k of n* values move the claimed way (for "
-           "\"no rise\": rise). Per task, as in the tables above: *supported* when the 95% "
-           "interval excludes 0 on the claimed side (with 3 seeds: every seed moves the claimed "
-           "way; C2: the interval of ρ over resampled seeds; P1 growth: every run), "
-           "*contradicted* when it excludes 0 on the other side.", "",
+           "\"no rise\": rise). Per task, as in the tables above: *supported* when the "
+           f"{CONFIDENCE:.0%} Student-t interval over seeds excludes 0 on the claimed side (C2: "
+           "of the per-seed ρ; P1 growth: of the per-run growth), *contradicted* when it "
+           "excludes 0 on the other side.", "",
            "| claim | what is tested | tasks | values the claimed way | one-sided p | tasks "
            "supported / contradicted / other | verdict |",
            "|---|---|---|---|---|---|---|"]
@@ -210,21 +211,33 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
     return out
 
 
+def mean_interval(values: Sequence[float]) -> Diff:
+    """The mean of per-seed ``values`` with its Student-t interval at :data:`CONFIDENCE`,
+    mean ± t(n-1) · s / √n (one value: no interval; identical values: the point).
+
+    >>> d = mean_interval([1.0, 2.0, 3.0])  # s = 1, t₀.₉₇₅(2) = 4.3027
+    >>> round(d.low, 4), round(d.high, 4)
+    (-0.4841, 4.4841)
+    >>> mean_interval([0.5, 0.5]).text(1)
+    '+0.5 [+0.5, +0.5] (n=2)'
+    """
+    d = np.asarray(values, dtype=float)
+    mean, n = float(d.mean()), int(d.size)
+    if n < 2:
+        return Diff(mean, float("nan"), float("nan"), n, tuple(float(x) for x in d))
+    if np.ptp(d) == 0:
+        return Diff(mean, mean, mean, n, tuple(float(x) for x in d))
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(CONFIDENCE)
+    return Diff(mean, float(ci.low), float(ci.high), n, tuple(float(x) for x in d))
+
+
 def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
-    """``value(b) - value(a)`` over the seeds both cells ran, with a 95% bootstrap interval."""
+    """``value(b) - value(a)`` over the seeds both cells ran (:func:`mean_interval`)."""
     va = {r.seed: value(r) for r in a}
     vb = {r.seed: value(r) for r in b}
-    d = np.array([vb[s] - va[s] for s in sorted(set(va) & set(vb))
-                  if va[s] is not None and vb[s] is not None], dtype=float)
-    if d.size == 0:
-        return None
-    values = tuple(float(x) for x in d)
-    if d.size < 2 or np.ptp(d) == 0:
-        return Diff(float(d.mean()), float(d.min()), float(d.max()), int(d.size), values)
-    res = stats.bootstrap((d,), np.mean, n_resamples=RESAMPLES, method="percentile",
-                          confidence_level=0.95, random_state=np.random.default_rng(0))
-    ci = res.confidence_interval
-    return Diff(float(d.mean()), float(ci.low), float(ci.high), int(d.size), values)
+    d = [vb[s] - va[s] for s in sorted(set(va) & set(vb))
+         if va[s] is not None and vb[s] is not None]
+    return mean_interval(d) if d else None
 
 
 def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
@@ -362,10 +375,10 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
             out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', d.verdict(+1), d.values)} |")
 
     # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
-    # IsoScore* and the metric over runs; bootstrap over seeds (all cells of a seed together).
+    # IsoScore* and the metric over all runs, and within each seed (its interval, its verdict).
     out += ["", "### C2: Spearman ρ(IsoScore*, metric) over the runs of λ ∈ {paper's λ, -0.3, "
-            "0 (base), +1}", "", "| task | runs | ρ | 95% CI (seeds resampled) | verdict (ρ < 0) |",
-            "|---|---|---|---|---|"]
+            "0 (base), +1}", "", "| task | runs | ρ, all runs | ρ per seed: mean [95% CI] | "
+            "verdict (ρ < 0) |", "|---|---|---|---|---|"]
     for task in tasks:
         lam, zeta = ISTAR_BEST[task]
         lams = [istar(la, zeta) for la in (lam, -0.3, 1.0) if get(task, istar(la, zeta))]
@@ -385,21 +398,14 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
                        f"{note('C2', 'inconclusive')} |")
             continue
         rho = float(stats.spearmanr(xs, ys).statistic)
-        seeds = sorted({p[0] for p in pts})
-        rng = np.random.default_rng(0)
-        boots = []
-        for _ in range(2000):
-            pick = rng.choice(seeds, size=len(seeds), replace=True)
-            sample = [p for s in pick for p in pts if p[0] == s]
-            x, y = [p[1] for p in sample], [p[2] for p in sample]
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                boots.append(float(stats.spearmanr(x, y).statistic))
-        lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(seeds) > 1 and boots
-                  else (float("nan"), float("nan")))
-        d = Diff(rho, float(lo), float(hi), len(seeds))
-        ci = "– (one seed)" if math.isnan(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+        per_seed = per_seed_spearman(pts)
+        d = mean_interval(per_seed) if per_seed else None
+        if d and not math.isnan(d.low):  # ρ lies in [-1, 1], and so does its interval
+            d.low, d.high = max(d.low, -1.0), min(d.high, 1.0)
+        ci = d.text(3) if d else "– (no seed with 3 runs and both columns varying)"
+        verdict = d.verdict(-1) if d else "inconclusive"
         out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | "
-                   f"{note('C2', d.verdict(-1), [-r for r in per_seed_spearman(pts)])} |")
+                   f"{note('C2', verdict, [-r for r in per_seed])} |")
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
     out += ["", "### C3: CosReg minus base", "",
@@ -486,19 +492,19 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
                        f"{mean_std_text(rs, v.top1)} | {ds.text() if ds else ''} | {p1} |")
     out += ["", "### P1: growth of the top-1 [CLS] spectrum without a regularizer "
             "(last 30% mean minus first log)", "",
-            "| task | spectrum | runs | growth mean ± std | verdict (> 0 in every run) |",
-            "|---|---|---|---|---|"]
+            "| task | spectrum | runs | growth mean ± std | 95% CI | verdict (> 0) |",
+            "|---|---|---|---|---|---|"]
     for task in tasks:
         base = get(task, "none")
         for kind in ("raw", "centred"):
             g = [x for r in base if (x := v.growth(r, kind)) is not None]
             if g:
-                verdict = ("supported" if all(x > 0 for x in g) and len(g) > 1 else
-                           "contradicted" if all(x < 0 for x in g) and len(g) > 1 else
-                           "inconclusive")
-                note(f"P1 grows, {kind}", verdict, g)
+                d = mean_interval(g)
+                verdict = note(f"P1 grows, {kind}", d.verdict(+1), g)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {verdict} |")
+                ci = "–" if math.isnan(d.low) else f"[{d.low:+.4f}, {d.high:+.4f}]"
+                out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {ci} | "
+                           f"{verdict} |")
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
             "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
             "| Δ top-1 spectrum, last 30% [95% CI] | verdict (Δ < 0) |",
