@@ -3,12 +3,14 @@ Student-t interval, the per-task and per-claim verdict rules, and one protocol a
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from _runs import make_run
+from scipy import stats
 
 from isotropy.reporting import claims
 from isotropy.reporting.cells import collect_runs, group_cells
@@ -47,7 +49,7 @@ def test_interval_of_three_seeds_is_students() -> None:
     # a = 2q - 1, q = 0.975). Every seed is above 0, yet the interval includes it.
     q = 0.975
     t = (2 * q - 1) * np.sqrt(2 / (1 - (2 * q - 1) ** 2))
-    assert t == pytest.approx(4.302652729911275)
+    assert t == pytest.approx(4.302652729749464, rel=1e-12)
     half = t * np.sqrt(0.0007) / np.sqrt(3)
     a = [_Run(s, 0.0) for s in range(3)]
     b = [_Run(s, x) for s, x in enumerate([0.01, 0.02, 0.06])]
@@ -75,6 +77,52 @@ def test_interval_covers_the_mean_95_times_in_100_with_three_seeds() -> None:
 def test_one_seed_has_no_interval() -> None:
     d = claims.mean_interval([0.3])
     assert np.isnan(d.low) and d.verdict(+1) == "inconclusive" and d.text() == "+0.3000 (n=1)"
+    with pytest.raises(ValueError, match="non-empty"):
+        claims.mean_interval([])
+
+
+def test_differences_equal_but_for_rounding_have_no_interval() -> None:
+    # 0.7 - 0.68 and 0.72 - 0.70 differ in the last bits: not a spread to build an interval
+    # on (it would be ~1e-16 wide and decide any sign).
+    diffs = [0.7 - 0.68, 0.72 - 0.70, 0.71 - 0.69]
+    assert np.ptp(diffs) > 0
+    d = claims.mean_interval(diffs)
+    assert np.isnan(d.low) and d.verdict(+1) == "inconclusive"
+    assert d.text() == "+0.0200 (n=3, no spread)"
+
+
+def test_spearman_permutation_p_of_one_seed_is_scipys_exact_test() -> None:
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=5), rng.normal(size=5)
+    pts = [(0, float(a), float(b)) for a, b in zip(x, y, strict=True)]
+    p_low, p_high, seeds = claims.spearman_permutation_p(pts)
+
+    def rho(u: np.ndarray, v: np.ndarray) -> float:
+        return float(stats.spearmanr(u, v).statistic)
+
+    for alternative, got in (("less", p_low), ("greater", p_high)):
+        ref = stats.permutation_test((x, y), rho, permutation_type="pairings",
+                                     alternative=alternative, n_resamples=np.inf)
+        assert got == pytest.approx(ref.pvalue)
+    assert seeds == 1
+
+
+def test_spearman_permutation_p_of_three_seeds_with_ties_is_the_brute_force_count() -> None:
+    # Every combination of one order per seed (4! ** 2 * 3! = 3,456), counted directly.
+    pts = [(0, 0.1, 0.5), (0, 0.2, 0.5), (0, 0.3, 0.7), (0, 0.4, 0.6),
+           (1, 0.3, 0.9), (1, 0.1, 0.8), (1, 0.2, 0.1), (1, 0.5, 0.2),
+           (2, 0.1, 0.3), (2, 0.2, 0.1), (2, 0.3, 0.2)]
+    groups = [[(x, y) for s, x, y in pts if s == seed] for seed in range(3)]
+    rhos = [[float(stats.spearmanr([x for x, _ in g], [g[i][1] for i in order]).statistic)
+             for order in itertools.permutations(range(len(g)))] for g in groups]
+    observed = sum(float(stats.spearmanr(*zip(*g, strict=True)).statistic) for g in groups)
+    sums = [sum(c) for c in itertools.product(*rhos)]
+    p_low = np.mean([t <= observed + 1e-9 for t in sums])
+    p_high = np.mean([t >= observed - 1e-9 for t in sums])
+    assert claims.spearman_permutation_p(pts) == (pytest.approx(p_low), pytest.approx(p_high),
+                                                  3)
+    with pytest.raises(ValueError, match="at most 8"):
+        claims.spearman_permutation_p([(0, float(i), float(-i)) for i in range(9)])
 
 
 @pytest.mark.parametrize(("low", "high", "n", "sign", "expected"), [
@@ -108,7 +156,9 @@ def test_one_protocol_at_a_time(tmp_path: Path) -> None:
     assert why_a is None and why_b is None
     assert "| mrpc | none | 0.8100 ± 0.0141 (n=2) |" in out_a  # phase A: final metric
     assert "| mrpc | none | 0.7100 ± 0.0141 (n=2) |" in out_b  # phase B: last-30% mean
-    assert "| mrpc | entropy β=1 | 0.7300 ± 0.0141 (n=2) | +0.0200 [" in out_b
+    # the same +0.02 on both seeds: no spread, so no interval and no verdict
+    assert "| mrpc | entropy β=1 | 0.7300 ± 0.0141 (n=2) | +0.0200 (n=2, no spread) | " \
+        "inconclusive |" in out_b
     assert "## Persistent entropy" not in out_a and "## I-STAR" not in out_b
     out, why = _claims_of(a, b)
     assert out == "" and why is not None and "mrpc differ in settings" in why
@@ -166,23 +216,26 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     # (P1 held down: 6 of 6) and lower the metric in every seed (P2: 0 of 6, contradicted).
     # All bars raise the metric and lower the share too: counted only in P3 (selected minus
     # all bars), never in P1 or P2, which would then read 12 values. Without a regularizer the
-    # raw share grows on MRPC and falls on CoLA in every run: 3 of 6, inconclusive.
+    # raw share grows on MRPC and falls on CoLA in every run: 3 of 6, inconclusive. Every
+    # difference varies a little with the seed (e), so that Student's interval has a spread.
     root = tmp_path / "entropy"
     for task in ("mrpc", "cola"):
         grow = 0.2 if task == "mrpc" else -0.2
         for seed in range(3):
-            m = 0.6 + 0.01 * seed
+            m, e = 0.6 + 0.01 * seed, 0.002 * seed
             for reg, select, metric, top1 in (("none", True, m, 0.5 + grow),
-                                              ("entropy", True, m - 0.02, 0.25),
-                                              ("entropy", False, m + 0.03, 0.2)):
+                                              ("entropy", True, m - 0.02 - e, 0.25 + e),
+                                              ("entropy", False, m + 0.03 + e, 0.2 - e)):
                 spectrum = [(10, [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]),
-                            (100, [top1 + 0.001 * seed, 0.1, 0.1, 0.2, 0.1, 0.1])]
+                            (100, [top1 + 0.001 * seed, 0.1, 0.1, 0.2 + e, 0.1, 0.1])]
                 make_run(root, task=task, reg=reg, select=select, seed=seed, metric=metric,
                          spectrum=spectrum, evals=[(50, metric), (100, metric)],
                          global_step=100)
     out, why = _claims_of(root)
     assert why is None
     _tables_are_rectangular(out)
+    # MRPC's raw growth 0.200, 0.201, 0.202: 0.201 ± t₀.₉₇₅(2) 0.001 / √3 = 0.201 ± 0.0025
+    assert "| mrpc | raw | 3 | +0.2010 ± 0.0010 | [+0.1985, +0.2035] | supported |" in out
     assert _row(out, "P1 held down").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "P2").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
     assert _row(out, "P1 grows, raw").endswith("| 2 | 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
@@ -199,15 +252,16 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
     # every seed; CosReg raises IsoScore* by 0.01 on seeds 0-1 and lowers it on seed 2 (no
     # rise: 4 of 6 rises, not contradicted) and centres in every seed (mean |activation|
     # -0.5); the paper's λ lowers TwoNN in every seed, λ = +1 raises it on one task only.
+    # Every difference varies a little with the seed (e): Student's interval needs a spread.
     root = tmp_path / "istar"
     for task, (lam, zeta) in (("mrpc", (-1.0, 0.6)), ("cola", (-1.0, 0.8))):
         for seed in range(3):
-            m = 0.7 + 0.01 * seed
+            m, e = 0.7 + 0.01 * seed, 0.002 * seed
             cos_iso = 0.2 + (0.01 if seed < 2 else -0.01)
-            up = 1.0 if task == "mrpc" else -1.0
+            up = (1.0 if task == "mrpc" else -1.0) * (1 + e)
             for reg, lam_, metric, iso, shift in (("none", 1.0, m, 0.2, 0.0),
-                                                  ("cosreg", 1.0, m - 0.05, cos_iso, -0.5),
-                                                  ("istar", lam, m - 0.02, 0.01, -2.0),
+                                                  ("cosreg", 1.0, m - 0.05, cos_iso, -0.5 - e),
+                                                  ("istar", lam, m - 0.02 - e, 0.01, -2.0 - e),
                                                   ("istar", 1.0, m - 0.01, 0.5, up)):
                 make_run(root, task=task, reg=reg, lam=lam_, zeta=zeta, seed=seed,
                          metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift)
@@ -223,6 +277,16 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
     assert _row(out, "C4 λ = -0.3").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
     assert _row(out, "C5").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
     assert "| P2 |" not in out[out.index("## Summary"):]
+    # C2: per seed, IsoScore* 0.01 < 0.2 < 0.5 (λ = -1, base, +1) against metric ranks 1, 3, 2:
+    # ρ = +0.5. Under no association each seed's ρ is 1, 0.5, 0.5, -0.5, -0.5 or -1 (6 orders);
+    # the sum of 3 reaches 1.5 in 1 + 6 + 6 + 12 + 8 = 33 of 216 combinations (1,1,1; 1,1,0.5;
+    # 1,1,-0.5; 1,0.5,0.5; 0.5,0.5,0.5), and exceeds it in 19. Over all 9 runs, scipy's ρ.
+    iso = [0.2, 0.01, 0.5] * 3
+    metric = [v for seed in range(3) for m, e in [(0.7 + 0.01 * seed, 0.002 * seed)]
+              for v in (m, m - 0.02 - e, m - 0.01)]
+    pooled = stats.spearmanr(iso, metric).statistic
+    assert (f"| mrpc | 9 | {pooled:+.3f} | +0.500, +0.500, +0.500 | "
+            f"{(216 - 19) / 216:.3g}, {33 / 216:.3g} | inconclusive |") in out
 
 
 def test_summary_refuses_a_claim_it_does_not_know() -> None:
@@ -240,7 +304,7 @@ def test_report_writes_claims_md_or_says_why_not(tmp_path: Path) -> None:
     res = write_report([str(runs)], out, figures=False)
     assert out / "claims.md" in res["files"]
     text = (out / "claims.md").read_text()
-    assert "| mrpc | cosreg λ=1 | 0.8100 ± 0.0000 (n=2) | +0.0100 [" in text
+    assert "| mrpc | cosreg λ=1 | 0.8100 ± 0.0000 (n=2) | +0.0100 (n=2, no spread) |" in text
     assert "[`claims.md`](claims.md)" in (out / "report.md").read_text()
     # Another learning rate next to them: no claims, the reason in report.md, and the earlier
     # claims.md (of other runs) is not left behind.
@@ -299,7 +363,7 @@ def test_a_claim_tested_without_values_is_inconclusive(tmp_path: Path) -> None:
     make_run(tmp_path, task="mrpc", reg="istar", lam=-1.0, zeta=0.6, seed=0)
     make_run(tmp_path, task="mrpc", reg="cosreg", cos_lam=0.5, seed=0)
     out, _ = _claims_lines(tmp_path)
-    assert "| mrpc | 2 | fewer than 4 runs with both values | | inconclusive |" in out
+    assert "| mrpc | 2 | fewer than 4 runs with both values | | | inconclusive |" in out
     assert _row(out, "C2").endswith("| 1 | 0 of 0 | – | 0 / 0 / 1 | inconclusive |")
     assert "Cells no claim compares: mrpc: cosreg λ=0.5." in out
     assert "Seeds per cell: 1 (one seed" in out

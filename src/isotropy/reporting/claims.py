@@ -16,13 +16,16 @@ per-seed difference d̄ is Student's, d̄ ± t₀.₉₇₅(n-1) · s / √n (``
 95% when the per-seed differences are normal: with 3 seeds t₀.₉₇₅(2) = 4.30, so only a
 difference large against its spread across seeds excludes 0. (A percentile bootstrap over 3
 seeds would be the range of the 3 differences, which misses the true mean whenever all three
-fall on one side of it: 1 time in 4, not 1 in 20.) Identical differences give the point
-interval.
+fall on one side of it: 1 time in 4, not 1 in 20.) Differences without a spread (equal to
+rounding) have no interval. C2's per-seed ρ over 4 runs takes few values, often equal across
+seeds, so C2 is decided per task by the exact permutation test of their sum
+(:func:`spearman_permutation_p`) at 2.5% on either side.
 
 Per task (the tables), for a claim that predicts a sign: *supported* when the interval
 excludes 0 on the predicted side, *contradicted* when it excludes 0 on the other side,
-*inconclusive* otherwise (and with fewer than 2 paired seeds). A claim that something does
-*not* rise (C3) can only be contradicted: a difference near 0 is "not contradicted".
+*inconclusive* otherwise (and with fewer than 2 paired seeds, or no interval). A claim that
+something does *not* rise (C3) can only be contradicted: a difference near 0 is "not
+contradicted".
 
 Per claim (the summary at the end): the per-seed values of all the tasks it was tested on are
 pooled, each oriented so that > 0 is the claimed direction (a paired difference; for C2 minus
@@ -40,6 +43,7 @@ contradicted*, which with this few values also means "too few to see a rise".
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +63,7 @@ __all__ = [
     "claims_markdown",
     "mean_interval",
     "paired",
+    "spearman_permutation_p",
     "sign_test",
 ]
 
@@ -73,7 +78,9 @@ CONFIDENCE = 0.95  # of the per-task intervals
 
 @dataclass
 class Diff:
-    """Seed-paired difference ``b - a`` of one value over two cells."""
+    """The mean over seeds of one per-seed value (a seed-paired difference ``b - a`` of two
+    cells, or a run's growth) and its interval; ``low`` and ``high`` are NaN where there is
+    none (one value, or no spread)."""
 
     mean: float
     low: float
@@ -91,8 +98,10 @@ class Diff:
         return "inconclusive"
 
     def text(self, digits: int = 4) -> str:
-        if self.n < 2 or math.isnan(self.low):
+        if self.n < 2:
             return f"{self.mean:+.{digits}f} (n={self.n})"
+        if math.isnan(self.low):
+            return f"{self.mean:+.{digits}f} (n={self.n}, no spread)"
         low, high = f"{self.low:+.{digits}f}", f"{self.high:+.{digits}f}"
         return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
 
@@ -187,9 +196,10 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"at {ALPHA:g} (see the docstring): *k of n* values move the claimed way (for "
            "\"no rise\": rise). Per task, as in the tables above: *supported* when the "
-           f"{CONFIDENCE:.0%} Student-t interval over seeds excludes 0 on the claimed side (C2: "
-           "of the per-seed ρ; P1 growth: of the per-run growth), *contradicted* when it "
-           "excludes 0 on the other side.", "",
+           f"{CONFIDENCE:.0%} Student-t interval over seeds excludes 0 on the claimed side "
+           "(P1 growth: of the per-run growth; C2: the exact permutation test below 2.5% on "
+           "that side), "
+           "*contradicted* when it excludes 0 on the other side.", "",
            "| claim | what is tested | tasks | values the claimed way | one-sided p | tasks "
            "supported / contradicted / other | verdict |",
            "|---|---|---|---|---|---|---|"]
@@ -213,22 +223,24 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
 
 def mean_interval(values: Sequence[float]) -> Diff:
     """The mean of per-seed ``values`` with its Student-t interval at :data:`CONFIDENCE`,
-    mean ± t(n-1) · s / √n (one value: no interval; identical values: the point).
+    mean ± t(n-1) · s / √n. One value has no interval, and neither have values equal to
+    1e-12 relative (s = 0: Student's interval needs a spread, and a spread of rounding noise
+    would make any difference look certain), so both are *inconclusive*.
 
     >>> d = mean_interval([1.0, 2.0, 3.0])  # s = 1, t₀.₉₇₅(2) = 4.3027
     >>> round(d.low, 4), round(d.high, 4)
     (-0.4841, 4.4841)
-    >>> mean_interval([0.5, 0.5]).text(1)
-    '+0.5 [+0.5, +0.5] (n=2)'
+    >>> mean_interval([0.5, 0.5]).text(1), mean_interval([0.5, 0.5]).verdict(+1)
+    ('+0.5 (n=2, no spread)', 'inconclusive')
     """
     d = np.asarray(values, dtype=float)
-    mean, n = float(d.mean()), int(d.size)
-    if n < 2:
-        return Diff(mean, float("nan"), float("nan"), n, tuple(float(x) for x in d))
-    if np.ptp(d) == 0:
-        return Diff(mean, mean, mean, n, tuple(float(x) for x in d))
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"mean_interval needs a non-empty list of values, got shape {d.shape}")
+    mean, n, kept = float(d.mean()), int(d.size), tuple(float(x) for x in d)
+    if n < 2 or np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):
+        return Diff(mean, float("nan"), float("nan"), n, kept)
     ci = stats.ttest_1samp(d, 0.0).confidence_interval(CONFIDENCE)
-    return Diff(mean, float(ci.low), float(ci.high), n, tuple(float(x) for x in d))
+    return Diff(mean, float(ci.low), float(ci.high), n, kept)
 
 
 def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
@@ -328,6 +340,48 @@ def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
     return out
 
 
+MAX_EXACT_RUNS = 8  # per seed, for the exact permutation test (8! = 40,320 orders)
+
+
+def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[float, float, int]:
+    """``(p_low, p_high, seeds)``: the exact one-sided p-values of the sum S of the per-seed
+    Spearman ρ of ``(seed, x, y)`` points (the seeds :func:`per_seed_spearman` uses), under
+    no association within any seed: each seed's ``y`` in any of its n! orders over its ``x``,
+    all equally likely and independent across seeds. ``p_low = P(S ≤ s)``, ``p_high =
+    P(S ≥ s)``. Exact even where ρ takes few values (4 runs per seed: 24 orders).
+
+    >>> spearman_permutation_p([(0, 1, 4), (0, 2, 3), (0, 3, 2), (0, 4, 1)])  # 1 of 24
+    (0.041666666666666664, 1.0, 1)
+    >>> p, _, _ = spearman_permutation_p([(s, x, -x) for s in (0, 1) for x in (1, 2, 3, 4)])
+    >>> round(p * 24 ** 2, 6)
+    1.0
+    """
+    counts, observed, seeds, total = {0.0: 1}, 0.0, 0, 1  # S -> number of orders giving it
+    for seed in sorted({p[0] for p in pts}):
+        x = np.array([p[1] for p in pts if p[0] == seed], dtype=float)
+        y = np.array([p[2] for p in pts if p[0] == seed], dtype=float)
+        if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+            continue
+        if len(x) > MAX_EXACT_RUNS:
+            raise ValueError(f"seed {seed} has {len(x)} runs; the exact permutation test "
+                             f"enumerates at most {MAX_EXACT_RUNS}")
+        rx, ry = stats.rankdata(x), stats.rankdata(y)
+        orders = np.array(list(itertools.permutations(range(len(x)))))
+        rhos = [float(np.corrcoef(rx, ry[o])[0, 1]) for o in orders]
+        observed += float(np.corrcoef(rx, ry)[0, 1])
+        seeds += 1
+        step: dict[float, int] = {}
+        for sum_so_far, count in counts.items():
+            for rho in rhos:
+                key = round(sum_so_far + rho, 9)
+                step[key] = step.get(key, 0) + count
+        counts, total = step, total * len(rhos)
+    eps = 1e-9
+    low = sum(c for v, c in counts.items() if v <= observed + eps)
+    high = sum(c for v, c in counts.items() if v >= observed - eps)
+    return low / total, high / total, seeds
+
+
 Cells = dict[tuple[str, str], list[Run]]
 ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")  # selected bars, all bars
 
@@ -375,10 +429,14 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
             out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', d.verdict(+1), d.values)} |")
 
     # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
-    # IsoScore* and the metric over all runs, and within each seed (its interval, its verdict).
+    # IsoScore* and the metric over all runs, and within each seed: their sum's exact
+    # permutation test decides the task (few runs per seed: ρ takes few values).
     out += ["", "### C2: Spearman ρ(IsoScore*, metric) over the runs of λ ∈ {paper's λ, -0.3, "
-            "0 (base), +1}", "", "| task | runs | ρ, all runs | ρ per seed: mean [95% CI] | "
-            "verdict (ρ < 0) |", "|---|---|---|---|---|"]
+            "0 (base), +1}", "", "Per task: the per-seed ρ, and the exact p of their sum under "
+            "no association within a seed (every order of a seed's metrics over its runs "
+            "equally likely); decided when one side is below 2.5%.", "",
+            "| task | runs | ρ, all runs | ρ per seed | p (ρ < 0), p (ρ > 0) | verdict (ρ < 0) |",
+            "|---|---|---|---|---|---|"]
     for task in tasks:
         lam, zeta = ISTAR_BEST[task]
         lams = [istar(la, zeta) for la in (lam, -0.3, 1.0) if get(task, istar(la, zeta))]
@@ -389,22 +447,22 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
         pts = [p for p in pts if p[1] is not None and p[2] is not None]
         if len(pts) < 4:
             if group:
-                out.append(f"| {task} | {len(pts)} | fewer than 4 runs with both values | | "
+                out.append(f"| {task} | {len(pts)} | fewer than 4 runs with both values | | | "
                            f"{note('C2', 'inconclusive')} |")
             continue
         xs, ys = [p[1] for p in pts], [p[2] for p in pts]
         if np.ptp(xs) == 0 or np.ptp(ys) == 0:
-            out.append(f"| {task} | {len(pts)} | undefined (a constant column) | | "
+            out.append(f"| {task} | {len(pts)} | undefined (a constant column) | | | "
                        f"{note('C2', 'inconclusive')} |")
             continue
         rho = float(stats.spearmanr(xs, ys).statistic)
         per_seed = per_seed_spearman(pts)
-        d = mean_interval(per_seed) if per_seed else None
-        if d and not math.isnan(d.low):  # ρ lies in [-1, 1], and so does its interval
-            d.low, d.high = max(d.low, -1.0), min(d.high, 1.0)
-        ci = d.text(3) if d else "– (no seed with 3 runs and both columns varying)"
-        verdict = d.verdict(-1) if d else "inconclusive"
-        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {ci} | "
+        p_low, p_high, n_seeds = spearman_permutation_p(pts)
+        shown = ", ".join(f"{r:+.3f}" for r in per_seed) or "– (no seed of 3 varying runs)"
+        verdict = ("inconclusive" if n_seeds < 2 else "supported" if p_low < (1 - CONFIDENCE) / 2
+                   else "contradicted" if p_high < (1 - CONFIDENCE) / 2 else "inconclusive")
+        ps = f"{p_low:.3g}, {p_high:.3g}" if n_seeds else "–"
+        out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {shown} | {ps} | "
                    f"{note('C2', verdict, [-r for r in per_seed])} |")
 
     # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
@@ -502,7 +560,8 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
                 d = mean_interval(g)
                 verdict = note(f"P1 grows, {kind}", d.verdict(+1), g)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                ci = "–" if math.isnan(d.low) else f"[{d.low:+.4f}, {d.high:+.4f}]"
+                ci = ("–" if d.n < 2 else "no spread" if math.isnan(d.low)
+                      else f"[{d.low:+.4f}, {d.high:+.4f}]")
                 out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {ci} | "
                            f"{verdict} |")
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
