@@ -97,13 +97,20 @@ class Diff:
             return "contradicted"
         return "inconclusive"
 
+    def interval_text(self, digits: int = 4) -> str:
+        """``[low, high]``, or why there is none: ``–`` (one value) or ``no spread``."""
+        if self.n < 2:
+            return "–"
+        if math.isnan(self.low):
+            return "no spread"
+        return f"[{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
     def text(self, digits: int = 4) -> str:
         if self.n < 2:
             return f"{self.mean:+.{digits}f} (n={self.n})"
         if math.isnan(self.low):
             return f"{self.mean:+.{digits}f} (n={self.n}, no spread)"
-        low, high = f"{self.low:+.{digits}f}", f"{self.high:+.{digits}f}"
-        return f"{self.mean:+.{digits}f} [{low}, {high}] (n={self.n})"
+        return f"{self.mean:+.{digits}f} {self.interval_text(digits)} (n={self.n})"
 
 
 ALPHA = 0.05  # the claim-level sign test's level
@@ -324,6 +331,19 @@ class _Values:
         return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
 
 
+def _seed_groups(pts: Sequence[tuple[int, float, float]]) -> list[tuple[int, np.ndarray,
+                                                                         np.ndarray]]:
+    """``(seed, x, y)`` of each seed whose points can give a Spearman ρ: at least 3, with
+    neither column constant."""
+    out = []
+    for seed in sorted({p[0] for p in pts}):
+        x = np.array([p[1] for p in pts if p[0] == seed], dtype=float)
+        y = np.array([p[2] for p in pts if p[0] == seed], dtype=float)
+        if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            out.append((seed, x, y))
+    return out
+
+
 def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
     """Spearman ρ of ``(seed, x, y)`` points within each seed (seeds with a constant column or
     fewer than 3 points give none).
@@ -331,13 +351,7 @@ def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
     >>> per_seed_spearman([(0, 1, 3), (0, 2, 2), (0, 3, 1), (1, 1, 1), (1, 2, 2), (1, 3, 3)])
     [-1.0, 1.0]
     """
-    out = []
-    for seed in sorted({p[0] for p in pts}):
-        x = [p[1] for p in pts if p[0] == seed]
-        y = [p[2] for p in pts if p[0] == seed]
-        if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
-            out.append(float(stats.spearmanr(x, y).statistic))
-    return out
+    return [float(stats.spearmanr(x, y).statistic) for _, x, y in _seed_groups(pts)]
 
 
 MAX_EXACT_RUNS = 8  # per seed, for the exact permutation test (8! = 40,320 orders)
@@ -356,12 +370,9 @@ def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[flo
     >>> round(p * 24 ** 2, 6)
     1.0
     """
-    counts, observed, seeds, total = {0.0: 1}, 0.0, 0, 1  # S -> number of orders giving it
-    for seed in sorted({p[0] for p in pts}):
-        x = np.array([p[1] for p in pts if p[0] == seed], dtype=float)
-        y = np.array([p[2] for p in pts if p[0] == seed], dtype=float)
-        if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-            continue
+    groups = _seed_groups(pts)
+    counts, observed, total = {0.0: 1}, 0.0, 1  # S -> number of orders giving it
+    for seed, x, y in groups:
         if len(x) > MAX_EXACT_RUNS:
             raise ValueError(f"seed {seed} has {len(x)} runs; the exact permutation test "
                              f"enumerates at most {MAX_EXACT_RUNS}")
@@ -369,7 +380,6 @@ def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[flo
         orders = np.array(list(itertools.permutations(range(len(x)))))
         rhos = [float(np.corrcoef(rx, ry[o])[0, 1]) for o in orders]
         observed += float(np.corrcoef(rx, ry)[0, 1])
-        seeds += 1
         step: dict[float, int] = {}
         for sum_so_far, count in counts.items():
             for rho in rhos:
@@ -379,7 +389,7 @@ def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[flo
     eps = 1e-9
     low = sum(c for v, c in counts.items() if v <= observed + eps)
     high = sum(c for v, c in counts.items() if v >= observed - eps)
-    return low / total, high / total, seeds
+    return low / total, high / total, len(groups)
 
 
 Cells = dict[tuple[str, str], list[Run]]
@@ -389,6 +399,8 @@ ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")  # selected bars, a
 def istar(lam: float, zeta: float) -> str:
     """The method label of I-STAR at ``(lam, zeta)`` (:attr:`Method.label`)."""
     return f"istar λ={lam:g} ζ={zeta:g}"
+
+
 Get = Callable[[str, str], list[Run]]  # (task, method label) -> the cell's runs
 Note = Callable[..., str]
 
@@ -560,9 +572,8 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
                 d = mean_interval(g)
                 verdict = note(f"P1 grows, {kind}", d.verdict(+1), g)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                ci = ("–" if d.n < 2 else "no spread" if math.isnan(d.low)
-                      else f"[{d.low:+.4f}, {d.high:+.4f}]")
-                out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | {ci} | "
+                out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
+                           f"{d.interval_text()} | "
                            f"{verdict} |")
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
             "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
