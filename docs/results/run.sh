@@ -36,7 +36,13 @@ for seed in 0 1 2; do
     sweep "$SPECS/istar.yaml" istar --seeds "$seed"
     sweep "$SPECS/entropy.yaml" entropy --seeds "$seed"
 done
-if [ -f "$SPECS/zeta.yaml" ]; then
-    sweep "$SPECS/zeta.yaml" istar  # phase C shares phase A's root: its zeta = 0.8 point is A's
+# Phase C shares phase A's root (its grid's point at the task's phase-A zeta is A's run); its
+# task follows the rule docs/results.md states (pick_zeta_spec.py): CoLA, or STS-B if I-STAR
+# lambda = -1 never leaves CoLA's majority class on seeds 0-2.
+if zeta_spec="$(python3 "$HERE/pick_zeta_spec.py" "$RUNS/istar" "$SPECS")"; then
+    sweep "$zeta_spec" istar
+else
+    echo "== phase C not started"
+    exit 1
 fi
 echo "== $(date -u +%FT%TZ) done"
