@@ -146,6 +146,29 @@ def test_gradient_matches_autograd_through_eigenvalues():
     assert h[0].grad is None or float(h[0].grad.abs().max()) == 0.0
 
 
+def test_zeta_one_leaves_no_gradient():
+    """At ζ = 1, Σ_ζ = Σ_S does not depend on the batch: the penalty's value is that of Σ_S alone
+    and its gradient is exactly zero; just below 1 it is not."""
+    hs, mask = make_batch(seed=8, d=5)
+    c0 = torch.tensor(random_spd(5, seed=9))
+    lam = torch.linalg.eigvalsh(c0)
+    d = 5
+    lam_hat = math.sqrt(d) * lam / torch.linalg.vector_norm(lam)
+    delta = torch.linalg.vector_norm(lam_hat - 1) / math.sqrt(2 * (d - math.sqrt(d)))
+    phi = (d - delta**2 * (d - math.sqrt(d))) ** 2 / d**2
+    expected = -2.0 * (1 - (d * phi - 1) / (d - 1))
+    grads = {}
+    for zeta in (1.0, 0.9):
+        h = [t.clone().requires_grad_(True) for t in hs]
+        out = IStarLoss(-2.0, zeta=zeta, shrinkage=c0)(tuple(h), mask).loss
+        if zeta == 1.0:
+            assert float(out.detach()) == pytest.approx(float(expected), abs=1e-12)
+        out.backward()
+        grads[zeta] = max(float(t.grad.abs().max()) for t in h[1:])
+    assert grads[1.0] == 0.0
+    assert grads[0.9] > 1e-6
+
+
 @pytest.mark.parametrize("with_shrinkage", [True, False])
 def test_padding_never_enters_the_cloud(with_shrinkage):
     hs, mask = make_batch(seed=10)
