@@ -151,18 +151,13 @@ def test_zeta_one_leaves_no_gradient():
     and its gradient is exactly zero; just below 1 it is not."""
     hs, mask = make_batch(seed=8, d=5)
     c0 = torch.tensor(random_spd(5, seed=9))
-    lam = torch.linalg.eigvalsh(c0)
-    d = 5
-    lam_hat = math.sqrt(d) * lam / torch.linalg.vector_norm(lam)
-    delta = torch.linalg.vector_norm(lam_hat - 1) / math.sqrt(2 * (d - math.sqrt(d)))
-    phi = (d - delta**2 * (d - math.sqrt(d))) ** 2 / d**2
-    expected = -2.0 * (1 - (d * phi - 1) / (d - 1))
+    expected = -2.0 * (1 - eig_isoscore(c0.numpy()))
     grads = {}
     for zeta in (1.0, 0.9):
         h = [t.clone().requires_grad_(True) for t in hs]
         out = IStarLoss(-2.0, zeta=zeta, shrinkage=c0)(tuple(h), mask).loss
         if zeta == 1.0:
-            assert float(out.detach()) == pytest.approx(float(expected), abs=1e-12)
+            assert float(out.detach()) == pytest.approx(expected, abs=1e-12)
         out.backward()
         grads[zeta] = max(float(t.grad.abs().max()) for t in h[1:])
     assert grads[1.0] == 0.0
