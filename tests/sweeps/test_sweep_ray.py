@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from _sweep_fixtures import make_tiny_model, tiny_base, write_sst2
@@ -11,7 +12,7 @@ ray = pytest.importorskip("ray", reason="the Ray engine needs ray (pip install '
 
 from isotropy.sweeps.driver import run_sweep  # noqa: E402
 from isotropy.sweeps.points import expand  # noqa: E402
-from isotropy.sweeps.ray_engine import RayEngine  # noqa: E402
+from isotropy.sweeps.ray_engine import RayEngine, _workers_at_own_niceness  # noqa: E402
 from isotropy.sweeps.spec import spec_from_dict  # noqa: E402
 
 
@@ -59,3 +60,32 @@ def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_l
     assert again.states == outcome.states
     assert (good.run_dir / "results.json").stat().st_mtime_ns == stamp
     assert not ray.is_initialized()
+
+
+NICENESS = "RAY_worker_niceness"  # Ray's own (case-sensitive) name
+
+
+@pytest.mark.timeout(120)
+def test_ray_engine_workers_run_at_the_sweeps_niceness(no_ray_left, monkeypatch):
+    # Ray's default starts its workers at niceness 15, where any other load on the machine
+    # starves the trials; the engine's local instance runs them at the driver's niceness.
+    monkeypatch.delenv(NICENESS, raising=False)
+    engine = RayEngine(num_cpus=1, workers=1)
+    engine.start()
+    try:
+        worker_nice = ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=60)
+    finally:
+        engine.close()
+    assert worker_nice == os.nice(0)
+    assert NICENESS not in os.environ  # set only while the instance starts
+
+
+def test_niceness_setting_keeps_the_users_value(monkeypatch):
+    monkeypatch.setenv(NICENESS, "7")
+    with _workers_at_own_niceness():
+        assert os.environ.get(NICENESS) == "7"
+    assert os.environ.get(NICENESS) == "7"
+    monkeypatch.delenv(NICENESS)
+    with _workers_at_own_niceness():
+        assert os.environ.get(NICENESS) == str(os.nice(0))
+    assert NICENESS not in os.environ

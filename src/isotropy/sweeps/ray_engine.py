@@ -9,7 +9,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,24 @@ def _ray_point(settings: dict[str, Any], threads: int, log_path: str) -> dict[st
         return _point_outcome(settings, threads)
 
 
+_NICENESS = "RAY_worker_niceness"  # Ray's config of its workers' niceness (case-sensitive)
+
+
+@contextlib.contextmanager
+def _workers_at_own_niceness() -> Iterator[None]:
+    """Start a local instance whose workers run at this process's niceness, as the local
+    engine's do: Ray's default (``RAY_worker_niceness`` = 15) starves trials on a machine
+    that is busy with anything else. A ``RAY_worker_niceness`` set by the user is kept."""
+    if _NICENESS in os.environ:
+        yield
+        return
+    os.environ[_NICENESS] = str(os.nice(0))
+    try:
+        yield
+    finally:
+        os.environ.pop(_NICENESS, None)
+
+
 class RayEngine:
     """Points as Ray tasks; at most ``workers`` at a time (default: as many as the cluster
     has GPUs, else ``CPUs // cpus_per_trial``)."""
@@ -82,12 +100,14 @@ class RayEngine:
                 else:
                     cpus = self.num_cpus or _cpu_count()
                     # address="local": a new instance even where another one is running
-                    ray.init(address="local", num_cpus=cpus, include_dashboard=False,
-                             log_to_driver=False,
-                             configure_logging=False, runtime_env={"env_vars": {
-                                 "PYTHONPATH": os.pathsep.join(x for x in (
-                                     _package_parent(), os.environ.get("PYTHONPATH", "")) if x),
-                                 "TOKENIZERS_PARALLELISM": "false"}})
+                    with _workers_at_own_niceness():
+                        ray.init(address="local", num_cpus=cpus, include_dashboard=False,
+                                 log_to_driver=False, configure_logging=False,
+                                 runtime_env={"env_vars": {
+                                     "PYTHONPATH": os.pathsep.join(x for x in (
+                                         _package_parent(), os.environ.get("PYTHONPATH", ""))
+                                         if x),
+                                     "TOKENIZERS_PARALLELISM": "false"}})
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"at {self.address}" if self.address else "locally"
                 why = one_line(err, ERROR_CHARS)
