@@ -99,15 +99,14 @@ class RayEngine:
                     ray.init(address=self.address, log_to_driver=False)
                 else:
                     cpus = self.num_cpus or _cpu_count()
+                    path = (_package_parent(), os.environ.get("PYTHONPATH", ""))
+                    env_vars = {"PYTHONPATH": os.pathsep.join(x for x in path if x),
+                                "TOKENIZERS_PARALLELISM": "false"}
                     # address="local": a new instance even where another one is running
                     with _workers_at_own_niceness():
                         ray.init(address="local", num_cpus=cpus, include_dashboard=False,
                                  log_to_driver=False, configure_logging=False,
-                                 runtime_env={"env_vars": {
-                                     "PYTHONPATH": os.pathsep.join(x for x in (
-                                         _package_parent(), os.environ.get("PYTHONPATH", ""))
-                                         if x),
-                                     "TOKENIZERS_PARALLELISM": "false"}})
+                                 runtime_env={"env_vars": env_vars})
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"at {self.address}" if self.address else "locally"
                 why = one_line(err, ERROR_CHARS)
