@@ -58,11 +58,13 @@ _NICENESS = "RAY_worker_niceness"  # Ray's config of its workers' niceness (case
 def _workers_at_own_niceness() -> Iterator[None]:
     """Start a local instance whose workers run at this process's niceness, as the local
     engine's do: Ray's default (``RAY_worker_niceness`` = 15) starves trials on a machine
-    that is busy with anything else. A ``RAY_worker_niceness`` set by the user is kept."""
+    that is busy with anything else. Ray adds the value to the niceness its processes inherit
+    from this one, so 0 keeps this process's own. A ``RAY_worker_niceness`` set by the user
+    is kept."""
     if _NICENESS in os.environ:
         yield
         return
-    os.environ[_NICENESS] = str(os.nice(0))
+    os.environ[_NICENESS] = "0"
     try:
         yield
     finally:
