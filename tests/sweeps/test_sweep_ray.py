@@ -82,11 +82,12 @@ print(json.dumps({"driver": os.nice(0), "worker": worker, "left": left}))
 
 
 @pytest.mark.timeout(120)
-def test_ray_engine_workers_run_at_the_sweeps_niceness(no_ray_left):
+def test_ray_engine_workers_run_at_the_sweeps_niceness():
     # Ray's default starts its workers at niceness 15, where any other load on the machine
     # starves the trials; the engine's local instance runs them at the driver's niceness.
     # The driver runs niced by 3 in a process of its own, so that a niceness added twice
     # (Ray adds its setting to the inherited one) cannot pass for the driver's.
+    # No Ray instance starts in this process.
     env = {k: v for k, v in os.environ.items() if k != NICENESS}
     done = subprocess.run([sys.executable, "-c", _NICENESS_PROBE], env=env, timeout=110,
                           capture_output=True, text=True, preexec_fn=lambda: os.nice(3))
