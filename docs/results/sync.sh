@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies the small files of every finished run (results.json present) from RUNS/<sweep>/ into
 # docs/results/runs/<sweep>/ (config, results, metrics, measurements, dev predictions, and
-# each sweep's sweep.json and results.csv), and deletes the finished runs' checkpoints and
+# each sweep's sweep.json and results.csv; all but config.json gzip-compressed, as name.gz,
+# which isotropy report reads), and deletes the finished runs' checkpoints and
 # saved models under RUNS. Never copies checkpoints or models.
 #
 #   RUNS=/work/verdict-runs docs/results/sync.sh
@@ -21,7 +22,13 @@ for root in "$RUNS"/*/; do
         out="$dest/$(basename "$run")"
         mkdir -p "$out"
         for f in "${KEEP[@]}"; do
-            [ -f "$run/$f" ] && cp "$run/$f" "$out/"
+            [ -f "$run/$f" ] || continue
+            if [ "$f" = config.json ]; then
+                cp "$run/$f" "$out/"
+            else  # stored compressed (isotropy report reads name.gz where name is absent)
+                gzip -9nc "$run/$f" > "$out/$f.gz.tmp" && mv "$out/$f.gz.tmp" "$out/$f.gz"
+                rm -f "$out/$f"
+            fi
         done
         rm -rf "$run"/checkpoint-* "$run"/model
     done

@@ -1,5 +1,6 @@
 """Atomic writers for results (JSON, CSV, any file produced by a callback) and a strict
-UTF-8 reader for inputs.
+UTF-8 reader for inputs (a ``.gz`` file is read decompressed: archived run files are stored
+gzip-compressed, and :func:`archived` finds ``name.gz`` where ``name`` is absent).
 
 Each writer writes to a temporary file in the destination directory and moves it into place
 with :func:`os.replace`, so a reader never sees a half-written file (even after a crash).
@@ -8,6 +9,7 @@ with :func:`os.replace`, so a reader never sees a half-written file (even after 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "archived",
     "atomic_path",
     "read_text_utf8",
     "to_jsonable",
@@ -32,13 +35,36 @@ __all__ = [
 _BOM = b"\xef\xbb\xbf"
 
 
+def archived(path: str | os.PathLike[str]) -> Path:
+    """``path``, or its gzip-compressed twin ``path.gz`` when only that exists.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "m.jsonl.gz").write_bytes(gzip.compress(b"{}"))
+    >>> archived(d / "m.jsonl").name, archived(d / "other.json").name
+    ('m.jsonl.gz', 'other.json')
+    """
+    p = Path(path)
+    if p.exists():
+        return p
+    gz = p.with_name(p.name + ".gz")
+    return gz if gz.is_file() else p
+
+
 def read_text_utf8(path: str | os.PathLike[str]) -> str:
-    """The text of a UTF-8 file, a leading byte-order mark dropped, line endings untouched.
+    """The text of a UTF-8 file, a leading byte-order mark dropped, line endings untouched; a
+    file whose name ends in ``.gz`` is decompressed first.
 
     Raises ``ValueError`` naming the file, the line and the column of the first byte that is
-    not valid UTF-8 (instead of a bare ``UnicodeDecodeError``).
+    not valid UTF-8 (instead of a bare ``UnicodeDecodeError``), or saying that a ``.gz`` file
+    is not gzip data.
     """
     data = Path(path).read_bytes()
+    if str(path).endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise ValueError(f"{path}: not readable gzip data ({err})") from None
     start = len(_BOM) if data.startswith(_BOM) else 0
     try:
         return data[start:].decode("utf-8")

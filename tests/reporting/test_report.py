@@ -907,3 +907,33 @@ def test_cli_reports_each_sweep_of_a_folder_on_its_own(
     assert exc.value.code == 2
     assert "two sweeps would both be reported as sweeps/a" in capsys.readouterr().err
     assert not (tmp_path / "rep2").exists()
+
+
+def test_gzip_archived_runs_give_the_same_report(sweep_root: Path, tmp_path: Path) -> None:
+    """Archived runs store results/metrics/measurements/predictions as ``name.gz``: the report
+    reads them where the plain file is absent, and writes the same bytes."""
+    import gzip
+    import shutil
+
+    plain_out, gz_out = tmp_path / "plain", tmp_path / "gz"
+    write_report([str(sweep_root)], plain_out, figures=False)
+    gz_root = tmp_path / "gz_root"
+    shutil.copytree(sweep_root, gz_root)
+    n = 0
+    for name in ("results.json", "metrics.jsonl", "measurements.jsonl", "eval_predictions.csv"):
+        for f in gz_root.glob(f"*/{name}"):
+            f.with_name(name + ".gz").write_bytes(gzip.compress(f.read_bytes()))
+            f.unlink()
+            n += 1
+    assert n >= 3 * len(list(gz_root.glob("*/config.json"))) - 3  # most runs had all three
+    write_report([str(gz_root)], gz_out, figures=False)
+    for out in plain_out.iterdir():
+        if out.suffix in (".md", ".csv"):
+            want = out.read_text().replace(str(sweep_root), "ROOT")
+            got = (gz_out / out.name).read_text().replace(str(gz_root), "ROOT")
+            assert got == want, out.name
+    # a damaged .gz is a clear per-run reason, not a stack trace
+    victim = next(gz_root.glob("*/results.json.gz"))
+    victim.write_bytes(b"not gzip")
+    write_report([str(gz_root)], tmp_path / "bad", figures=False)
+    assert "not readable gzip data" in (tmp_path / "bad" / "report.md").read_text()

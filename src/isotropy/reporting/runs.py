@@ -1,6 +1,8 @@
 """Run directories as :class:`Run` records: what a finished ``isotropy train`` run holds
 (settings, method, final and best evaluations, logs, measurements) and how it is read
-(tolerant of a JSONL file cut short; a run of an unknown measurement format is skipped)."""
+(tolerant of a JSONL file cut short; a run of an unknown measurement format is skipped; an
+archived run's ``results.json``, ``metrics.jsonl`` and ``measurements.jsonl`` may be stored
+gzip-compressed as ``name.gz``, read where ``name`` is absent)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from isotropy.clouds import parse_layers
-from isotropy.io import read_text_utf8
+from isotropy.io import archived, read_text_utf8
 from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS, read_jsonl_whole
 
 __all__ = [
@@ -217,7 +219,7 @@ class Run:
         return []
 
     def _records(self, name: str) -> list[dict[str, Any]]:
-        records, note = read_jsonl_whole(self.path / name)
+        records, note = read_jsonl_whole(archived(self.path / name))
         if note and note not in self.read_notes:
             self.read_notes.append(note)
         return records
@@ -330,10 +332,10 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
         raise ValueError("not a directory")
     if not (p / CONFIG).is_file():
         raise ValueError(f"no {CONFIG} (not an isotropy train run directory)")
-    if not (p / RESULTS).is_file():
+    if not archived(p / RESULTS).is_file():
         raise ValueError(f"incomplete: no {RESULTS} (the run is unfinished or failed)")
     config = _read_json(p / CONFIG)
-    results = _read_json(p / RESULTS)
+    results = _read_json(archived(p / RESULTS))
     settings = config.get("settings")
     if not isinstance(settings, dict) or not isinstance(settings.get("isotropy"), dict) \
             or not isinstance(settings.get("training"), dict):
@@ -380,7 +382,7 @@ def _sweep_logs(path: Path) -> bool:
 
 
 def _is_run(p: Path) -> bool:
-    return (p / CONFIG).exists() or (p / RESULTS).exists()
+    return (p / CONFIG).exists() or archived(p / RESULTS).exists()
 
 
 def _is_sweep_root(p: Path) -> bool:
