@@ -447,3 +447,20 @@ def test_a_squad_run_gives_its_window_settings(bert_dir, squad_dir, tmp_path):
     # an explicit max_length wins; the stride stays the run's
     other = prepare_analyze(run, task="squad", max_length=30, zeta=0.0, device="cpu")
     assert (other.max_length, other.doc_stride) == (30, 5)
+
+
+def test_weights_dtype_is_chosen_and_recorded(bert_dir, glue_dir):
+    """float32 by default; bfloat16 weights measure the same cloud to bf16's precision."""
+    kw = dict(task="sst2", data_dir=glue_dir, batch_size=4, zeta=0.0, top_k=3, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp32 = analyze(bert_dir, **kw)
+        bf16 = analyze(bert_dir, dtype="bfloat16", **kw)
+    assert fp32.config["weights_dtype"] == "float32"
+    assert bf16.config["weights_dtype"] == "bfloat16"
+    for a, b in zip(fp32.rows, bf16.rows, strict=True):
+        assert (a["layer"], a["cloud"]) == (b["layer"], b["cloud"])
+        if a["isoscore"] is not None:
+            assert b["isoscore"] == pytest.approx(a["isoscore"], abs=0.05)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        analyze(bert_dir, dtype="half", **kw)

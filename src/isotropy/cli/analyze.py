@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="row of each text (default: cls for encoders, last for decoders)")
     p.add_argument("--device", default="auto",
                    help="torch device: auto, cpu, cuda, cuda:N (default: %(default)s)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "auto"],
+                   default="float32",
+                   help="the weights' dtype; auto = the checkpoint's own (default: "
+                        "%(default)s; the measures accumulate in float32 or wider either way)")
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_analyze"), metavar="DIR",
                    help="where the results go, created if needed (default: %(default)s)")
     return p
@@ -134,7 +138,7 @@ def _main(argv: Sequence[str] | None) -> int:
             args.checkpoint, task=args.task, split=args.split, data_dir=args.data_dir,
             data_source=args.data_source, max_texts=args.max_texts, max_length=args.max_length,
             zeta=args.zeta, pooling=args.pooling, device=args.device,
-            doc_stride=args.doc_stride)
+            doc_stride=args.doc_stride, dtype=args.dtype)
     except (OSError, ValueError) as err:
         parser.error(str(err))
     try:

@@ -63,12 +63,47 @@ def check_model_path(name_or_path: str) -> None:
         )
 
 
+WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                 "float16": torch.float16, "auto": "auto"}
+
+
+def weight_dtype(name: str | torch.dtype) -> torch.dtype | str:
+    """A weight dtype by name (``float32``, ``bfloat16``, ``float16``, or ``auto`` for the
+    checkpoint's own), or a ``torch.dtype`` as it is; ``ValueError`` otherwise.
+
+    >>> weight_dtype("bfloat16"), weight_dtype("auto")
+    (torch.bfloat16, 'auto')
+    """
+    if isinstance(name, torch.dtype):
+        if name not in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            raise ValueError(f"weights cannot be loaded as {name}")
+        return name
+    if name not in WEIGHT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {name!r}")
+    return WEIGHT_DTYPES[name]
+
+
+def dtype_kwargs(dtype: torch.dtype | str) -> dict[str, Any]:
+    """The ``from_pretrained`` keyword that loads weights as ``dtype``: ``dtype`` from
+    transformers 4.56 on, ``torch_dtype`` before. Explicit, because the default differs
+    between versions: transformers 5 loads a checkpoint in the dtype it was saved in (a
+    float16 checkpoint would train with float16 master weights), 4.x in float32."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    return {key: dtype}
+
+
 def load_model(
-    name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu"
+    name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.float32,
 ) -> tuple[torch.nn.Module, Any]:
     """Load an encoder (``AutoModel``) and its tokenizer from a local path or a hub id.
 
-    ``None`` means :func:`default_model_path`. The model is put in eval mode on ``device``.
+    ``None`` means :func:`default_model_path`. The model is put in eval mode on ``device``,
+    with weights in ``dtype`` (:func:`weight_dtype`; default float32 whatever the checkpoint's
+    dtype and the transformers version, ``"auto"`` for the checkpoint's own).
     """
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -81,7 +116,7 @@ def load_model(
     hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
-        model = AutoModel.from_pretrained(src)
+        model = AutoModel.from_pretrained(src, **dtype_kwargs(weight_dtype(dtype)))
     except (OSError, ValueError) as err:
         what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
         raise ValueError(

@@ -55,6 +55,7 @@ from isotropy.data.sources import load_splits
 from isotropy.data.squad import check_question_room
 from isotropy.io import write_csv_atomic
 from isotropy.models.forward import hidden_state_batches
+from isotropy.models.loading import weight_dtype
 from isotropy.models.shrinkage import LayerShrinkage, collect_layer_shrinkage
 from isotropy.probing.batches import ordered_batches
 from isotropy.probing.checkpoint import is_decoder, load_checkpoint_model, locate_checkpoint
@@ -127,6 +128,7 @@ def prepare_analyze(
     pooling: str | None = None,
     device: str | torch.device | None = "auto",
     doc_stride: int | None = None,
+    dtype: torch.dtype | str = "float32",
 ) -> AnalyzeInputs:
     """Everything before the first measured forward pass, cheap checks first: locate the
     checkpoint (:func:`locate_checkpoint`), the task (a run's own unless ``task``), the split
@@ -134,11 +136,13 @@ def prepare_analyze(
     the model and tokenizer; check ``pooling`` (default ``cls`` for encoders, ``last`` for
     decoders) and ``max_length`` (default: the run's ``max_seq_length``, else 128, 384 for
     SQuAD) and, for SQuAD only, ``doc_stride`` (default: the run's, else 128) against the
-    longest question. Raises ``ValueError`` / ``FileNotFoundError`` with a one-line
-    message."""
+    longest question. ``dtype``: the weights' dtype (``float32``, ``bfloat16``, ``float16``
+    or ``auto``, the checkpoint's own); measures accumulate in float32 or wider whatever it
+    is. Raises ``ValueError`` / ``FileNotFoundError`` with a one-line message."""
 
     where = locate_checkpoint(model_or_run)
     check_zeta(zeta)
+    weights = weight_dtype(dtype)
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if max_texts is not None:
@@ -148,7 +152,7 @@ def prepare_analyze(
     texts, train_texts, data = _read_texts(where, spec, split, data_dir, data_source, zeta,
                                            max_texts)
     is_pair = check_texts(texts)
-    net, tok = load_checkpoint_model(where, device)
+    net, tok = load_checkpoint_model(where, device, weights)
     decoder = is_decoder(net)
     pooling = pooling or ("last" if decoder else "cls")
     check_max_length(tok, max_length, is_pair)
@@ -158,6 +162,7 @@ def prepare_analyze(
     config = {
         "checkpoint": {k: v for k, v in where.items() if k in ("kind", "model", "run_dir")},
         "architecture": "decoder" if decoder else "encoder",
+        "weights_dtype": str(next(net.parameters()).dtype).removeprefix("torch."),
         "task": spec.name, "split": split, **data,
         "max_texts": max_texts, "pairs": is_pair,
         **({"windows": {"doc_stride": doc_stride, "max_length": max_length},
@@ -369,12 +374,13 @@ def analyze(
     top_k: int = DEFAULT_TOP_K,
     pooling: str | None = None,
     device: str | torch.device | None = "auto",
+    dtype: torch.dtype | str = "float32",
 ) -> AnalyzeResult:
     """:func:`prepare_analyze` then :func:`analyze_model` (see both)."""
     inputs = prepare_analyze(model_or_run, task=task, split=split, data_dir=data_dir,
                              data_source=data_source, max_texts=max_texts,
                              max_length=max_length, zeta=zeta, pooling=pooling, device=device,
-                             doc_stride=doc_stride)
+                             doc_stride=doc_stride, dtype=dtype)
     return analyze_model(inputs, batch_size=batch_size, zeta=zeta,
                          shrinkage_tokens=shrinkage_tokens, max_tokens=max_tokens, top_k=top_k)
 

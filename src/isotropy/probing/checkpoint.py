@@ -91,13 +91,13 @@ def is_decoder(model: torch.nn.Module) -> bool:
     return kind in causal and kind not in masked
 
 
-def load_checkpoint_model(where: dict[str, Any], device: str | torch.device | None
-                        ) -> tuple[Any, Any]:
-    """The model and tokenizer, with a pad token (padded positions are masked out): the
-    tokenizer's own, else its end-of-sequence or unknown token."""
+def load_checkpoint_model(where: dict[str, Any], device: str | torch.device | None,
+                          dtype: torch.dtype | str = torch.float32) -> tuple[Any, Any]:
+    """The model (weights in ``dtype``) and tokenizer, with a pad token (padded positions are
+    masked out): the tokenizer's own, else its end-of-sequence or unknown token."""
     dev = resolve_device(device)
     try:
-        net, tok = load_model(where["model"], device=dev)
+        net, tok = load_model(where["model"], device=dev, dtype=dtype)
     except ValueError as err:
         if looks_like_path(where["model"]):
             raise
