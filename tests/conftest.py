@@ -33,3 +33,13 @@ def no_leaked_denormal_flushing():
     if flushing_denormals() and not before:
         torch.set_flush_denormal(False)
         pytest.fail("the test left torch.set_flush_denormal(True) switched on")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped, with the reason, where CUDA is not available."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["FAULT_ENV", "RngState", "cpu_has_native_bf16", "fault_point", "flush_denormals",
-           "flushing_denormals", "get_rng_state", "set_rng_state"]
+__all__ = ["FAULT_ENV", "RngState", "autocast_off", "cpu_has_native_bf16", "fault_point",
+           "flush_denormals", "flushing_denormals", "get_rng_state", "set_rng_state"]
 
 FAULT_ENV = "ISOTROPY_FAULT"
 _fault_hits: dict[str, int] = {}
@@ -127,3 +127,37 @@ def flush_denormals(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         torch.set_flush_denormal(before)
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+
+
+@contextmanager
+def autocast_off() -> Iterator[None]:
+    """Switch ``torch.autocast`` off inside the block on every device where it is on.
+
+    The measures and losses choose their accumulation dtype themselves (float32 for half
+    inputs, float64 for float64); under autocast a matrix product of float32 operands would
+    run in float16 (overflowing at |x| ~ 256 for squares summed over a few hundred rows) or
+    bfloat16 (8 bits of mantissa).
+
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     with autocast_off():
+    ...         (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+    torch.float32
+    """
+    stack = []
+    for dev in _AUTOCAST_DEVICES:
+        try:
+            on = torch.is_autocast_enabled(dev)
+        except (RuntimeError, TypeError):  # a device type this build does not know
+            on = False
+        if on:
+            ctx = torch.autocast(device_type=dev, enabled=False)
+            ctx.__enter__()
+            stack.append(ctx)
+    try:
+        yield
+    finally:
+        for ctx in reversed(stack):
+            ctx.__exit__(None, None, None)

@@ -331,7 +331,9 @@ class PersistentEntropyLoss(Regularizer):
         self, cloud: torch.Tensor, groups: torch.Tensor | None, anchor: torch.Tensor
     ) -> RegularizerOutput:
         members = [cloud] if groups is None else [cloud[groups == g] for g in torch.unique(groups)]
-        loss = (anchor * 0).sum().to(accumulation_dtype(cloud))  # exact zero, attached to the graph
+        # an exact zero attached to the graph, formed in the accumulation dtype: a float16 zero
+        # would turn the incoming gradient into inf * 0 = NaN at a loss scale >= 2^16
+        loss = (anchor.to(accumulation_dtype(cloud)) * 0).sum()
         entropies: list[float] = []
         noise_means = 0.0
         skipped = degenerate = n_features = n_noise = 0

@@ -22,6 +22,7 @@ from isotropy._validation import (
     scale_pow2,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.runtime import autocast_off
 
 __all__ = ["CovarianceStats"]
 
@@ -94,7 +95,7 @@ class CovarianceStats:
         m = max_abs(rows)
         if not math.isfinite(m):
             check_finite(rows, name="x")  # raises, with the count, for NaN / inf rows
-        with torch.no_grad():
+        with torch.no_grad(), autocast_off():  # an evaluation loop may run under autocast
             e = rescale_exponent(m, acc)
             r = scale_pow2(rows.detach().to(acc), -e)
             # shifted by the first row: a constant column is exactly 0 after centring

@@ -48,6 +48,7 @@ from isotropy._validation import (
 )
 from isotropy.distributed import all_reduce_max, is_distributed
 from isotropy.measures.isoscore_autograd import IsoScoreStarFunction
+from isotropy.runtime import autocast_off
 
 __all__ = [
     "isoscore",
@@ -158,7 +159,8 @@ def participation_ratio_from_covariance(cov: ArrayLike) -> torch.Tensor:
     tensor(2.)
     """
     c = as_tensor(cov, name="cov")
-    tr, fro, _ = _trace_and_frobenius(c, name="cov")
+    with autocast_off():
+        tr, fro, _ = _trace_and_frobenius(c, name="cov")
     return (tr * tr / fro).to(accumulation_dtype(c))
 
 
@@ -179,7 +181,8 @@ def isoscore_from_covariance(cov: ArrayLike) -> torch.Tensor:
     c = as_tensor(cov, name="cov")
     if c.ndim == 2 and c.shape[0] == c.shape[1] == 1:
         raise ValueError("IsoScore needs dimension >= 2 (it is undefined for d = 1)")
-    tr, fro, d = _trace_and_frobenius(c, name="cov")
+    with autocast_off():
+        tr, fro, d = _trace_and_frobenius(c, name="cov")
     return ((tr * tr / fro - 1.0) / (d - 1)).to(accumulation_dtype(c))
 
 
@@ -244,6 +247,14 @@ def _isoscore_star(
     """:func:`isoscore_star` (``kind='iota'``) or :func:`participation_ratio` (``'pr'``);
     ``check_psd_=False`` skips the positive semi-definiteness check of a shrinkage matrix
     validated before (the loss checks it once, when it is set)."""
+    with autocast_off():  # our own accumulation dtype, whatever autocast would choose
+        return _isoscore_star_body(X, zeta, shrinkage, sync_dist, process_group, kind,
+                                   check_psd_)
+
+
+def _isoscore_star_body(X: ArrayLike, zeta: float, shrinkage: ArrayLike | None,
+                        sync_dist: bool, process_group: object | None, kind: str,
+                        check_psd_: bool) -> torch.Tensor:
     z = check_zeta(zeta)
     sync = bool(sync_dist) and is_distributed(process_group)
     x, s = _prepare(X, shrinkage, sync, check_psd_)

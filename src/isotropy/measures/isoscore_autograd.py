@@ -21,6 +21,7 @@ from torch.autograd.function import once_differentiable
 
 from isotropy._validation import ZERO_VARIANCE, check_finite
 from isotropy.distributed import all_reduce_max, all_reduce_sum, world_size
+from isotropy.runtime import autocast_off
 
 __all__ = ["IsoScoreStarFunction"]
 
@@ -172,6 +173,11 @@ class IsoScoreStarFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        with autocast_off():  # a backward() called inside an autocast block
+            return IsoScoreStarFunction._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         zeta, n = ctx.zeta, ctx.n
         coef = 2.0 * (1 - zeta) / (n - 1) * ctx.grad_scale
         a, b = ctx.a * coef, ctx.b * coef

@@ -43,6 +43,7 @@ from isotropy._validation import (
     rescale_exponent,
     scale_pow2,
 )
+from isotropy.runtime import autocast_off
 
 __all__ = ["h0_barcode", "persistent_entropy", "prominent_features"]
 
@@ -196,6 +197,12 @@ def h0_barcode(
             [1, 2],
             [0, 1]]))
     """
+    with autocast_off():  # the Gram matrix in our accumulation dtype, never half precision
+        return _h0_barcode(X, return_pairs)
+
+
+def _h0_barcode(X: ArrayLike, return_pairs: bool
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     if isinstance(X, np.ndarray):
         X = np.ascontiguousarray(X)  # torch cannot wrap negative strides (a[::-1])
     x = as_point_cloud(X, name="X", min_points=2, check_values=False)

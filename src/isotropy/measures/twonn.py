@@ -44,6 +44,7 @@ from isotropy._validation import (
     rescale_exponent,
     scale_pow2,
 )
+from isotropy.runtime import autocast_off
 
 __all__ = ["twonn", "two_nearest_distances"]
 
@@ -195,7 +196,8 @@ def twonn(
     if not 0.0 <= f < 1.0:
         raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction!r}")
     x = as_point_cloud(X, min_points=3)
-    r1, r2 = two_nearest_distances(x, chunk_size=chunk_size)
+    with autocast_off():  # distances from products in our accumulation dtype
+        r1, r2 = two_nearest_distances(x, chunk_size=chunk_size)
     r1, r2 = r1.cpu(), r2.cpu()
     return torch.tensor(
         _twonn_slope(r1, r2, f, method), dtype=accumulation_dtype(x), device=x.device
