@@ -1,0 +1,347 @@
+"""The regularizers' cost at base size on a GPU, and ``analyze`` throughput on a ~1B decoder.
+
+Usage::
+
+    python benchmarks/gpu/bench_gpu.py --out DIR            # CUDA: the sizes below
+    python benchmarks/gpu/bench_gpu.py --out DIR --cpu      # CPU, tiny sizes: checks it runs
+
+Model: a randomly initialised BERT-base-sized encoder (12 layers x 768, 12 heads, vocabulary
+30,522) for sequence classification; batches of 32 x 128 tokens (SST-2 training sentences
+padded to 128 when ``--glue-dir`` and ``--tokenizer`` are given, else random token ids of
+random length padded to 128); bf16 autocast on CUDA (fp32 on ``--cpu`` unless ``--bf16``);
+AdamW. One step = forward + backward + ``optimizer.step()`` + ``zero_grad()``. All variants
+share one model and optimizer and are timed round-robin (one step of each per round) so that
+clock and thermal drift hit them alike; medians over the rounds are reported.
+
+Rows: plain; I-STAR (``IStarLoss``, all 12 layers, with a Sigma_S); the authors' formulation
+of the same penalty (``torch.cov`` of the union, ``torch.linalg.svdvals``, autograd through
+the SVD); CosReg (last layer); an accumulation cycle of 8 micro-batches of 8 without and with
+the exact persistent-entropy loss (``prepare_exact_cycle``, 64 [CLS] points); the Sigma_S
+refresh of 250,000 union rows (``collect_covariance``) against the same forward passes alone;
+``isotropy analyze`` on a random Llama-style decoder of ~1B parameters saved in bf16 and
+measured in bf16 (``--dtype bfloat16``), texts and tokens per second.
+
+Writes ``bench.json`` and ``bench.md`` (the table, with the device named) to ``--out``. A
+row that fails is recorded with its error and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bench_training_step import AuthorsIStar  # noqa: E402
+
+from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss  # noqa: E402
+from isotropy.models.regularized import RegularizedModel, prepare_exact_cycle  # noqa: E402
+from isotropy.models.shrinkage import collect_covariance  # noqa: E402
+from isotropy.runtime import set_rng_state  # noqa: E402
+
+FULL = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "batch": 32,
+        "seq": 128, "rounds": 20, "warmup": 3, "refresh_rows": 250_000,
+        "decoder": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
+                    "num_attention_heads": 16, "num_key_value_heads": 16},
+        "analyze_texts": 512, "analyze_shrinkage": 250_000}
+TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, "seq": 32,
+        "rounds": 2, "warmup": 1, "refresh_rows": 2_000,
+        "decoder": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 4},
+        "analyze_texts": 32, "analyze_shrinkage": 2_000}
+VOCAB = 30522
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def batches_of(n: int, size: dict, device: torch.device, tokenizer, sentences, seed: int
+               ) -> list[dict[str, torch.Tensor]]:
+    """``n`` batches of ``size['batch']`` x ``size['seq']`` tokens (padded to seq), on device."""
+    g = torch.Generator().manual_seed(seed)
+    b, seq = size["batch"], size["seq"]
+    out = []
+    for i in range(n):
+        if tokenizer is not None and sentences:
+            texts = [sentences[(i * b + j) % len(sentences)] for j in range(b)]
+            enc = dict(tokenizer(texts, padding="max_length", truncation=True, max_length=seq,
+                                 return_tensors="pt"))
+        else:
+            lengths = torch.randint(8, seq + 1, (b,), generator=g)
+            mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+            ids = torch.randint(1000, VOCAB, (b, seq), generator=g) * mask
+            enc = {"input_ids": ids, "attention_mask": mask,
+                   "token_type_ids": torch.zeros_like(ids)}
+        enc["labels"] = torch.randint(0, 2, (b,), generator=g)
+        out.append({k: v.to(device) for k, v in enc.items()})
+    return out
+
+
+def sst2_sentences(glue: Path | None, limit: int) -> list[str]:
+    path = None if glue is None else glue / "SST-2" / "train.tsv"
+    if path is None or not path.is_file():
+        return []
+    rows = path.read_text(encoding="utf-8").splitlines()[1:limit + 1]
+    return [r.split("\t")[0] for r in rows]
+
+
+def encoder(size: dict, device: torch.device) -> torch.nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=size["hidden"],
+                     num_hidden_layers=size["layers"], num_attention_heads=size["heads"],
+                     intermediate_size=size["intermediate"], num_labels=2)
+    return BertForSequenceClassification(cfg).to(device)
+
+
+def time_round_robin(steps: dict[str, Callable[[], None]], rounds: int, warmup: int,
+                     device: torch.device) -> dict[str, float]:
+    """Median seconds per call of each step, one call of each per round, order rotated."""
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            steps[name]()
+    sync(device)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            sync(device)
+            t = time.perf_counter()
+            steps[name]()
+            sync(device)
+            times[name].append(time.perf_counter() - t)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentences,
+                  record: dict) -> None:
+    model = encoder(size, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    batch = batches_of(1, size, device, tokenizer, sentences, seed=1)[0]
+    refresh_batches = batches_of(
+        -(-size["refresh_rows"] // (size["batch"] * 8 * size["layers"])) + 2, size, device,
+        tokenizer, sentences, seed=2)
+    sigma = collect_covariance(model, refresh_batches, n_tokens=size["refresh_rows"]
+                               ).covariance().float()
+    regs = {"I-STAR (all layers, Sigma_S)": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma),
+            "authors' formulation (cov + svdvals)": AuthorsIStar(-1.0, 0.2, sigma.to(device)),
+            "CosReg (last layer)": CosRegLoss(1.0)}
+    wrapped = {name: RegularizedModel(model, reg).to(device) for name, reg in regs.items()}
+
+    def step(net) -> Callable[[], None]:
+        def run() -> None:
+            with autocast():
+                loss = net(**batch).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return run
+
+    model.train()
+    steps = {"plain": step(model), **{n: step(w) for n, w in wrapped.items()}}
+    record["steps"] = time_round_robin(steps, size["rounds"], size["warmup"], device)
+
+    # an accumulation cycle of 8 micro-batches of 8: plain, and with the exact entropy loss
+    (big,) = batches_of(1, {**size, "batch": 64}, device, tokenizer, sentences, seed=3)
+    micro = [{k: v[8 * i:8 * i + 8] for k, v in big.items()} for i in range(8)]
+    entropy = RegularizedModel(model, PersistentEntropyLoss(1.0, accumulation_steps=8,
+                                                            sync_dist=False)).to(device)
+
+    def cycle(exact: bool) -> Callable[[], None]:
+        def run() -> None:
+            states = prepare_exact_cycle(entropy, micro, context=autocast) if exact else []
+            for i, mb in enumerate(micro):
+                if exact:
+                    set_rng_state(states[i])
+                with autocast():
+                    loss = (entropy if exact else model)(**mb).loss / len(micro)
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return run
+
+    record["cycles"] = time_round_robin({"plain 8 x 8 cycle": cycle(False),
+                                         "exact entropy 8 x 8 cycle": cycle(True)},
+                                        size["rounds"], size["warmup"], device)
+
+    def refresh() -> None:
+        with autocast():
+            collect_covariance(model, refresh_batches, n_tokens=size["refresh_rows"])
+
+    used, rows = 0, 0  # the batches collect_covariance reads for its rows
+    while rows < size["refresh_rows"] and used < len(refresh_batches):
+        rows += int(refresh_batches[used]["attention_mask"].sum()) * size["layers"]
+        used += 1
+
+    def forward_only() -> None:
+        model.eval()
+        with torch.no_grad(), autocast():
+            for b in refresh_batches[:used]:
+                model(**{k: v for k, v in b.items() if k != "labels"}, output_hidden_states=True)
+        model.train()
+
+    record["refresh"] = time_round_robin({"Sigma_S refresh": refresh,
+                                          "forward passes alone": forward_only},
+                                         max(3, size["rounds"] // 4), 1, device)
+    record["refresh_rows"] = size["refresh_rows"]
+
+
+def analyze_row(size: dict, device: torch.device, tokenizer_dir: Path | None, glue: Path | None,
+                work: Path, record: dict) -> None:
+    """Save a random decoder in bf16 and time ``isotropy analyze`` on it (a subprocess, as a
+    user runs it)."""
+    if tokenizer_dir is None or glue is None or not (glue / "SST-2" / "dev.tsv").is_file():
+        record["analyze"] = {"skipped": "needs --tokenizer and --glue-dir with SST-2"}
+        return
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=512, **size["decoder"])
+    with torch.device(device):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    n_params = sum(p.numel() for p in model.parameters())
+    out_dir = work / "decoder"
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out_dir)
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    cmd = [sys.executable, "-m", "isotropy.cli.main", "analyze", str(out_dir), "--task", "sst2",
+           "--data-dir", str(glue), "--dtype", "bfloat16", "--device", str(device),
+           "--max-texts", str(size["analyze_texts"]), "--shrinkage-tokens",
+           str(size["analyze_shrinkage"]), "--output-dir", str(work / "analyze")]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t
+    rec = {"command": " ".join(cmd), "params": n_params, "seconds": seconds,
+           "exit": proc.returncode, "output": (proc.stdout + proc.stderr)[-3000:]}
+    result = work / "analyze" / "analyze.json"
+    if proc.returncode == 0 and result.is_file():
+        cfg_out = json.loads(result.read_text())["config"]
+        rec.update(measure_seconds=json.loads(result.read_text()).get("seconds"),
+                   texts=cfg_out.get("n_texts"), tokens=cfg_out.get("n_tokens"),
+                   shrinkage_rows=cfg_out.get("shrinkage", {}).get("n_rows"),
+                   weights_dtype=cfg_out.get("weights_dtype"))
+    record["analyze"] = rec
+
+
+def markdown(record: dict) -> str:
+    steps, cycles, refresh = record.get("steps", {}), record.get("cycles", {}), \
+        record.get("refresh", {})
+    lines = [f"Device: {record['device_name']}; torch {record['torch']}, transformers "
+             f"{record['transformers']}; precision {record['precision']}; size "
+             f"{record['size']['layers']} x {record['size']['hidden']}, batch "
+             f"{record['size']['batch']} x {record['size']['seq']}; {record['size']['rounds']} "
+             "rounds, medians.", "",
+             "| row | median (ms) | vs plain | overhead |", "|---|---|---|---|"]
+    plain = steps.get("plain")
+    for name, sec in steps.items():
+        ratio = f"{sec / plain:.3f}x" if plain else ""
+        over = f"{100 * (sec - plain) / plain:+.1f}%" if plain and name != "plain" else ""
+        lines.append(f"| {name} | {1e3 * sec:.2f} | {ratio} | {over} |")
+    ours = steps.get("I-STAR (all layers, Sigma_S)")
+    theirs = steps.get("authors' formulation (cov + svdvals)")
+    if plain and ours and theirs and ours > plain:
+        lines.append(f"| authors' penalty / ours | | {(theirs - plain) / (ours - plain):.1f}x | |")
+    base = cycles.get("plain 8 x 8 cycle")
+    for name, sec in cycles.items():
+        over = f"{100 * (sec - base) / base:+.1f}%" if base and name != "plain 8 x 8 cycle" \
+            else ""
+        lines.append(f"| {name} | {1e3 * sec:.2f} | | {over} |")
+    fwd = refresh.get("forward passes alone")
+    for name, sec in refresh.items():
+        over = f"{100 * (sec - fwd) / fwd:+.1f}%" if fwd and name != "forward passes alone" \
+            else ""
+        lines.append(f"| {name} ({record.get('refresh_rows', 0):,} rows) | {1e3 * sec:.2f} | "
+                     f"| {over} |")
+    a = record.get("analyze", {})
+    if "seconds" in a:
+        if a.get("exit") == 0 and a.get("tokens"):
+            inner = a.get("measure_seconds") or a["seconds"]
+            lines.append(f"| analyze, {a['params'] / 1e6:,.0f}M-parameter decoder in bf16 | "
+                         f"{1e3 * a['seconds']:.0f} (process) | | {a['texts']} texts, "
+                         f"{a['tokens']:,} tokens, Sigma_S from {a.get('shrinkage_rows')} rows: "
+                         f"{a['tokens'] / inner:,.0f} tokens/s over analyze's own "
+                         f"{inner:.1f} s |")
+        else:
+            lines.append(f"| analyze | failed (exit {a.get('exit')}) | | |")
+    for name, err in record.get("errors", {}).items():
+        lines.append(f"| {name} | failed: {err.splitlines()[-1][:120]} | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cpu", action="store_true", help="CPU, tiny sizes")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on --cpu too")
+    ap.add_argument("--glue-dir", type=Path, default=None)
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="a BERT WordPiece tokenizer directory (vocabulary 30,522)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["training", "analyze"])
+    args = ap.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        sys.exit("bench_gpu: CUDA is not available (use --cpu for the tiny CPU run)")
+    device = torch.device("cpu" if args.cpu else "cuda")
+    size = TINY if args.cpu else FULL
+    bf16 = not args.cpu or args.bf16
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)
+
+    def autocast():
+        return (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16
+                else nullcontext())
+
+    import transformers
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    record: dict = {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+        else f"CPU ({os.cpu_count()} cores)",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "precision": "bf16 autocast" if bf16 else "fp32", "size": size, "errors": {}}
+    tokenizer = None
+    if args.tokenizer is not None:
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    sentences = sst2_sentences(args.glue_dir, 4096)
+    record["data"] = "SST-2 train sentences" if tokenizer is not None and sentences \
+        else "random token ids"
+    if "training" not in args.skip:
+        try:
+            training_rows(size, device, autocast, tokenizer, sentences, record)
+        except Exception:  # noqa: BLE001 - recorded, the other rows still run
+            record["errors"]["training rows"] = traceback.format_exc()
+            print(record["errors"]["training rows"], file=sys.stderr)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if "analyze" not in args.skip:
+        try:
+            analyze_row(size, device, args.tokenizer, args.glue_dir, args.out / "work", record)
+        except Exception:  # noqa: BLE001
+            record["errors"]["analyze"] = traceback.format_exc()
+            print(record["errors"]["analyze"], file=sys.stderr)
+    (args.out / "bench.json").write_text(json.dumps(record, indent=2, default=str))
+    md = markdown(record)
+    (args.out / "bench.md").write_text(md)
+    print(md)
+    return 1 if record["errors"] or record.get("analyze", {}).get("exit", 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

