@@ -134,7 +134,7 @@ elif [ "$RUN_TIME" -lt 30 ]; then
 else
     sed "s#@MODEL@#$MODEL#" "$SPEC_IN" > "$SPEC"
     (cd "$WORK" && timeout --signal=INT --kill-after=20 "$RUN_TIME" "$PY" -m isotropy.cli.main \
-        sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS") > "$OUT_DIR/runs.txt" 2>&1
+        sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS") > "$OUT_DIR/runs.txt" 2>&1
     note "runs: exit $? after at most ${RUN_TIME}s"
     n=0
     for run in "$RUNS"/*/; do

@@ -342,6 +342,20 @@ def test_one_gpu_per_local_worker():
     assert cpu._env(0).get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+def test_workers_may_share_a_gpu_when_asked():
+    shared = LocalEngine(5, gpus=["0", "1"], cpus=16, workers_per_gpu=3)
+    assert [shared._env(i)["CUDA_VISIBLE_DEVICES"] for i in range(5)] == ["0", "1", "0", "1",
+                                                                          "0"]
+    assert shared.threads == 3 and "up to 3 per GPU (0, 1)" in shared.describe()
+    with pytest.raises(ValueError, match="--workers 7 exceeds the 2 visible GPU.* 3"):
+        LocalEngine(7, gpus=["0", "1"], workers_per_gpu=3)
+    with pytest.raises(ValueError, match="workers-per-gpu must be an integer >= 1"):
+        LocalEngine(1, gpus=["0"], workers_per_gpu=0)
+    from isotropy.sweeps.driver import make_engine
+    with pytest.raises(ValueError, match="applies to --engine local only"):
+        make_engine("ray", workers_per_gpu=2)
+
+
 def test_cell_summary_is_mean_and_sample_std_over_seeds(tiny_model, glue, tmp_path):
     points = expand(_spec(tiny_model, glue, tmp_path, grid={"regularizer": ["none", "cosreg"]},
                           seeds=[1, 2, 3]))

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, metavar="N",
                    help="points run at once (local default: the number of GPUs, else 1; each "
                         "local worker gets one GPU or cpus/N threads)")
+    p.add_argument("--workers-per-gpu", type=positive_int, metavar="N",
+                   help="local engine: let up to N workers share a GPU (default 1: one GPU "
+                        "per worker); for runs too small to fill a GPU")
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: "
                         "start a local instance")
@@ -172,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(yaml.safe_dump(spec.to_dict(), sort_keys=False), end="")
             return 0
         engine = make_engine(args.engine, workers=args.workers, ray_address=args.ray_address,
-                             ray_num_cpus=args.ray_num_cpus, cpus_per_trial=args.cpus_per_trial)
+                             ray_num_cpus=args.ray_num_cpus, cpus_per_trial=args.cpus_per_trial,
+                             workers_per_gpu=args.workers_per_gpu)
         points = expand(spec)
         root = points[0].run_dir.parent
         problem = output_dir_problem(root)

@@ -122,8 +122,8 @@ def plan(points: Sequence[SweepPoint], status: SweepStatus, *, retry_failed: boo
 
 
 def make_engine(engine: str, *, workers: int | None = None, ray_address: str | None = None,
-                ray_num_cpus: int | None = None, cpus_per_trial: int | None = None
-                ) -> LocalEngine | RayEngine:
+                ray_num_cpus: int | None = None, cpus_per_trial: int | None = None,
+                workers_per_gpu: int | None = None) -> LocalEngine | RayEngine:
     """The engine named ``engine`` (``local`` or ``ray``); ``ValueError`` for another name or
     options that do not apply to it."""
     if engine == "local":
@@ -131,8 +131,10 @@ def make_engine(engine: str, *, workers: int | None = None, ray_address: str | N
                         ("--cpus-per-trial", cpus_per_trial)):
             if v is not None:
                 raise ValueError(f"{flag} applies to --engine ray only")
-        return LocalEngine(workers)
+        return LocalEngine(workers, workers_per_gpu=workers_per_gpu or 1)
     if engine == "ray":
+        if workers_per_gpu is not None:
+            raise ValueError("--workers-per-gpu applies to --engine local only")
         return RayEngine(address=ray_address, num_cpus=ray_num_cpus, workers=workers,
                          cpus_per_trial=cpus_per_trial)
     raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")

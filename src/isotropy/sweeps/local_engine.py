@@ -44,15 +44,19 @@ class LocalEngine:
     name = "local"
 
     def __init__(self, workers: int | None = None, *, gpus: Sequence[str] | None = None,
-                 cpus: int | None = None) -> None:
+                 cpus: int | None = None, workers_per_gpu: int = 1) -> None:
         self.gpus = list(visible_gpus() if gpus is None else gpus)
+        if isinstance(workers_per_gpu, bool) or not isinstance(workers_per_gpu, int) \
+                or workers_per_gpu < 1:
+            raise ValueError(f"--workers-per-gpu must be an integer >= 1, got {workers_per_gpu!r}")
+        self.workers_per_gpu = workers_per_gpu
         self.workers = int(workers) if workers is not None else max(1, len(self.gpus))
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
-        if self.gpus and self.workers > len(self.gpus):
+        if self.gpus and self.workers > len(self.gpus) * workers_per_gpu:
             raise ValueError(
-                f"--workers {self.workers} exceeds the {len(self.gpus)} visible GPU(s): one GPU "
-                "per worker (CUDA_VISIBLE_DEVICES= trains on the CPU)")
+                f"--workers {self.workers} exceeds the {len(self.gpus)} visible GPU(s) x "
+                f"--workers-per-gpu {workers_per_gpu} (CUDA_VISIBLE_DEVICES= trains on the CPU)")
         self.threads = max(1, (cpus or _cpu_count()) // self.workers)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
@@ -60,7 +64,10 @@ class LocalEngine:
         self.lock_fd: int | None = None  # the sweep's lock, kept open by every worker process
 
     def describe(self) -> str:
-        where = (f"one GPU each ({', '.join(self.gpus[: self.workers])})" if self.gpus
+        used = sorted(set(self._gpu(i) for i in range(self.workers))) if self.gpus else []
+        share = "one GPU each" if self.workers_per_gpu == 1 else \
+            f"up to {self.workers_per_gpu} per GPU"
+        where = (f"{share} ({', '.join(used)}), {self.threads} CPU thread(s) each" if self.gpus
                  else f"{self.threads} CPU thread(s) each")
         return f"local engine: {self.workers} worker process(es), {where}"
 
@@ -71,8 +78,13 @@ class LocalEngine:
         env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads),
                    TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
         if self.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot]
+            env["CUDA_VISIBLE_DEVICES"] = self._gpu(slot)
         return env
+
+    def _gpu(self, slot: int) -> str:
+        """The GPU of worker ``slot``: slots go round the GPUs, so that a GPU takes a second
+        worker only when every GPU has one."""
+        return self.gpus[slot % len(self.gpus)]
 
     def _run_one(self, slot: int, point: SweepPoint, root: Path) -> Outcome:
         work = root / _WORK
@@ -128,7 +140,7 @@ class LocalEngine:
                         if not queue:
                             return
                         point = queue.popleft()
-                    where = f"worker {i + 1}" + (f", GPU {self.gpus[i]}" if self.gpus else "")
+                    where = f"worker {i + 1}" + (f", GPU {self._gpu(i)}" if self.gpus else "")
                     started(point, where)
                     try:
                         outcome = self._run_one(i, point, root)

@@ -266,7 +266,9 @@ class IsotropyTrainer(Trainer):
         """What the Trainer's ``training_step`` divides each micro-batch's loss by: the
         cycle's micro-batches, unless the loss is already scaled for accumulation (a
         ``compute_loss_func``, or a model taking ``num_items_in_batch``)."""
-        scaled = self.loss_is_scaled_for_ga
+        # transformers >= 5.20 has loss_is_scaled_for_ga; before, the rule below is the one
+        # its training_step applied
+        scaled = getattr(self, "loss_is_scaled_for_ga", None)
         if scaled is None:
             scaled = (self.model_accepts_loss_kwargs and self._cycle_items is not None) \
                 or self.compute_loss_func is not None
