@@ -103,13 +103,28 @@ def layer_token_clouds(
     hidden_states: Sequence[torch.Tensor],
     attention_mask: torch.Tensor | None,
     layers: Layers = "all",
+    *,
+    check_finite: bool = True,
 ) -> list[torch.Tensor]:
-    """Per chosen layer, the non-padding token states as a ``(n_tokens, dim)`` cloud."""
+    """Per chosen layer, the non-padding token states as a ``(n_tokens, dim)`` cloud, in
+    row-major (batch, position) order.
+
+    The rows are picked with one index computed once for all layers: on an accelerator that
+    is a single host synchronisation (the number of tokens), none without an
+    ``attention_mask``. ``check_finite``: raise ``ValueError`` on NaN or infinity (a host read
+    per layer; the sync-free I-STAR route leaves it to the score, which is then NaN).
+    """
+    chosen = select_layers(hidden_states, layers)
+    masks = [token_mask(h, attention_mask) for h in chosen]  # shapes checked per layer
+    index = None
+    if attention_mask is not None:
+        index = torch.nonzero(masks[0].reshape(-1)).squeeze(1)
     clouds = []
-    for h in select_layers(hidden_states, layers):
-        m = token_mask(h, attention_mask)
-        cloud = h[m]
-        _check_finite(cloud, "hidden states")
+    for h in chosen:
+        rows = h.reshape(-1, h.shape[-1])
+        cloud = rows if index is None else rows.index_select(0, index.to(h.device))
+        if check_finite:
+            _check_finite(cloud, "hidden states")
         clouds.append(cloud)
     return clouds
 
@@ -118,12 +133,16 @@ def token_cloud(
     hidden_states: Sequence[torch.Tensor],
     attention_mask: torch.Tensor | None,
     layers: Layers = "all",
+    *,
+    check_finite: bool = True,
 ) -> torch.Tensor:
-    """Union over the chosen layers of the non-padding token states.
+    """Union over the chosen layers of the non-padding token states (see
+    :func:`layer_token_clouds`).
 
     Shape ``(n_layers * n_tokens, dim)``.
     """
-    clouds = layer_token_clouds(hidden_states, attention_mask, layers)
+    clouds = layer_token_clouds(hidden_states, attention_mask, layers,
+                                check_finite=check_finite)
     return clouds[0] if len(clouds) == 1 else torch.cat(clouds, dim=0)
 
 

@@ -38,10 +38,12 @@ def warn_no_attention_mask(name: str) -> None:
 @dataclass
 class RegularizerOutput:
     """``loss``: the term to add to the task loss (a differentiable scalar);
-    ``logs``: plain floats for logging (e.g. the IsoScore* of the batch)."""
+    ``logs``: values for logging (e.g. the IsoScore* of the batch): plain floats, or detached
+    0-d tensors where reading them would make the host wait for an accelerator (read them
+    with ``float()`` when they are logged)."""
 
     loss: torch.Tensor
-    logs: dict[str, float] = field(default_factory=dict)
+    logs: dict[str, float | torch.Tensor] = field(default_factory=dict)
 
 
 class Regularizer(torch.nn.Module):
@@ -63,7 +65,8 @@ class Regularizer(torch.nn.Module):
         raise NotImplementedError
 
     def _token_states(self, hidden_states: Sequence[torch.Tensor],
-                      attention_mask: torch.Tensor | None, layers: Layers) -> torch.Tensor:
+                      attention_mask: torch.Tensor | None, layers: Layers,
+                      check_finite: bool = True) -> torch.Tensor:
         """The token states of ``layers`` stacked as one cloud: the non-padding ones, or every
         position with ``self.include_padding`` or without an ``attention_mask`` (warned once
         per instance)."""
@@ -72,4 +75,4 @@ class Regularizer(torch.nn.Module):
         elif attention_mask is None and not getattr(self, "_warned_no_mask", False):
             warn_no_attention_mask(type(self).__name__)
             self._warned_no_mask = True
-        return token_cloud(hidden_states, attention_mask, layers)
+        return token_cloud(hidden_states, attention_mask, layers, check_finite=check_finite)

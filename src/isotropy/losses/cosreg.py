@@ -100,6 +100,9 @@ class CosRegLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layer)
+        sync = self.sync_dist and is_distributed(self.process_group)
+        if hs[-1].device.type != "cpu" and not sync:
+            return self._forward_on_device(hs, attention_mask)
         x = self._token_states(hs, attention_mask, self.layer)
         m_local = x.shape[0]
         if m_local == 0:
@@ -121,4 +124,23 @@ class CosRegLoss(Regularizer):
         logs = {"cosreg_term": value, "n_points": float(m_local)}
         if m > 1:
             logs["avg_cosine"] = value * m / (m - 1)
+        return RegularizerOutput(loss=self.tuning * term, logs=logs)
+
+    def _forward_on_device(self, hs: Sequence[torch.Tensor],
+                           attention_mask: torch.Tensor | None) -> RegularizerOutput:
+        """The same penalty on an accelerator, without a host read of a value: no eager
+        checks (a token state of norm zero makes the term NaN, which ``isotropy train``
+        reports at its next log) and the logs as detached tensors."""
+        x = self._token_states(hs, attention_mask, self.layer, check_finite=False)
+        m = float(x.shape[0])
+        if m == 0:
+            raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            xa = x.to(accumulation_dtype(x))
+            s = (xa / torch.linalg.vector_norm(xa, dim=1, keepdim=True)).sum(0)
+            term = ((s * s).sum() - m) / (m * m)
+        value = term.detach()
+        logs = {"cosreg_term": value, "n_points": m}
+        if m > 1:
+            logs["avg_cosine"] = value * (m / (m - 1))
         return RegularizerOutput(loss=self.tuning * term, logs=logs)

@@ -31,8 +31,10 @@ from isotropy._validation import (
     check_zeta,
 )
 from isotropy.clouds import Layers
+from isotropy.distributed import is_distributed
 from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.measures.isoscore import _isoscore_star
+from isotropy.measures.isoscore_device import isoscore_star_device, shrinkage_exponent
 
 __all__ = ["IStarLoss"]
 
@@ -113,6 +115,13 @@ class IStarLoss(Regularizer):
             :func:`~isotropy.models.shrinkage.refresh_shrinkage`, in :math:`\Sigma_S`) as the
             authors' code does (it flattens the whole ``(batch, seq, dim)`` tensor); default
             ``False``: the attention mask leaves them out.
+        eager_checks: ``True``: the score's input checks raise at once (each a host read of
+            a value); ``False``: the sync-free route
+            (:func:`~isotropy.measures.isoscore_device.isoscore_star_device`: NaN where the
+            checks would raise, and the logs are detached tensors, read only when logged;
+            ``isotropy train`` stops with a one-line error at the next logging step when the
+            batch score was NaN). Default ``None``: eager on CPU, sync-free on accelerators.
+            Under ``torch.distributed`` with ``sync_dist`` the eager route is always used.
 
     ``forward(hidden_states, attention_mask)``: pass the batch's ``attention_mask``. Without
     it every position, padding included, is counted as a token of :math:`\tilde X` (a
@@ -143,8 +152,13 @@ class IStarLoss(Regularizer):
         sync_dist: bool = True,
         process_group: object | None = None,
         include_padding: bool = False,
+        eager_checks: bool | None = None,
     ) -> None:
         super().__init__()
+        if eager_checks is not None and not isinstance(eager_checks, bool):
+            raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
+        self.eager_checks = eager_checks
+        self._shrinkage_exp = shrinkage_exponent(None)
         self.tuning = check_tuning(tuning)
         self.zeta = check_zeta(zeta)
         self.include_padding = bool(include_padding)
@@ -167,6 +181,7 @@ class IStarLoss(Regularizer):
         """
         if cov is None:
             self.shrinkage = None
+            self._shrinkage_exp = shrinkage_exponent(None)
             return
         c = as_square_matrix(cov, name="shrinkage")
         if self.shrinkage is not None and c.shape != self.shrinkage.shape:
@@ -180,6 +195,7 @@ class IStarLoss(Regularizer):
         if self.shrinkage is not None:
             c = c.to(self.shrinkage.device)
         self.shrinkage = c
+        self._shrinkage_exp = shrinkage_exponent(c)  # once: the device route's scale guard
 
     def extra_repr(self) -> str:
         s = "identity" if self.shrinkage is None else f"{tuple(self.shrinkage.shape)}"
@@ -200,7 +216,9 @@ class IStarLoss(Regularizer):
         Without ``attention_mask`` every position counts as a token, padding included (warned
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layers)
-        x = self._token_states(hs, attention_mask, self.layers)
+        eager = hs[-1].device.type == "cpu" if self.eager_checks is None else self.eager_checks
+        eager = eager or (self.sync_dist and is_distributed(self.process_group))
+        x = self._token_states(hs, attention_mask, self.layers, check_finite=eager)
         if x.shape[0] == 0:
             raise ValueError(
                 "the attention mask leaves no token in the batch: I-STAR needs token states"
@@ -221,6 +239,13 @@ class IStarLoss(Regularizer):
                 f"shrinkage has shape {tuple(self.shrinkage.shape)} but the hidden states have "
                 f"dimension {d}"
             )
+        if not eager:
+            score = isoscore_star_device(x, self.zeta, self.shrinkage,
+                                         shrinkage_exp=self._shrinkage_exp)
+            value = score.detach()
+            logs = {"isoscore_star": value, "istar_penalty": 1.0 - value,
+                    "n_points": float(x.shape[0])}
+            return RegularizerOutput(loss=self.tuning * (1.0 - score), logs=logs)
         with torch.autocast(device_type=x.device.type, enabled=False):
             score = _isoscore_star(  # Sigma_S was checked once, in set_shrinkage
                 x,

@@ -69,6 +69,20 @@ def _named_regularizers(
     return named
 
 
+def log_value(value: float | torch.Tensor) -> float | torch.Tensor:
+    """A logged value: a float, or a detached 0-d tensor when it lives on an accelerator (a
+    ``float()`` there would make the host wait for the device at every step; it is read when
+    logged).
+
+    >>> log_value(torch.tensor(2.0, requires_grad=True) * 1)
+    2.0
+    """
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        return float(value) if value.device.type == "cpu" else value
+    return float(value)
+
+
 class RegularizedModel(torch.nn.Module):
     r"""``model`` with regularizers added to its loss: ``loss = task_loss + sum(reg.loss)``.
 
@@ -201,9 +215,9 @@ class RegularizedModel(torch.nn.Module):
         for name, reg in self.regularizers.items():
             out = reg(hidden_states, attention_mask=attention_mask, labels=labels)
             reg_losses[name] = out.loss
-            reg_logs[f"{name}/loss"] = float(out.loss.detach())
+            reg_logs[f"{name}/loss"] = log_value(out.loss)
             for key, value in out.logs.items():
-                reg_logs[f"{name}/{key}"] = float(value)
+                reg_logs[f"{name}/{key}"] = log_value(value)
         return reg_losses, reg_logs
 
     def _with_losses(self, outputs: Mapping[str, Any], reg_losses: dict[str, torch.Tensor],
@@ -226,9 +240,9 @@ class RegularizedModel(torch.nn.Module):
             object.__setattr__(result, attr, value)
         logs = dict(reg_logs)
         if task_loss is not None:
-            logs["task_loss"] = float(task_loss.detach())
+            logs["task_loss"] = log_value(task_loss)
         if total is not None:
-            logs["loss"] = float(total.detach())
+            logs["loss"] = log_value(total)
         self.last_logs = logs
         return result
 

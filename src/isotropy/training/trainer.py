@@ -227,9 +227,14 @@ class IsotropyTrainer(Trainer):
                                          ignore_keys_for_eval, start_time,
                                          learning_rate=learning_rate)
 
-    def _add_logs(self, logs: Mapping[str, float]) -> None:
+    def _add_logs(self, logs: Mapping[str, float | torch.Tensor]) -> None:
+        """Sum the values of the logging interval; a tensor value (on an accelerator) is summed
+        on its device and read only in :meth:`log`. A non-finite float is left out; a
+        non-finite tensor makes the interval's mean NaN, which :meth:`log` reports."""
         for key, value in logs.items():
-            if key != "loss" and math.isfinite(value):
+            if key == "loss":
+                continue
+            if isinstance(value, torch.Tensor) or math.isfinite(value):
                 self._log_sums[key] = self._log_sums.get(key, 0.0) + value
                 self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
@@ -302,8 +307,16 @@ class IsotropyTrainer(Trainer):
         """Add the interval means of the regularizer and spectrum logs to a training log."""
         if "loss" in logs and self._log_sums:
             for key, total in self._log_sums.items():
-                logs[key] = total / self._log_counts[key]
+                logs[key] = float(total) / self._log_counts[key]
             self._log_sums, self._log_counts = {}, {}
+            bad = sorted(k for k, v in logs.items() if "/" in k and isinstance(v, float)
+                         and not math.isfinite(v))  # "<regularizer>/<value>"
+            if bad:
+                raise ValueError(
+                    f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
+                    f"{self.state.global_step}: the hidden states hold NaN or infinity (training "
+                    "diverged: lower the learning rate or |lambda|), a token state has norm "
+                    "zero (CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
         super().log(logs, start_time)
 
     def _inner(self) -> torch.nn.Module:

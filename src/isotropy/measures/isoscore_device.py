@@ -1,0 +1,172 @@
+r"""IsoScore* with no host synchronisation: the route of the I-STAR loss on accelerators.
+
+The same value and analytic gradient as :class:`~isotropy.measures.isoscore_autograd.
+IsoScoreStarFunction` (its module states the math), with every intermediate a tensor on the
+rows' device, so that a training step never waits for the GPU:
+
+* **scale guard on the device.** :math:`e` = the exponent of :math:`\max|X|` (from
+  ``torch.frexp``), at least :math:`\lceil e_S/2\rceil` for :math:`\Sigma_S` (``shrinkage_exp``,
+  computed once when :math:`\Sigma_S` is set), left at 0 inside the window where squares are
+  safe; :math:`X` is scaled by :math:`2^{-e}` and :math:`\Sigma_S` by :math:`2^{-2e}` in two
+  exact power-of-two factors (no factor leaves float32's range).
+* **no eager checks.** Where the eager route raises (NaN/inf rows, overflow, zero covariance,
+  all rows equal at :math:`\zeta = 0`: IsoScore undefined) the value is NaN instead; the
+  I-STAR loss and ``isotropy train`` turn a NaN batch score into a one-line error at the next
+  logging step (:class:`~isotropy.losses.istar.IStarLoss`). All rows equal at
+  :math:`\zeta > 0` give :math:`\Sigma_X = 0` exactly, as in the eager route.
+
+Not for ``torch.distributed`` (the eager route all-reduces host-side counts). The forward and
+backward arithmetic are the plain functions :func:`star_terms` and :func:`star_grad`, so that
+their device placement can be tested without the autograd engine
+(``FakeTensorMode`` cannot run CUDA autograd on a CPU-only build).
+
+>>> g = torch.Generator().manual_seed(0)
+>>> X = torch.randn(5000, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0])
+>>> round(float(isoscore_star_device(X)), 3)  # as isoscore_star: (2-1)/(3-1)
+0.5
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from isotropy._validation import accumulation_dtype, window
+from isotropy.runtime import autocast_off
+
+__all__ = ["isoscore_star_device", "same_rows", "shrinkage_exponent", "star_grad", "star_terms"]
+
+
+def shrinkage_exponent(shrinkage: torch.Tensor | None) -> int:
+    r""":math:`\lceil e_S/2\rceil` for the exponent :math:`e_S` of :math:`\max|\Sigma_S|` (1 for
+    the identity fallback, whose largest entry is 1): computed once, when :math:`\Sigma_S` is set
+    (a host read of a constant, not of a training step).
+
+    >>> shrinkage_exponent(torch.eye(3) * 8.0), shrinkage_exponent(None)
+    (2, 1)
+    """
+    if shrinkage is None:
+        return 1
+    m = float(shrinkage.detach().abs().amax())
+    e = torch.frexp(torch.tensor(m, dtype=torch.float64)).exponent.item() if m > 0 else 0
+    return -(-int(e) // 2)
+
+
+def _pow2(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two factors whose product is :math:`2^{-e}` exactly, each inside ``dtype``'s range."""
+    half = torch.div(e, 2, rounding_mode="floor")
+    one = torch.ones((), dtype=dtype, device=e.device)
+    return torch.ldexp(one, -half), torch.ldexp(one, -(e - half))
+
+
+def scale_exponent(x: torch.Tensor, zeta: float, shrinkage_exp: int) -> torch.Tensor:
+    r"""The guard's :math:`e` as a 0-d int tensor on ``x``'s device (0 inside the window)."""
+    m = x.detach().abs().amax()
+    e = torch.frexp(m.to(torch.float64)).exponent.to(torch.int64)  # 0 for 0; any for NaN/inf
+    if zeta >= 1.0:  # the rows do not enter Sigma_zeta
+        e = torch.full_like(e, shrinkage_exp)
+    elif zeta > 0.0:
+        e = torch.clamp(e, min=shrinkage_exp)
+    return torch.where(e.abs() <= window(x.dtype), torch.zeros_like(e), e)
+
+
+def star_terms(xc: torch.Tensor, shrinkage: torch.Tensor | None, zeta: float, eye: torch.Tensor,
+               keep: torch.Tensor, kind: str = "iota") -> tuple[torch.Tensor, ...]:
+    r"""Forward arithmetic on centred, scaled rows ``xc`` ``(n, d)``: returns ``(value, sigma,
+    a, b)`` with :math:`\Sigma_\zeta` (``sigma``) and the gradient coefficients :math:`a, b`
+    of :math:`\partial\,\mathrm{value}/\partial\Sigma_\zeta = aI + b\Sigma_\zeta` (float64
+    0-d tensors). ``eye``: the identity fallback's scale (0-d, used when ``shrinkage`` is
+    None and :math:`\zeta > 0`); ``keep``: 0-d, 0 when every row is the same (then
+    :math:`\Sigma_X = 0` exactly), else 1. NaN where IsoScore is undefined (zero
+    :math:`\Sigma_\zeta`)."""
+    n, d = xc.shape
+    sigma = (xc.T @ xc).mul_(keep.to(xc.dtype) * ((1.0 - zeta) / (n - 1)))
+    if zeta > 0.0:
+        if shrinkage is None:
+            sigma.diagonal().add_(zeta * eye.to(sigma.dtype))
+        else:
+            sigma.add_(shrinkage, alpha=zeta)
+    s64 = sigma.to(torch.float64)
+    flat = s64.reshape(-1)
+    tr, fro = torch.trace(s64), torch.dot(flat, flat)
+    denom = 1.0 if kind == "pr" else float(d - 1)
+    pr = tr * tr / fro
+    a, b = 2.0 * tr / (fro * denom), -2.0 * tr * tr / (fro * fro * denom)
+    value = pr if kind == "pr" else (pr - 1.0) / (d - 1)
+    value = torch.where((tr > 0) & (fro > 0), value, torch.full_like(value, float("nan")))
+    return value, sigma, a * keep, b * keep
+
+
+def star_grad(xc: torch.Tensor, sigma: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+              zeta: float, grad_out: torch.Tensor) -> torch.Tensor:
+    r""":math:`\partial/\partial X = \frac{2(1-\zeta)}{n-1}X_c(aI + b\Sigma_\zeta)` times
+    ``grad_out``, with :math:`a, b` from :func:`star_terms` (0 when every row is the same)."""
+    n = xc.shape[0]
+    coef = 2.0 * (1.0 - zeta) / (n - 1)
+    m = sigma * (b * coef).to(sigma.dtype)
+    m.diagonal().add_((a * coef).to(sigma.dtype))
+    return (xc @ m).mul_(grad_out.to(xc.dtype))
+
+
+class _DeviceStar(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, xs: torch.Tensor, shrinkage: torch.Tensor | None, zeta: float,  # type: ignore[override]
+                eye: torch.Tensor, kind: str) -> torch.Tensor:
+        xc = xs - xs.mean(0)
+        with torch.no_grad():
+            keep = 1.0 - same_rows(xs, xc).to(xs.dtype)
+        value, sigma, a, b = star_terms(xc, shrinkage, zeta, eye, keep, kind)
+        ctx.save_for_backward(xc, sigma, a, b)
+        ctx.zeta = zeta
+        return value.to(xs.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        xc, sigma, a, b = ctx.saved_tensors
+        with autocast_off():
+            grad = star_grad(xc, sigma, a, b, ctx.zeta, grad_out)
+        return grad, None, None, None, None
+
+
+def same_rows(xs: torch.Tensor, xc: torch.Tensor) -> torch.Tensor:
+    r"""0-d bool: every row of ``xs`` is the same. The centred sum of squares must be no larger
+    than the rounding residue of the mean (:math:`n d (2(n+1)\epsilon\max|x|)^2`, the eager
+    route's bound) and the rows equal exactly."""
+    n, d = xs.shape
+    eps = torch.finfo(xs.dtype).eps
+    bound = n * d * (2.0 * (n + 1) * eps * xs.abs().amax()) ** 2
+    flat = xc.reshape(-1)
+    sum_sq = torch.dot(flat, flat)
+    span = (xs.amax(0) - xs.amin(0)).amax()  # 0 exactly when every column is constant
+    return (sum_sq <= bound) & (span == 0)
+
+
+def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
+                         shrinkage: torch.Tensor | None = None, *, shrinkage_exp: int | None = None,
+                         kind: str = "iota") -> torch.Tensor:
+    r"""IsoScore* (``kind='iota'``) or the participation ratio (``'pr'``) of ``X`` ``(n, d)``
+    without host synchronisation (module doc); NaN where the eager route would raise.
+
+    ``shrinkage`` must be a validated :math:`\Sigma_S` (``IStarLoss.set_shrinkage`` checks it
+    once) on ``X``'s device; ``shrinkage_exp``: its :func:`shrinkage_exponent`, computed from it
+    when not given (one host read). Differentiable in ``X``; float32 accumulation for half
+    and float32 rows, float64 for float64.
+    """
+    with autocast_off():
+        acc = accumulation_dtype(X)
+        x = X.to(acc)
+        if shrinkage_exp is None:
+            shrinkage_exp = shrinkage_exponent(shrinkage if zeta > 0 else None)
+        e = scale_exponent(x, zeta, shrinkage_exp)
+        f1, f2 = _pow2(e, acc)
+        xs = x * f1 * f2
+        s = None
+        if shrinkage is not None and zeta > 0.0:  # scaled in its own dtype if wider
+            wide = torch.promote_types(shrinkage.dtype, acc)
+            g1, g2 = f1.to(wide), f2.to(wide)
+            s = (shrinkage.detach().to(wide) * (g1 * g1) * (g2 * g2)).to(acc)
+        eye = (f1 * f1) * (f2 * f2)
+        return _DeviceStar.apply(xs, s, float(zeta), eye, kind)

@@ -1,0 +1,106 @@
+"""The I-STAR loss on its sync-free route (the default on accelerators): the same loss, logs
+and gradient as the eager route, logs kept as tensors until logged, a NaN batch score turned
+into a one-line error by ``isotropy train``'s logging, and no host read on fake CUDA."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers
+from _reference import spd
+
+from isotropy.losses import IStarLoss
+from isotropy.models.regularized import log_value
+from isotropy.training.trainer import IsotropyTrainer
+
+
+@pytest.fixture(autouse=True)
+def _threads(one_thread):
+    """Small tensors: one thread."""
+
+
+def _states(seed=0, scale=50.0):
+    g = torch.Generator().manual_seed(seed)
+    hs = [torch.randn(4, 12, 16, generator=g) * scale + 3.0 for _ in range(3)]
+    mask = (torch.arange(12)[None, :] < torch.tensor([[12], [9], [5], [7]])).long()
+    return hs, mask
+
+
+@pytest.mark.parametrize("include_padding", [False, True])
+@pytest.mark.parametrize("zeta", [0.0, 0.3, 1.0])
+def test_same_loss_logs_and_gradient_as_the_eager_route(zeta, include_padding):
+    s = torch.as_tensor(spd(16, seed=3), dtype=torch.float32) * 2500.0
+    outs, grads = [], []
+    for eager in (True, False):
+        hs, mask = _states()
+        hs = [h.requires_grad_() for h in hs]
+        loss = IStarLoss(-2.0, zeta=zeta, shrinkage=s, include_padding=include_padding,
+                         eager_checks=eager)
+        out = loss(hs, attention_mask=mask)
+        if zeta < 1.0:
+            out.loss.backward()
+            grads.append(torch.cat([h.grad.flatten() for h in hs[1:]]))
+        outs.append(out)
+    eager, device = outs
+    assert float(device.loss) == pytest.approx(float(eager.loss), abs=1e-6)
+    assert isinstance(device.logs["isoscore_star"], torch.Tensor)
+    assert not device.logs["isoscore_star"].requires_grad
+    for key, value in eager.logs.items():
+        assert float(device.logs[key]) == pytest.approx(value, abs=1e-6), key
+    if grads:
+        assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6 * grads[0].abs().max())
+
+
+def test_eager_checks_must_be_a_bool_or_none():
+    with pytest.raises(TypeError, match="eager_checks must be True, False or None"):
+        IStarLoss(-1.0, eager_checks="no")
+
+
+def test_log_values_stay_tensors_off_the_cpu_only():
+    assert log_value(torch.tensor(1.5)) == 1.5 and isinstance(log_value(2), float)
+    with torch.device("meta"):
+        t = torch.ones(())
+    assert log_value(t) is not None and isinstance(log_value(t), torch.Tensor)
+
+
+def _trainer(sums, counts, step=7):
+    trainer = object.__new__(IsotropyTrainer)
+    trainer._log_sums, trainer._log_counts = sums, counts
+    trainer.state = SimpleNamespace(global_step=step)
+    return trainer
+
+
+def test_logging_reads_tensors_once_and_stops_on_a_nan_score(monkeypatch):
+    seen = []
+    monkeypatch.setattr(transformers.Trainer, "log", lambda self, logs, start_time=None:
+                        seen.append(dict(logs)))
+    trainer = _trainer({"istar/isoscore_star": torch.tensor(0.9)}, {"istar/isoscore_star": 3})
+    trainer.log({"loss": 1.0})
+    assert seen == [{"loss": 1.0, "istar/isoscore_star": pytest.approx(0.3)}]
+    assert isinstance(seen[0]["istar/isoscore_star"], float)
+    trainer = _trainer({"istar/isoscore_star": torch.tensor(math.nan)},
+                       {"istar/isoscore_star": 2})
+    with pytest.raises(ValueError, match="not finite in the steps up to 7"):
+        trainer.log({"loss": 1.0})
+
+
+def test_no_host_read_on_fake_cuda():
+    """Forward on fake CUDA hidden states with padding in the cloud: no ``float``/``bool`` of a
+    value and no CPU tensor (either raises there). With padding left out, the rows are picked
+    by ``nonzero`` of the mask, whose size is data-dependent: that is the one host sync left
+    in the step (docs/gpu.md)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    loss = IStarLoss(-1.0, zeta=0.2, include_padding=True)
+    with FakeTensorMode():
+        hs = [torch.randn(4, 12, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        mask = torch.ones(4, 12, dtype=torch.long, device="cuda")
+        loss.shrinkage = torch.eye(16, device="cuda")  # validated once elsewhere
+        with torch.no_grad():
+            out = loss(hs, attention_mask=mask)
+        assert out.loss.device.type == "cuda"
+        assert out.logs["isoscore_star"].device.type == "cuda"
+        assert out.logs["n_points"] == 2 * 4 * 12  # layers 1 and 2, padding included
