@@ -13,7 +13,8 @@ AdamW. One step = forward + backward + ``optimizer.step()`` + ``zero_grad()``. A
 share one model and optimizer and are timed round-robin (one step of each per round) so that
 clock and thermal drift hit them alike; medians over the rounds are reported.
 
-Rows: plain; I-STAR (``IStarLoss``, all 12 layers, with a Sigma_S); the authors' formulation
+Rows: plain; I-STAR (``IStarLoss``, all 12 layers, with a Sigma_S; on its default
+sync-free route, and with ``eager_checks=True``, the CPU's route); the authors' formulation
 of the same penalty (``torch.cov`` of the union, ``torch.linalg.svdvals``, autograd through
 the SVD); CosReg (last layer); an accumulation cycle of 8 micro-batches of 8 without and with
 the exact persistent-entropy loss (``prepare_exact_cycle``, 64 [CLS] points); the Sigma_S
@@ -139,6 +140,8 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     sigma = collect_covariance(model, refresh_batches, n_tokens=size["refresh_rows"]
                                ).covariance().float()
     regs = {"I-STAR (all layers, Sigma_S)": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma),
+            "I-STAR, eager checks (host reads)": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma,
+                                                           eager_checks=True),
             "authors' formulation (cov + svdvals)": AuthorsIStar(-1.0, 0.2, sigma.to(device)),
             "CosReg (last layer)": CosRegLoss(1.0)}
     wrapped = {name: RegularizedModel(model, reg).to(device) for name, reg in regs.items()}

@@ -104,3 +104,25 @@ def test_no_host_read_on_fake_cuda():
         assert out.loss.device.type == "cuda"
         assert out.logs["isoscore_star"].device.type == "cuda"
         assert out.logs["n_points"] == 2 * 4 * 12  # layers 1 and 2, padding included
+
+
+def test_cosreg_device_route_equals_the_eager_one():
+    from isotropy.losses import CosRegLoss
+
+    outs, grads = [], []
+    for eager in (True, False):
+        hs, mask = _states(seed=4)
+        hs = [h.requires_grad_() for h in hs]
+        out = CosRegLoss(1.0, eager_checks=eager)(hs, attention_mask=mask)
+        out.loss.backward()
+        outs.append(out)
+        grads.append(hs[-1].grad)
+    assert float(outs[1].loss) == pytest.approx(float(outs[0].loss), abs=1e-7)
+    for key, value in outs[0].logs.items():
+        assert float(outs[1].logs[key]) == pytest.approx(value, abs=1e-7), key
+    assert torch.allclose(grads[0], grads[1], atol=1e-9)
+    hs, mask = _states(seed=4)
+    hs[-1][0, 0] = 0.0  # a zero-norm token: NaN on the device route, an error on the eager one
+    with pytest.raises(ValueError, match="norm zero"):
+        CosRegLoss(1.0, eager_checks=True)(hs, attention_mask=mask)
+    assert math.isnan(float(CosRegLoss(1.0, eager_checks=False)(hs, attention_mask=mask).loss))

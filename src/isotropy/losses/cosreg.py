@@ -51,6 +51,9 @@ class CosRegLoss(Regularizer):
         process_group: the ``torch.distributed`` group (default: the world).
         include_padding: count the padding positions as tokens, as the authors' code does
             (default ``False``: the attention mask leaves them out).
+        eager_checks: as for :class:`~isotropy.losses.istar.IStarLoss` (``None``: eager on
+            CPU; on accelerators no host read of a value, NaN for a zero-norm token, logs as
+            detached tensors).
 
     ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
     of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point) and
@@ -73,8 +76,12 @@ class CosRegLoss(Regularizer):
         sync_dist: bool = True,
         process_group: object | None = None,
         include_padding: bool = False,
+        eager_checks: bool | None = None,
     ) -> None:
         super().__init__()
+        if eager_checks is not None and not isinstance(eager_checks, bool):
+            raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
+        self.eager_checks = eager_checks
         self.tuning = check_tuning(tuning)
         self.include_padding = bool(include_padding)
         if isinstance(layer, bool) or not isinstance(layer, int):
@@ -101,7 +108,8 @@ class CosRegLoss(Regularizer):
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layer)
         sync = self.sync_dist and is_distributed(self.process_group)
-        if hs[-1].device.type != "cpu" and not sync:
+        eager = hs[-1].device.type == "cpu" if self.eager_checks is None else self.eager_checks
+        if not eager and not sync:
             return self._forward_on_device(hs, attention_mask)
         x = self._token_states(hs, attention_mask, self.layer)
         m_local = x.shape[0]
