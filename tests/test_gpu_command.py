@@ -1,13 +1,14 @@
 """``benchmarks/gpu/run.sh --cpu``: the GPU machine's one command, in its CPU mode, works end
 to end (environment, the tests of tests/gpu, the benchmark at tiny sizes, two tiny train runs
-through ``isotropy sweep`` and their report), so that the command is known to work before a
-GPU is available."""
+through ``isotropy sweep`` and their report, everything packed into one archive), so that the
+command is known to work before a GPU is available."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,15 @@ def test_gpu_command_cpu_mode(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
     env.pop("OUT", None)
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
-                           "--out", str(out), "--budget", "500", "--workers", "1"],
+                           "--out", str(out), "--budget", "500", "--workers", "1", "--pack"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, proc.stderr + summary
+    # --pack: what a machine returning at most 8 plainly named files can send back
+    assert sorted(p.name for p in out.iterdir()) == ["bench.md", "gpu-results.tar.gz",
+                                                     "summary.txt"]
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        tar.extractall(out, filter="data")
     assert "pytest tests/gpu: exit 0" in summary, (out / "pytest.txt").read_text()[-3000:]
     assert "bench: exit 0" in summary, (out / "bench.txt").read_text()[-3000:]
     assert "runs: 2 finished runs copied" in summary, summary

@@ -10,6 +10,9 @@
 #   --workers N      train runs at once on the one GPU (default 6)
 #   --cpu            CPU and tiny sizes (what CI runs: checks that the script itself works)
 #   --steps LIST     comma-separated subset of tests,bench,runs (default: all three)
+#   --pack           at the end, put everything but summary.txt and bench.md into one archive,
+#                    DIR/gpu-results.tar.gz (a machine that returns only a few files: the GPU
+#                    machine here returns at most 8, named in letters, digits, '.', '_', '-')
 #
 # Steps, each with its own log in DIR:
 #   env.txt          Python, torch, transformers, CUDA, the GPU (nvidia-smi)
@@ -32,6 +35,7 @@ BUDGET=500
 WORKERS=6
 CPU=0
 STEPS=tests,bench,runs
+PACK=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR="$2"; shift 2 ;;
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
         --workers) WORKERS="$2"; shift 2 ;;
         --cpu) CPU=1; shift ;;
         --steps) STEPS="$2"; shift 2 ;;
+        --pack) PACK=1; shift ;;
         *) echo "run.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -158,3 +163,11 @@ else
 fi
 rm -rf "$WORK"
 note "done in $(( $(date +%s) - START ))s"
+if [ "$PACK" = 1 ]; then
+    [ -f "$OUT_DIR/bench/bench.md" ] && cp "$OUT_DIR/bench/bench.md" "$OUT_DIR/bench.md"
+    (cd "$OUT_DIR" && tar -czf gpu-results.tar.gz.tmp --exclude=gpu-results.tar.gz.tmp \
+        $(ls -A | grep -v -x -e summary.txt -e bench.md) && mv gpu-results.tar.gz.tmp gpu-results.tar.gz \
+        && find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name bench.md \
+            ! -name gpu-results.tar.gz -exec rm -rf {} +)
+    echo "packed: $(ls "$OUT_DIR" | tr '\n' ' ')"
+fi
