@@ -33,4 +33,4 @@ for root in "$RUNS"/*/; do
         rm -rf "$run"/checkpoint-* "$run"/model
     done
 done
-echo "synced $(find "$HERE/runs" -name results.json | wc -l) finished runs into $HERE/runs"
+echo "synced $(find "$HERE/runs" -name 'results.json*' | wc -l) finished runs into $HERE/runs"
