@@ -2,7 +2,7 @@
 
 A GPU machine receives the working tree (tracked and untracked files) plus carried paths, 64 MiB
 in all per command. The carried bundle (``benchmarks/gpu/make_bundle.py``: MiniLM in fp16 and
-the small GLUE tasks, gzip-compressed) measures about 42 MiB (``docs/gpu.md``), so the tracked
+the small GLUE tasks, xz-compressed) measures 40.4 MiB (``docs/gpu.md``), so the tracked
 tree is held to :data:`TRACKED_BUDGET_MIB`, which leaves room for both with some to spare.
 Archived runs keep their large files gzip-compressed (``docs/results/README.md``).
 """
