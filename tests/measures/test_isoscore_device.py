@@ -130,3 +130,12 @@ def test_no_host_sync_and_one_device_on_fake_cuda():
         assert out.device.type == "cuda" and out.dtype == torch.float32
         with pytest.raises(Exception, match="mismatch|device"):
             star_terms(xc, s_host, 0.2, torch.ones(()), keep)  # a CPU Sigma_S is refused
+
+
+def test_shapes_are_refused_as_the_eager_route_refuses_them():
+    with pytest.raises(ValueError, match="at least 2 points"):
+        isoscore_star_device(torch.ones(1, 4))
+    with pytest.raises(ValueError, match="dimension >= 2"):
+        isoscore_star_device(torch.randn(5, 1))
+    with pytest.raises(ValueError, match="2-D"):
+        isoscore_star_device(torch.randn(5))

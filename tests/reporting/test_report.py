@@ -937,3 +937,18 @@ def test_gzip_archived_runs_give_the_same_report(sweep_root: Path, tmp_path: Pat
     victim.write_bytes(b"not gzip")
     write_report([str(gz_root)], tmp_path / "bad", figures=False)
     assert "not readable gzip data" in (tmp_path / "bad" / "report.md").read_text()
+
+
+def test_a_gz_file_cut_short_keeps_its_whole_records(tmp_path: Path) -> None:
+    import gzip
+
+    from isotropy.reporting.runs import read_jsonl_whole
+
+    lines = b"".join(b'{"step": %d, "loss": 0.5}\n' % i for i in range(2000))
+    data = gzip.compress(lines)
+    path = tmp_path / "metrics.jsonl.gz"
+    path.write_bytes(data[: len(data) * 2 // 3])  # cut inside the deflate stream
+    records, note = read_jsonl_whole(path)
+    assert 0 < len(records) < 2000
+    assert [r["step"] for r in records] == list(range(len(records)))
+    assert note is None or "cut short" in note

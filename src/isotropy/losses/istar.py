@@ -240,6 +240,8 @@ class IStarLoss(Regularizer):
                 f"dimension {d}"
             )
         if not eager:
+            if self.shrinkage is not None and self.shrinkage.device != x.device:
+                self.shrinkage = self.shrinkage.to(x.device)  # once: the buffer follows the rows
             score = isoscore_star_device(x, self.zeta, self.shrinkage,
                                          shrinkage_exp=self._shrinkage_exp)
             value = score.detach()

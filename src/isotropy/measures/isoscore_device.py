@@ -155,6 +155,14 @@ def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
     when not given (one host read). Differentiable in ``X``; float32 accumulation for half
     and float32 rows, float64 for float64.
     """
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D with shape (n_points, dim), got {tuple(X.shape)}")
+    if X.shape[0] < 2:
+        raise ValueError(f"IsoScore* needs at least 2 points, got {X.shape[0]}")
+    if kind == "iota" and X.shape[1] < 2:
+        raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
+    if shrinkage is not None and shrinkage.device != X.device:
+        shrinkage = shrinkage.to(X.device)  # a copy, not a host read; IStarLoss moves it once
     with autocast_off():
         acc = accumulation_dtype(X)
         x = X.to(acc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -223,9 +223,29 @@ class IsotropyTrainer(Trainer):
         elif self._deferred_save_step == step:  # the epoch-end call: evaluate, then save
             self.control.should_save = True
             self._deferred_save_step = None
+        if (self.control.should_log or self.control.should_save or self.control.should_evaluate
+                or self.control.should_training_stop or step >= self.state.max_steps):
+            self._check_regularizer_values()  # before anything is logged, saved or evaluated
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, start_time,
                                          learning_rate=learning_rate)
+
+    def _check_regularizer_values(self) -> None:
+        """Raise if a regularizer value summed on the device since the last log is not finite
+        (one host read; called only at steps that log, save, evaluate or end training, so that
+        no NaN model is saved or evaluated, with or without logging)."""
+        self._raise_if_not_finite(
+            k for k, v in self._log_sums.items()
+            if "/" in k and isinstance(v, torch.Tensor) and not bool(torch.isfinite(v)))
+
+    def _raise_if_not_finite(self, keys: Iterable[str]) -> None:
+        bad = sorted(keys)  # "<regularizer>/<value>"
+        if bad:
+            raise ValueError(
+                f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
+                f"{self.state.global_step}: the hidden states hold NaN or infinity (training "
+                "diverged: lower the learning rate or |lambda|), a token state has norm zero "
+                "(CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
 
     def _add_logs(self, logs: Mapping[str, float | torch.Tensor]) -> None:
         """Sum the values of the logging interval; a tensor value (on an accelerator) is summed
@@ -309,14 +329,8 @@ class IsotropyTrainer(Trainer):
             for key, total in self._log_sums.items():
                 logs[key] = float(total) / self._log_counts[key]
             self._log_sums, self._log_counts = {}, {}
-            bad = sorted(k for k, v in logs.items() if "/" in k and isinstance(v, float)
-                         and not math.isfinite(v))  # "<regularizer>/<value>"
-            if bad:
-                raise ValueError(
-                    f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
-                    f"{self.state.global_step}: the hidden states hold NaN or infinity (training "
-                    "diverged: lower the learning rate or |lambda|), a token state has norm "
-                    "zero (CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
+            self._raise_if_not_finite(k for k, v in logs.items() if "/" in k
+                                      and isinstance(v, float) and not math.isfinite(v))
         super().log(logs, start_time)
 
     def _inner(self) -> torch.nn.Module:
