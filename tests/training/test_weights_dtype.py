@@ -1,6 +1,6 @@
-"""Weights load in float32 for training whatever the checkpoint's dtype and the transformers
-version (transformers 5 keeps a checkpoint's own dtype by default), and ``analyze --dtype``
-chooses the measured model's weights explicitly."""
+"""Half-precision weights load as float32 for training, float32 and float64 ones as they are,
+under every transformers version (transformers 5 keeps a checkpoint's own dtype by default,
+4.x loads float32), and ``analyze --dtype`` chooses the measured model's weights."""
 
 from __future__ import annotations
 
@@ -36,10 +36,15 @@ def test_dtype_keyword_and_names():
         weight_dtype(torch.int8)
 
 
-def test_load_model_is_float32_unless_asked(half_model_dir):
+def test_load_model_upcasts_half_and_keeps_float64_unless_asked(half_model_dir, tmp_path):
+    double = save_tiny_bert(tmp_path / "f64", WORDS, dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net, _ = load_model(half_model_dir)
+        assert {p.dtype for p in net.parameters()} == {torch.float32}
+        net, _ = load_model(double)
+        assert {p.dtype for p in net.parameters()} == {torch.float64}
+        net, _ = load_model(double, dtype="float32")
         assert {p.dtype for p in net.parameters()} == {torch.float32}
         net, _ = load_model(half_model_dir, dtype="auto")
         assert {p.dtype for p in net.parameters()} == {torch.float16}

@@ -100,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto",
                    help="torch device: auto, cpu, cuda, cuda:N (default: %(default)s)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "auto"],
-                   default="float32",
-                   help="the weights' dtype; auto = the checkpoint's own (default: "
-                        "%(default)s; the measures accumulate in float32 or wider either way)")
+                   default=None,
+                   help="the weights' dtype; auto = the checkpoint's own (default: the "
+                        "checkpoint's own, half precision loaded as float32; the measures "
+                        "accumulate in float32 or wider either way)")
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_analyze"), metavar="DIR",
                    help="where the results go, created if needed (default: %(default)s)")
     return p

@@ -95,15 +95,30 @@ def dtype_kwargs(dtype: torch.dtype | str) -> dict[str, Any]:
     return {key: dtype}
 
 
+def load_pretrained(cls: Any, src: str, dtype: torch.dtype | str | None = None,
+                    **kwargs: Any) -> Any:
+    """``cls.from_pretrained(src, **kwargs)`` with the weights in ``dtype``
+    (:func:`weight_dtype`). ``None`` (the default): the checkpoint's own dtype, except that
+    float16 and bfloat16 weights are loaded as float32 (so that training keeps float32 master
+    weights and mixed precision stays the job of autocast), the same under every transformers
+    version (4.x loads float32 by default, 5.x the checkpoint's own)."""
+    model = cls.from_pretrained(
+        src, **dtype_kwargs("auto" if dtype is None else weight_dtype(dtype)), **kwargs)
+    if dtype is None and any(p.dtype in (torch.float16, torch.bfloat16)
+                             for p in model.parameters()):
+        model = model.float()
+    return model
+
+
 def load_model(
     name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu",
-    dtype: torch.dtype | str = torch.float32,
+    dtype: torch.dtype | str | None = None,
 ) -> tuple[torch.nn.Module, Any]:
     """Load an encoder (``AutoModel``) and its tokenizer from a local path or a hub id.
 
     ``None`` means :func:`default_model_path`. The model is put in eval mode on ``device``,
-    with weights in ``dtype`` (:func:`weight_dtype`; default float32 whatever the checkpoint's
-    dtype and the transformers version, ``"auto"`` for the checkpoint's own).
+    with weights in ``dtype`` (:func:`load_pretrained`: by default the checkpoint's own,
+    half precision loaded as float32; ``"auto"`` keeps half precision too).
     """
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -116,7 +131,7 @@ def load_model(
     hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
-        model = AutoModel.from_pretrained(src, **dtype_kwargs(weight_dtype(dtype)))
+        model = load_pretrained(AutoModel, src, dtype)
     except (OSError, ValueError) as err:
         what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
         raise ValueError(

@@ -128,7 +128,7 @@ def prepare_analyze(
     pooling: str | None = None,
     device: str | torch.device | None = "auto",
     doc_stride: int | None = None,
-    dtype: torch.dtype | str = "float32",
+    dtype: torch.dtype | str | None = None,
 ) -> AnalyzeInputs:
     """Everything before the first measured forward pass, cheap checks first: locate the
     checkpoint (:func:`locate_checkpoint`), the task (a run's own unless ``task``), the split
@@ -137,12 +137,13 @@ def prepare_analyze(
     decoders) and ``max_length`` (default: the run's ``max_seq_length``, else 128, 384 for
     SQuAD) and, for SQuAD only, ``doc_stride`` (default: the run's, else 128) against the
     longest question. ``dtype``: the weights' dtype (``float32``, ``bfloat16``, ``float16``
-    or ``auto``, the checkpoint's own); measures accumulate in float32 or wider whatever it
-    is. Raises ``ValueError`` / ``FileNotFoundError`` with a one-line message."""
+    or ``auto``, the checkpoint's own; ``None``: the checkpoint's own with half precision
+    loaded as float32); measures accumulate in float32 or wider whatever it is. Raises
+    ``ValueError`` / ``FileNotFoundError`` with a one-line message."""
 
     where = locate_checkpoint(model_or_run)
     check_zeta(zeta)
-    weights = weight_dtype(dtype)
+    weights = None if dtype is None else weight_dtype(dtype)
     if pooling is not None and pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if max_texts is not None:
@@ -374,7 +375,7 @@ def analyze(
     top_k: int = DEFAULT_TOP_K,
     pooling: str | None = None,
     device: str | torch.device | None = "auto",
-    dtype: torch.dtype | str = "float32",
+    dtype: torch.dtype | str | None = None,
 ) -> AnalyzeResult:
     """:func:`prepare_analyze` then :func:`analyze_model` (see both)."""
     inputs = prepare_analyze(model_or_run, task=task, split=split, data_dir=data_dir,

@@ -92,7 +92,7 @@ def is_decoder(model: torch.nn.Module) -> bool:
 
 
 def load_checkpoint_model(where: dict[str, Any], device: str | torch.device | None,
-                          dtype: torch.dtype | str = torch.float32) -> tuple[Any, Any]:
+                          dtype: torch.dtype | str | None = None) -> tuple[Any, Any]:
     """The model (weights in ``dtype``) and tokenizer, with a pad token (padded positions are
     masked out): the tokenizer's own, else its end-of-sequence or unknown token."""
     dev = resolve_device(device)

@@ -43,7 +43,7 @@ from isotropy.data.task_metrics import (
 from isotropy.distributed import is_distributed, on_main_process
 from isotropy.io import write_csv_atomic
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
-from isotropy.models.loading import dtype_kwargs, resolve_model
+from isotropy.models.loading import load_pretrained, resolve_model
 from isotropy.models.regularized import (
     RegularizedModel,
 )
@@ -234,14 +234,13 @@ def _load_model(inputs: _Inputs) -> Any:
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    fp32 = dtype_kwargs(torch.float32)  # master weights in float32 whatever the checkpoint's
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
-    try:
+    try:  # a half-precision checkpoint trains with float32 master weights
         if inputs.span:
-            return AutoModelForQuestionAnswering.from_pretrained(inputs.model_path, **fp32)
-        return AutoModelForSequenceClassification.from_pretrained(
-            inputs.model_path, num_labels=inputs.spec.num_labels, **fp32)
+            return load_pretrained(AutoModelForQuestionAnswering, inputs.model_path)
+        return load_pretrained(AutoModelForSequenceClassification, inputs.model_path,
+                               num_labels=inputs.spec.num_labels)
     finally:
         hf_logging.set_verbosity(verbosity)
 
