@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from isotropy._validation import accumulation_dtype, window
+from isotropy._validation import accumulation_dtype, max_abs, pow2_exponent, window
 from isotropy.runtime import autocast_off
 
 __all__ = ["isoscore_star_device", "same_rows", "shrinkage_exponent", "star_grad", "star_terms"]
@@ -49,9 +49,7 @@ def shrinkage_exponent(shrinkage: torch.Tensor | None) -> int:
     """
     if shrinkage is None:
         return 1
-    m = float(shrinkage.detach().abs().amax())
-    e = torch.frexp(torch.tensor(m, dtype=torch.float64)).exponent.item() if m > 0 else 0
-    return -(-int(e) // 2)
+    return -(-pow2_exponent(max_abs(shrinkage)) // 2)
 
 
 def _pow2(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
