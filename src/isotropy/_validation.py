@@ -92,8 +92,27 @@ def check_finite_float(value: float, name: str, *, allow_bool: bool = True) -> f
     return v
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """A yes/no option: ``True`` or ``False`` (NumPy's booleans too), nothing else, so that
+    ``'false'`` or ``'no'`` never counts as true.
+
+    >>> check_flag(False, "include_padding")
+    False
+    >>> check_flag("no", "include_padding")
+    Traceback (most recent call last):
+    ...
+    TypeError: include_padding must be True or False, got 'no'
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
 def check_zeta(zeta: float) -> float:
-    """Validate the shrinkage weight: a real number in [0, 1]."""
+    """Validate the shrinkage weight: a real number in [0, 1] (``True``/``False`` are not
+    numbers here)."""
+    if isinstance(zeta, (bool, np.bool_)):
+        raise TypeError(f"zeta must be a real number in [0, 1], got {zeta!r}")
     try:
         z = float(zeta)
     except (TypeError, ValueError) as err:

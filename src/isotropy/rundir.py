@@ -12,6 +12,11 @@ r"""The run directory of ``isotropy train``.
     eval_predictions.csv  one row per evaluation example (guid, label, prediction, outputs)
     model/              the fine-tuned model and tokenizer (``AutoModel...from_pretrained``)
     results.json        final and best metrics; written last: its presence marks a finished run
+    .isotropy-run.lock  held by the one process writing the run (:meth:`RunDirectory.writer`)
+
+A run directory has one writer: a second ``isotropy train`` (or sweep worker) on a folder in
+use is refused with one line naming the process that holds it. The lock is released when its
+holder ends, however it ends, so a killed run's folder is taken over by the next command.
 
 A finished run is not re-run unless ``overwrite``; an unfinished one is continued with
 ``resume`` (from its last complete checkpoint) or started again with ``overwrite``; an
@@ -26,6 +31,7 @@ spectrum is taken over the whole gradient-accumulation cycle, with its number of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +48,7 @@ from isotropy.io import (
     write_json_atomic,
     write_text_atomic,
 )
+from isotropy.locking import exclusive_lock
 
 __all__ = [
     "MEASUREMENT_FORMAT",
@@ -61,6 +68,12 @@ PREDICTIONS = "eval_predictions.csv"
 MODEL = "model"
 CHECKPOINT_STATE = "isotropy_state.pt"
 TRAINER_STATE = "trainer_state.json"
+LOCK = ".isotropy-run.lock"
+
+
+def _is_bookkeeping(name: str) -> bool:
+    """The lock file and the writability probe: never part of a run."""
+    return name.startswith(LOCK) or name.startswith(".isotropy-write-test-")
 
 
 def library_versions() -> dict[str, str]:
@@ -195,6 +208,16 @@ class RunDirectory:
             raise ValueError(f"output directory {self.path}: {problem}")
         self.path.mkdir(parents=True, exist_ok=True)
 
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """Be the run's one writer for the ``with`` block: create the folder if needed and
+        hold its lock (:func:`isotropy.locking.exclusive_lock`), or raise ``ValueError`` with
+        one line naming the process that holds it. Taken before :meth:`prepare` reads the
+        folder, kept until the last file is written."""
+        self.check_writable()
+        with exclusive_lock(self.path, LOCK, what=f"run directory {self.path}"):
+            yield
+
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
         """Decide what to do with the folder: ``'new'``, ``'resume'``, ``'finished'``, or
@@ -207,7 +230,7 @@ class RunDirectory:
         to continue a run with other settings) or ``None``.
         """
         self.check_writable()
-        entries = [p for p in self.path.iterdir() if not p.name.startswith(".write-test-")]
+        entries = [p for p in self.path.iterdir() if not _is_bookkeeping(p.name)]
         if not entries:
             return "new"
         if not self.file(CONFIG).is_file():
@@ -245,8 +268,10 @@ class RunDirectory:
         return "resume"
 
     def clear(self) -> None:
-        """Delete the run's contents (only called on a folder holding a run)."""
+        """Delete the run's contents (only called on a folder holding a run), not its lock."""
         for p in self.path.iterdir():
+            if _is_bookkeeping(p.name):
+                continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
             else:

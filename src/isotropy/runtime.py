@@ -20,11 +20,12 @@ _fault_hits: dict[str, int] = {}
 def fault_point(name: str) -> None:
     """Stop the process here when the environment variable ``ISOTROPY_FAULT`` names this point.
 
-    ``ISOTROPY_FAULT=<name>[@<n>][:<kill|int>]``: at the ``n``-th time (default 1) the point
-    ``name`` is reached, send this process ``SIGKILL`` (``kill``, the default: no cleanup at
-    all, as a killed process) or raise ``KeyboardInterrupt`` right here (``int``: what Ctrl-C
+    ``ISOTROPY_FAULT=<name>[@<n>][:<kill|int|stop>]``: at the ``n``-th time (default 1) the
+    point ``name`` is reached, send this process ``SIGKILL`` (``kill``, the default: no cleanup
+    at all, as a killed process), raise ``KeyboardInterrupt`` right here (``int``: what Ctrl-C
     does when Python gets the signal at this point; raised, not signalled, so that it lands
-    exactly here). Used by the crash tests to stop a real run at a named place; without the
+    exactly here), or ``SIGSTOP`` (``stop``: paused mid-run until ``SIGCONT``). Used by the
+    crash tests to stop a real run at a named place; without the
     variable it does nothing.
 
     >>> fault_point("checkpoint_written")  # ISOTROPY_FAULT unset: nothing happens
@@ -41,7 +42,7 @@ def fault_point(name: str) -> None:
         return
     if how == "int":
         raise KeyboardInterrupt(f"{FAULT_ENV}={spec}")
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 RngState = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

@@ -136,7 +136,7 @@ def test_demo_command(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
     real = stability.run_stability
 
     def small(**kwargs):
-        kwargs.update(dim=8, sizes=[4, 16], shrinkage_points=500, repeats=1)
+        kwargs.update(dim=8, sizes=[4, 16], shrinkage_points=500, repeats=2)
         return real(**kwargs)
 
     monkeypatch.setattr(stability, "run_stability", small)
@@ -168,7 +168,7 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
     real = stability.run_stability
 
     def small(**kwargs):
-        kwargs.update(dim=8, sizes=[4, 16], shrinkage_points=500, repeats=1)
+        kwargs.update(dim=8, sizes=[4, 16], shrinkage_points=500, repeats=2)
         return real(**kwargs)
 
     monkeypatch.setattr(stability, "run_stability", small)
@@ -254,6 +254,7 @@ def test_comparison_table_flags_a_collapsed_classifier() -> None:
         (["stability", "--sizes", "1"], "sizes must be >= 2"),
         (["stability", "--dim", "3"], "--dim must be >= 4"),
         (["stability", "--repeats", "0"], "positive integer"),
+        (["stability", "--repeats", "1"], "--repeats must be >= 2"),
         (["stability", "--repeats", "two"], "positive integer"),
         (["measure"], "one of the arguments --texts --task is required"),
         (["measure", "--task", "mnli"], "unknown task 'mnli'"),
@@ -314,7 +315,7 @@ def test_failure_while_computing_returns_1(tiny_dir: Path, texts_file: Path, tmp
 
 # --------------------------------------------------------------------------- checks first
 
-_STAB_SMALL = ["--dim", "8", "--sizes", "4", "--shrinkage-points", "100", "--repeats", "1"]
+_STAB_SMALL = ["--dim", "8", "--sizes", "4", "--shrinkage-points", "100", "--repeats", "2"]
 
 
 def _command(cmd: str, tiny_dir: Path, texts_file: Path, glue_dir: Path) -> list[str]:
@@ -505,7 +506,7 @@ def test_stability_seed_reaches_the_computation(tmp_path: Path,
         assert main(["stability", *_STAB_SMALL, "--seed", seed, "--output-dir", str(out)]) == 0
         values.append(json.loads((out / "stability.json").read_text())["values"])
     assert [kw["seed"] for kw in seen] == [3, 3, 4]
-    assert seen[0]["dim"] == 8 and seen[0]["repeats"] == 1 and seen[0]["sizes"] == [4]
+    assert seen[0]["dim"] == 8 and seen[0]["repeats"] == 2 and seen[0]["sizes"] == [4]
     assert values[0] == values[1] and values[0] != values[2]
 
 

@@ -286,6 +286,27 @@ def test_stsb_non_finite_score_names_file_and_line(tmp_path: Path, score: str) -
     assert f"{path}:3:" in str(info.value)  # header is line 1
 
 
+@pytest.mark.parametrize("score", ["70", "5.01", "-0.5", "100.0"])
+def test_stsb_score_outside_0_to_5_names_file_and_line(tmp_path: Path, score: str) -> None:
+    """A score of 70 (a wrong column or a 0-100 rescaling) would train silently."""
+    path = _write(tmp_path, "STS-B/dev.tsv",
+                  _STSB_HEADER
+                  + "0\tg\tf\t2012\t0\tnone\tnone\tA man.\tA person.\t5.000\n"
+                  + f"1\tg\tf\t2012\t1\tnone\tnone\tA dog.\tA cat.\t{score}\n")
+    with pytest.raises(ValueError, match=f"score {float(score)} is outside STS-B's range 0 "
+                                         "to 5") as info:
+        load_split("stsb", "dev", tmp_path)
+    assert f"{path}:3:" in str(info.value)
+
+
+def test_hub_stsb_score_outside_its_range() -> None:
+    from isotropy.data.hub import examples_from_columns
+
+    columns = {"sentence1": ["a"], "sentence2": ["b"], "label": [70.0], "idx": [0]}
+    with pytest.raises(ValueError, match="outside STS-B's range 0 to 5"):
+        examples_from_columns("stsb", "train", columns)
+
+
 @pytest.mark.parametrize(
     ("rel", "task", "lines", "bad_line"),
     [

@@ -94,12 +94,13 @@ def test_writes_files(tmp_path: Path, small_run) -> None:
         ({"sizes": []}, "sizes is empty"),
         ({"zetas": [1.5]}, r"\[0, 1\]"),
         ({"repeats": 0}, "repeats"),
+        ({"repeats": 1}, "repeats must be >= 2"),
         ({"shrinkage_points": 1}, "shrinkage_points"),
         ({"dim": 2}, ">= 4"),
     ],
 )
 def test_bad_arguments(kwargs: dict, match: str) -> None:
-    base = dict(dim=8, sizes=[4], zetas=[0.0], shrinkage_points=100, repeats=1)
+    base = dict(dim=8, sizes=[4], zetas=[0.0], shrinkage_points=100, repeats=2)
     base.update(kwargs)
     with pytest.raises(ValueError, match=match):
         run_stability(**base)

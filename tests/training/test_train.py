@@ -418,10 +418,15 @@ def test_default_run_directory_is_named_from_the_settings():
     assert train_args.output_dir == "mine"
 
 
-def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys):
+def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys,
+                                              monkeypatch):
+    """bf16 on a CPU (taken as one with native bf16, so that the route runs on any machine)."""
     import argparse
 
+    import isotropy.runtime
     from isotropy.cli.train import add_train_parser, run_train
+
+    monkeypatch.setattr(isotropy.runtime, "cpu_has_native_bf16", lambda: True)
 
     parser = argparse.ArgumentParser(prog="isotropy")
     add_train_parser(parser.add_subparsers(dest="command"))
@@ -687,3 +692,22 @@ def test_a_setting_under_two_names_is_a_usage_error(tmp_path, capsys):
     iso, _ = parse_train_args(["--task", "rte", "--output_dir", str(tmp_path / "x"),
                                "--entropy_beta", "1", "--entropy_beta=2"])
     assert iso.entropy_weight == 2.0
+
+
+@pytest.mark.parametrize("flag,native,message", [
+    ("--fp16", True, "--fp16 needs a GPU and this run is on the CPU"),
+    ("--bf16", False, "is emulated, about 20x slower than float32; drop --bf16"),
+])
+def test_half_precision_that_would_not_run_as_asked_is_refused(
+        tiny_model_dir, glue_dir, tmp_path, capsys, monkeypatch, flag, native, message):
+    """--fp16 on the CPU would train float32 and record fp16; --bf16 on a CPU without native
+    bf16 would be 20x slower: one line each, before anything is written."""
+    import isotropy.runtime
+    from isotropy.cli.train import main
+
+    monkeypatch.setattr(isotropy.runtime, "cpu_has_native_bf16", lambda: native)
+    out = tmp_path / "half"
+    assert main(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", flag)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()

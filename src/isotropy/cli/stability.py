@@ -45,6 +45,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--dim must be >= 4 (the covariance starts 10, 6, 4, 4), got {args.dim}")
     if args.shrinkage_points < 2:
         parser.error("--shrinkage-points must be >= 2")
+    if args.repeats < 2:
+        parser.error(f"--repeats must be >= 2 (the table shows mean ± std over repeats; one "
+                     f"value has no spread), got {args.repeats}")
 
 
 def compute(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:

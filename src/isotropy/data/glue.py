@@ -43,6 +43,7 @@ __all__ = [
     "TaskSpec",
     "TASKS",
     "SPLITS",
+    "check_score",
     "default_glue_dir",
     "get_task",
     "load_split",
@@ -100,6 +101,7 @@ class TaskSpec:
     columns: tuple[str, str | None, str | None] = ("", None, None)
     is_pair: bool = False
     skip_malformed: bool = False
+    score_range: tuple[float, float] | None = None  # a regression task's scores, inclusive
 
     @property
     def num_labels(self) -> int:
@@ -134,7 +136,8 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("cola", "CoLA", "CoLA", "classification", _BINARY, ("matthews_correlation",),
                  _GLUE_FILES, ("glue", "cola"), ("sentence", None, "label")),
         TaskSpec("stsb", "STS-B", "STS-B", "regression", (), ("pearson", "spearman"),
-                 _GLUE_FILES, ("glue", "stsb"), ("sentence1", "sentence2", "score"), True),
+                 _GLUE_FILES, ("glue", "stsb"), ("sentence1", "sentence2", "score"), True,
+                 score_range=(0.0, 5.0)),
         TaskSpec("sst5", "SST-5", "SST-5", "classification",
                  ("very negative", "negative", "neutral", "positive", "very positive"),
                  ("accuracy",),
@@ -242,6 +245,23 @@ def _read_tsv(path: Path) -> list[list[str]]:
                            quoting=csv.QUOTE_NONE))
 
 
+def check_score(spec: TaskSpec, score: float, where: str) -> float:
+    """``score`` if it lies in the task's range (STS-B: 0 to 5), else ``ValueError``: a score
+    of 70 is a wrong file or column, and would train silently.
+
+    >>> check_score(get_task("stsb"), 70.0, "dev.tsv:2")
+    Traceback (most recent call last):
+    ...
+    ValueError: dev.tsv:2: score 70.0 is outside STS-B's range 0 to 5
+    """
+    if spec.score_range is not None:
+        lo, hi = spec.score_range
+        if not lo <= score <= hi:
+            raise ValueError(f"{where}: score {score} is outside {spec.display_name}'s range "
+                             f"{lo:g} to {hi:g}")
+    return score
+
+
 def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
     raw = raw.strip()
     if spec.kind == "regression":
@@ -251,7 +271,7 @@ def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
             raise ValueError(f"{where}: score {raw!r} is not a number") from err
         if not math.isfinite(score):
             raise ValueError(f"{where}: score {raw!r} is not a finite number")
-        return score
+        return check_score(spec, score, where)
     try:
         return spec.label_list.index(raw)
     except ValueError as err:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from isotropy.data.glue import SPLITS, Answer, Example, TaskSpec, get_task
+from isotropy.data.glue import SPLITS, Answer, Example, TaskSpec, check_score, get_task
 
 __all__ = [
     "HUB_DATASETS",
@@ -165,7 +165,7 @@ def _label(spec: TaskSpec, value: Any, where: str) -> int | float | None:
             raise ValueError(f"{where}: score {value!r} is not a finite number")
         if float(np.float32(score)) == score:  # a float32 column: its shortest decimal
             score = float(str(np.float32(score)))
-        return None if score < 0 else score
+        return None if score < 0 else check_score(spec, score, where)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{where}: label {value!r} is not a class index")
     if value == -1:

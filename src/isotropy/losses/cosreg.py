@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from isotropy._validation import accumulation_dtype
+from isotropy._validation import accumulation_dtype, check_flag
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.losses.istar import check_hidden_states, check_tuning
@@ -83,11 +83,11 @@ class CosRegLoss(Regularizer):
             raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
         self.eager_checks = eager_checks
         self.tuning = check_tuning(tuning)
-        self.include_padding = bool(include_padding)
+        self.include_padding = check_flag(include_padding, "include_padding")
         if isinstance(layer, bool) or not isinstance(layer, int):
             raise TypeError(f"layer must be an integer index into hidden_states, got {layer!r}")
         self.layer = layer
-        self.sync_dist = bool(sync_dist)
+        self.sync_dist = check_flag(sync_dist, "sync_dist")
         self.process_group = process_group
         self._warned_no_mask = False
 

@@ -27,6 +27,7 @@ from isotropy._validation import (
     accumulation_dtype,
     as_point_cloud,
     check_finite_float,
+    check_flag,
 )
 from isotropy.clouds import pool, select_layers
 from isotropy.distributed import gather_rows
@@ -115,8 +116,9 @@ class PersistentEntropyLoss(Regularizer):
         accumulation: Literal["exact", "window"] = "exact",
     ) -> None:
         super().__init__()
-        self.weight = check_finite_float(weight, "weight")
-        self.in_cluster_weight = check_finite_float(in_cluster_weight, "in_cluster_weight")
+        self.weight = check_finite_float(weight, "weight", allow_bool=False)
+        self.in_cluster_weight = check_finite_float(in_cluster_weight, "in_cluster_weight",
+                                                    allow_bool=False)
         if pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
         if not isinstance(layer, int) or isinstance(layer, bool):
@@ -137,11 +139,11 @@ class PersistentEntropyLoss(Regularizer):
         self._cycle: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._cycle_logs: dict[str, float] = {}
         self._warned_replay = False
-        self.select_features = bool(select_features)
+        self.select_features = check_flag(select_features, "select_features")
         self.pooling = pooling
         self.layer = layer
         self.accumulation_steps = accumulation_steps
-        self.sync_dist = bool(sync_dist)
+        self.sync_dist = check_flag(sync_dist, "sync_dist")
         self._window: deque[tuple[torch.Tensor, torch.Tensor | None]] = deque(
             maxlen=max(accumulation_steps - 1, 1)
         )

@@ -28,6 +28,7 @@ from isotropy._validation import (
     as_covariance,
     as_square_matrix,
     check_finite_float,
+    check_flag,
     check_zeta,
 )
 from isotropy.clouds import Layers
@@ -161,9 +162,9 @@ class IStarLoss(Regularizer):
         self._shrinkage_exp = shrinkage_exponent(None)
         self.tuning = check_tuning(tuning)
         self.zeta = check_zeta(zeta)
-        self.include_padding = bool(include_padding)
+        self.include_padding = check_flag(include_padding, "include_padding")
         self.layers = check_layers(layers)
-        self.sync_dist = bool(sync_dist)
+        self.sync_dist = check_flag(sync_dist, "sync_dist")
         self.process_group = process_group
         self._warned_identity = False
         self._warned_no_mask = False

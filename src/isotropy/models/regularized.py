@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from isotropy._validation import check_flag
 from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
@@ -137,7 +138,7 @@ class RegularizedModel(torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         self.regularizers = torch.nn.ModuleDict(_named_regularizers(regularizers))
-        self.regularize_eval = bool(regularize_eval)
+        self.regularize_eval = check_flag(regularize_eval, "regularize_eval")
         self.last_logs: dict[str, float] = {}
 
     def __getattr__(self, name: str) -> Any:

@@ -90,7 +90,7 @@ class StabilityResult:
                         "n_points": n,
                         "zeta": z,
                         "mean": float(v.mean()),
-                        "std": float(v.std()) if v.numel() > 1 else 0.0,
+                        "std": float(v.std()),
                         "min": float(v.min()),
                         "max": float(v.max()),
                         "repeats": int(v.numel()),
@@ -143,8 +143,9 @@ def _check_args(
         raise ValueError(f"every zeta must lie in [0, 1], got {zetas}")
     if shrinkage_points < 2:
         raise ValueError(f"shrinkage_points must be >= 2, got {shrinkage_points}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if repeats < 2:
+        raise ValueError(f"repeats must be >= 2 (the result is a mean and spread over "
+                         f"repeats; one value has no spread), got {repeats}")
     return sorted(set(sizes)), sorted(set(zetas))
 
 
@@ -211,11 +212,8 @@ def plot_stability(result: StabilityResult, path: str | os.PathLike[str]) -> Pat
     cmap = matplotlib.colormaps["viridis"]
     for i, z in enumerate(result.zetas):
         mean = [result.mean(n, z) for n in result.sizes]
-        std = [
-            float(torch.tensor(result.values[(n, z)], dtype=torch.float64).std())
-            if result.repeats > 1 else 0.0
-            for n in result.sizes
-        ]
+        std = [float(torch.tensor(result.values[(n, z)], dtype=torch.float64).std())
+               for n in result.sizes]
         label = f"ζ = {z:g}" + (" (IsoScore)" if z == 0 else "")
         ax.errorbar(result.sizes, mean, yerr=std, marker="o", markersize=3, capsize=2,
                     color=cmap(i / max(len(result.zetas) - 1, 1)), label=label)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import os
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +19,10 @@ from typing import Any
 
 from isotropy.io import read_text_utf8, to_jsonable
 from isotropy.training.config import (
-    IsotropyArguments,
-    TrainArguments,
     canonical_settings,
     field_names,
 )
+from isotropy.training.setting_types import coerce, coerce_settings
 
 __all__ = [
     "ORDERS",
@@ -256,72 +252,6 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
 
 # --------------------------------------------------------------------------- values
 
-_HINTS: dict[str, Any] | None = None
-
-
-def _hints() -> dict[str, Any]:
-    global _HINTS
-    if _HINTS is None:
-
-        _HINTS = {**typing.get_type_hints(TrainArguments),
-                  **typing.get_type_hints(IsotropyArguments)}
-    return _HINTS
-
-
-def _scalar_kinds(hint: Any) -> tuple[set[type], bool]:
-    """The scalar types of a type hint and whether it allows ``None``."""
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    args = typing.get_args(hint) if union else (hint,)
-    kinds = {a for a in args if a in (int, float, bool, str)}
-    return kinds, type(None) in args
-
-
-def coerce(name: str, value: Any, where: str) -> Any:
-    """A setting's value with the type its field expects: numbers written as text
-    (YAML reads ``1e-5`` as a string), ``true``/``false`` text for flags.
-
-    >>> coerce("learning_rate", "1e-5", "base"), coerce("seed", 3.0, "base")
-    (1e-05, 3)
-    """
-    hint = _hints().get(name)
-    if hint is None or value is None:
-        return value
-    kinds, _ = _scalar_kinds(hint)
-    if bool in kinds:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "yes", "1"):
-            return True
-        if text in ("false", "no", "0"):
-            return False
-        raise ValueError(f"{where}: {name} must be true or false, got {value!r}")
-    if float in kinds and int not in kinds:
-        if isinstance(value, bool):
-            raise ValueError(f"{where}: {name} must be a number, got {value!r}")
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            if str in kinds:
-                return value
-            raise ValueError(f"{where}: {name} must be a number, got {value!r}") from None
-        if not math.isfinite(v):
-            raise ValueError(f"{where}: {name} must be finite, got {value!r}")
-        return v
-    if int in kinds and float not in kinds:
-        if isinstance(value, bool):
-            raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            if str in kinds:
-                return value
-            raise ValueError(f"{where}: {name} must be an integer, got {value!r}") from None
-        if not v.is_integer():
-            raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
-        return int(v)
-    return value
-
 
 def _coerce_all(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
-    return {k: coerce(k, v, where) for k, v in settings.items()}
+    return coerce_settings(settings, where)

@@ -380,14 +380,21 @@ def canonical_settings(settings: Mapping[str, Any], where: str = "settings") -> 
 def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
     """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
     (priority: given > file > preset > defaults); the aliases of :data:`SETTING_ALIASES` are
-    accepted. Bad values raise ``ValueError``."""
+    accepted. Values are converted to their fields' types once, here
+    (:func:`~isotropy.training.setting_types.coerce`: ``"false"`` in a file is false, ``1e-4``
+    a number). Bad values raise ``ValueError``."""
+    from isotropy.training.setting_types import coerce_settings
+
     names = field_names()
-    given = {k: v for k, v in canonical_settings(given).items() if k in names}
+    given = coerce_settings({k: v for k, v in canonical_settings(given).items() if k in names},
+                            "settings")
     from_file = (canonical_settings(_read_config_file(given["config"]), "config file")
                  if given.get("config") else {})
     unknown = sorted(set(from_file) - names)
     if unknown:
-        raise ValueError(f"unknown setting(s) in the config file: {', '.join(unknown)}")
+        raise ValueError(f"unknown setting(s) in the config file {given['config']}: "
+                         f"{', '.join(unknown)}")
+    from_file = coerce_settings(from_file, f"config file {given.get('config')}")
     preset = given.get("preset") or from_file.get("preset")
     task = given.get("task") or from_file.get("task") or IsotropyArguments.task
     settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}

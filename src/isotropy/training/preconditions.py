@@ -22,6 +22,7 @@ __all__ = [
     "check_drop_last",
     "check_model",
     "check_parallel",
+    "check_precision",
     "checkpoint_step",
     "check_resume_point",
     "prepare_span_arguments",
@@ -170,3 +171,42 @@ def check_parallel(train_args: Any) -> None:
 
 def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint is not None else 0
+
+
+def check_precision(train_args: Any, *, native_bf16: bool | None = None) -> None:
+    """Refuse a half-precision flag that would not run as asked on this device.
+
+    - ``--fp16`` needs a GPU: on the CPU the Trainer trains in float32 while the run records
+      ``fp16: true``, so the record would say something else ran.
+    - ``--bf16`` on a CPU without native bf16 (AVX-512 bf16 or AMX,
+      :func:`isotropy.runtime.cpu_has_native_bf16`) runs, but each MiniLM step was measured
+      20x slower than in float32 on such a CPU; where it is native it was 1.5-1.8x faster.
+
+    ``native_bf16`` overrides the CPU probe (tests).
+
+    >>> from types import SimpleNamespace
+    >>> check_precision(SimpleNamespace(fp16=True, bf16=False, device=SimpleNamespace(type="cpu")))
+    Traceback (most recent call last):
+    ...
+    ValueError: --fp16 needs a GPU and this run is on the CPU: ...
+    """
+    from isotropy.runtime import cpu_has_native_bf16
+
+    if not (train_args.fp16 or train_args.bf16):
+        return
+    if train_args.device.type != "cpu":
+        return
+    if train_args.fp16:
+        raise ValueError(
+            "--fp16 needs a GPU and this run is on the CPU: the Trainer would train in float32 "
+            "and the run would record fp16; drop --fp16 (or use --bf16 on a CPU with native "
+            "bf16)")
+    native = cpu_has_native_bf16() if native_bf16 is None else native_bf16
+    if not native:
+        import torch
+
+        raise ValueError(
+            "--bf16 on this CPU (torch kernels: "
+            f"{torch.backends.cpu.get_cpu_capability()}, no avx512_bf16 or amx_bf16) is "
+            "emulated, about 20x slower than float32; drop --bf16 (it pays on CPUs with "
+            "native bf16 and on GPUs)")

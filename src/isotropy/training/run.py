@@ -22,6 +22,7 @@ the batch (of its window of micro-batches) as one group, and ``config.json`` and
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ from isotropy.training.preconditions import (
     check_drop_last,
     check_model,
     check_parallel,
+    check_precision,
     check_resume_point,
     checkpoint_step,
     prepare_span_arguments,
@@ -329,14 +331,27 @@ def _run_training(
     echo: Callable[[str], None],
 ) -> TrainResult:
     """The steps of :func:`run_training`: inputs, run directory, model, Trainer, train, write."""
-    from transformers import set_seed
-
     inputs = _load_inputs(iso_args, train_args)
     run_dir = RunDirectory(train_args.output_dir)
     settings = describe(iso_args, train_args)  # before the devices are set up (check_parallel)
     check_parallel(train_args)
+    check_precision(train_args)
     if train_args.resume_from_checkpoint:
         check_resume_point(run_dir, train_args.resume_from_checkpoint)
+    with contextlib.ExitStack() as held:
+        # one writer per run directory, from reading its state to writing its last file
+        on_main_process(lambda: held.enter_context(run_dir.writer()))
+        return _run_locked(iso_args, train_args, inputs, run_dir, settings,
+                           callbacks=callbacks, echo=echo)
+
+
+def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs: _Inputs,
+                run_dir: RunDirectory, settings: dict[str, Any], *,
+                callbacks: Sequence[TrainerCallback], echo: Callable[[str], None]
+                ) -> TrainResult:
+    """:func:`_run_training` once the run directory's lock is held."""
+    from transformers import set_seed
+
     status, said = on_main_process(
         lambda: _prepare_run_dir(run_dir, iso_args, train_args, inputs, settings))
     if status == "finished":

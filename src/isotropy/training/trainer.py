@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import IntervalStrategy, has_length, rotate_checkpoints
 
 from isotropy.distributed import gather_rows
@@ -138,6 +138,8 @@ class IsotropyTrainer(Trainer):
         self.last_eval: Any = None
         self.last_eval_step: int | None = None
         self.last_measurements: dict[str, Any] | None = None
+        self._resumed_loss_sum: float | None = None
+        self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -150,6 +152,11 @@ class IsotropyTrainer(Trainer):
                 payload.update(cb.payload())
         payload["measure_shrinkage"] = self._shrinkage_cache
         payload["last_eval_step"] = self.last_eval_step
+        # the summed training loss of every step so far (logged, plus the steps since the
+        # last log), which train_loss of the resumed run continues (:meth:`log`)
+        unlogged = getattr(self, "_tr_loss", None)
+        payload["loss_sum"] = float(getattr(self, "_total_loss_scalar", 0.0)) + (
+            float(unlogged) if isinstance(unlogged, torch.Tensor) else 0.0)
         if self.run_dir is not None:
             payload["records"] = self.run_dir.record_counts()
         return payload
@@ -159,6 +166,7 @@ class IsotropyTrainer(Trainer):
         ``isotropy_state.pt`` (:func:`read_checkpoint_state`)."""
         self._shrinkage_cache = state.get("measure_shrinkage")
         self.resumed_eval_step = state.get("last_eval_step")
+        self._resumed_loss_sum = state.get("loss_sum")
 
     def _exact_losses(self) -> list[PersistentEntropyLoss]:
         """The exact persistent-entropy losses of the model (found once)."""
@@ -324,7 +332,12 @@ class IsotropyTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add the interval means of the regularizer and spectrum logs to a training log."""
+        """Add the interval means of the regularizer and spectrum logs to a training log; in
+        the final summary, ``train_loss`` is the mean over every step of the run, a resumed
+        one included (the Trainer's own is the mean over the steps of this process). The dict
+        is changed in place, so the Trainer's ``TrainOutput.metrics`` says the same."""
+        if "train_loss" in logs and self.state.global_step > 0:
+            logs["train_loss"] = self._total_loss_scalar / self.state.global_step
         if "loss" in logs and self._log_sums:
             for key, total in self._log_sums.items():
                 logs[key] = float(total) / self._log_counts[key]
@@ -419,6 +432,19 @@ class IsotropyTrainer(Trainer):
                 self.record_evaluations:
             self.run_dir.append_measurements(record)
         return record
+
+
+class _ContinueLossSum(TrainerCallback):
+    """At the start of training, the Trainer's running loss sum continues the resumed
+    checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
+    order of an uninterrupted run and ``train_loss`` equals it exactly."""
+
+    def __init__(self, trainer: IsotropyTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        if self.trainer._resumed_loss_sum is not None:
+            self.trainer._total_loss_scalar = self.trainer._resumed_loss_sum
 
 
 @contextlib.contextmanager

@@ -1,0 +1,100 @@
+"""Settings read from files (``--config``, sweep specs) converted to the types of their fields,
+once, where they are read: YAML and JSON leave ``"false"`` a string (which ``bool()`` would
+call true) and PyYAML reads ``1e-4`` as text. A value that cannot mean its field's type is a
+``ValueError`` naming the setting and where it was given."""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "coerce",
+    "coerce_settings",
+]
+
+_TRUE = ("true", "yes", "1")
+_FALSE = ("false", "no", "0")
+_HINTS: dict[str, Any] | None = None
+
+
+def _hints() -> dict[str, Any]:
+    global _HINTS
+    if _HINTS is None:
+        from isotropy.training.config import IsotropyArguments, TrainArguments
+
+        _HINTS = {**typing.get_type_hints(TrainArguments),
+                  **typing.get_type_hints(IsotropyArguments)}
+    return _HINTS
+
+
+def _scalar_kinds(hint: Any) -> set[type]:
+    """The scalar types of a type hint."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    args = typing.get_args(hint) if union else (hint,)
+    return {a for a in args if a in (int, float, bool, str)}
+
+
+def coerce(name: str, value: Any, where: str) -> Any:
+    """A setting's value with the type its field expects: a flag from ``true``/``false``,
+    ``yes``/``no`` or ``1``/``0`` (any case), a number from its text; anything else is a
+    ``ValueError`` naming ``name`` and ``where``. Settings of other types pass unchanged.
+
+    >>> coerce("learning_rate", "1e-5", "base"), coerce("seed", 3.0, "base")
+    (1e-05, 3)
+    >>> coerce("include_padding", "No", "config file c.yaml")
+    False
+    >>> coerce("select_features", "maybe", "config file c.yaml")
+    Traceback (most recent call last):
+    ...
+    ValueError: config file c.yaml: select_features must be true or false, got 'maybe'
+    """
+    hint = _hints().get(name)
+    if hint is None or value is None:
+        return value
+    kinds = _scalar_kinds(hint)
+    if bool in kinds:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float, str)):
+            text = str(value).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+        if str in kinds and isinstance(value, str):  # a flag that also takes words
+            return value
+        raise ValueError(f"{where}: {name} must be true or false, got {value!r}")
+    if float in kinds and int not in kinds:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: {name} must be a number, got {value!r}")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            if str in kinds:
+                return value
+            raise ValueError(f"{where}: {name} must be a number, got {value!r}") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: {name} must be finite, got {value!r}")
+        return v
+    if int in kinds and float not in kinds:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            if str in kinds:
+                return value
+            raise ValueError(f"{where}: {name} must be an integer, got {value!r}") from None
+        if not v.is_integer():
+            raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
+        return int(v)
+    return value
+
+
+def coerce_settings(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """:func:`coerce` of every setting."""
+    return {k: coerce(k, v, where) for k, v in settings.items()}

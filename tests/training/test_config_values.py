@@ -1,0 +1,74 @@
+"""Settings from ``--config`` files take their fields' types once, where they are read: a
+string boolean is never silently true, a number written as YAML text is a number, and a value
+that cannot mean its type is one error naming the setting and the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from isotropy.training.config import args_from_dict, describe
+
+
+def _args(tmp_path, text: str, suffix: str, **given):
+    path = tmp_path / f"settings{suffix}"
+    path.write_text(text)
+    return args_from_dict({"config": str(path), "output_dir": str(tmp_path / "run"), **given})
+
+
+@pytest.mark.parametrize("spelling,expected", [
+    ('"false"', False), ('"no"', False), ('"No"', False), ("'0'", False), ("0", False),
+    ("false", False), ('"true"', True), ('"yes"', True), ("1", True), ("true", True)])
+def test_yaml_flags_mean_what_they_say(tmp_path, spelling, expected):
+    iso, _ = _args(tmp_path, f"task: sst2\nselect_features: {spelling}\n"
+                             f"include_padding: {spelling}\n", ".yaml")
+    assert iso.select_features is expected and iso.include_padding is expected
+    recorded = describe(iso, _)["isotropy"]
+    assert recorded["select_features"] is expected  # the record holds the real boolean
+
+
+def test_json_flags_and_numbers(tmp_path):
+    iso, train = _args(tmp_path, json.dumps({"include_padding": "no", "learning_rate": "2e-5",
+                                             "seed": "3", "tuning": "-0.5"}), ".json")
+    assert iso.include_padding is False
+    assert train.learning_rate == 2e-5 and train.seed == 3 and iso.tuning == -0.5
+
+
+def test_a_yaml_number_that_pyyaml_reads_as_text(tmp_path):
+    """PyYAML reads ``1e-4`` (no dot) as a string; here it is the number."""
+    _, train = _args(tmp_path, "learning_rate: 1e-4\nweight_decay: 1e-2\n", ".yaml")
+    assert train.learning_rate == 1e-4 and isinstance(train.learning_rate, float)
+    assert train.weight_decay == 0.01
+
+
+def test_a_trainingarguments_flag_from_a_file(tmp_path):
+    _, train = _args(tmp_path, "disable_tqdm: 'yes'\nfp16: 'false'\n", ".yml")
+    assert train.disable_tqdm is True and train.fp16 is False
+
+
+@pytest.mark.parametrize("line,message", [
+    ("select_features: maybe", "select_features must be true or false, got 'maybe'"),
+    ("include_padding: 2", "include_padding must be true or false, got 2"),
+    ("learning_rate: fast", "learning_rate must be a number, got 'fast'"),
+    ("seed: 1.5", "seed must be an integer, got 1.5"),
+    ("num_train_epochs: .inf", "num_train_epochs must be finite"),
+])
+def test_a_wrong_type_names_the_setting_and_the_file(tmp_path, line, message):
+    with pytest.raises(ValueError) as err:
+        _args(tmp_path, f"{line}\n", ".yaml")
+    assert message in str(err.value)
+    assert f"config file {tmp_path / 'settings.yaml'}" in str(err.value)
+
+
+def test_an_unknown_setting_names_the_file(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) in the config file .*"
+                                         r"settings.yaml: selct_features"):
+        _args(tmp_path, "selct_features: false\n", ".yaml")
+
+
+def test_settings_given_as_a_dict_are_converted_too(tmp_path):
+    iso, _ = args_from_dict({"include_padding": "false", "output_dir": str(tmp_path / "r")})
+    assert iso.include_padding is False
+    with pytest.raises(ValueError, match="settings: include_padding must be true or false"):
+        args_from_dict({"include_padding": "off", "output_dir": str(tmp_path / "r")})
