@@ -245,8 +245,8 @@ class RunDirectory:
         if self.finished:
             if diff:
                 raise ValueError(
-                    f"{self.path} holds a finished run with other settings ({diff}): pass "
-                    "--overwrite to replace it or choose another --output_dir"
+                    f"{self.path} holds a finished run with other settings ({diff}): choose "
+                    "another --output_dir (the finished run is kept)"
                 )
             return "finished"
         if self.last_checkpoint() is None and (not diff or not self._whole_lines(METRICS)):

@@ -206,8 +206,8 @@ def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: P
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert text.count("reused a finished run") == 4
-    assert text.count("holds a finished run (pass --overwrite to run it again)") == 4
-    # --overwrite, which that message names, trains them again
+    assert text.count("holds this run, finished: nothing was trained, its results are kept") == 4
+    # the demo's --overwrite trains them again
     stamps = [Path(r["run_dir"], "results.json").stat().st_mtime_ns for r in table]
     assert main([*argv, "--overwrite"]) == 0
     assert "reused a finished run" not in capsys.readouterr().out
@@ -534,3 +534,37 @@ def test_train_subcommand_is_listed_and_dispatched(capsys):
     assert "train" in build_parser().format_help()
     assert main(["train", "--task", "no-such-task", "--output_dir", "unused"]) == 2
     assert "unknown task 'no-such-task'" in capsys.readouterr().err
+
+
+def test_flags_are_never_taken_by_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    """One rule for the command line and sweep specs: a misspelt flag is an error (with a
+    suggestion in train), never the flag it starts."""
+    from isotropy.cli.train import main as train_main
+
+    with pytest.raises(SystemExit) as exit_:
+        train_main(["--learning_rat", "1e-5"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --learning_rat" in err
+    assert "did you mean --learning_rate?" in err
+    for argv in (["measure", "--texts", "x.txt", "--max-len", "3"],
+                 ["sweep", "s.yaml", "--work", "2"], ["report", "runs", "--out", "x"],
+                 ["analyze", "m", "--tas", "sst2"]):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code
+        assert code == 2, argv
+        assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_train_help_shows_our_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from isotropy.cli.train import main as train_main
+
+    with pytest.raises(SystemExit):
+        train_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("(also --istar_lambda) (default: -1.0)", "zeta in [0, 1] (default: 0.2)",
+                  "(estimated before every epoch) (default: 250000)",
+                  "(several allowed) (default: none)"):
+        assert shown in text, shown

@@ -216,6 +216,7 @@ def test_yaml_and_toml_spec_files_give_the_same_points(tiny_model, glue, tmp_pat
     ({"base": {"seed": 3}, "seeds": [1]}, "seed is set in base and seeds: is given"),
     ({"seeds": []}, "seeds must be a non-empty list"),
     ({"seeds": [1, 1]}, "seeds has duplicates"),
+    ({"seeds": [-1]}, r"seeds must be in 0..4294967295 \(NumPy's seeds\), got -1"),
     ({"order": "random"}, "order must be seed-major or cell-major"),
     ({"points": []}, "points must be a non-empty list"),
 ])
@@ -320,6 +321,7 @@ def test_cli_bad_input_is_one_line_and_creates_nothing(tiny_model, glue, tmp_pat
                                                                                 glue)}))
     assert "applies to --engine ray only" in _usage_error(
         [good, "--cpus-per-trial", "2"], capsys)
+    assert "seeds must be in 0..4294967295" in _usage_error([good, "--seeds", "-1"], capsys)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     assert "the ray engine needs Ray" in _usage_error([good, "--engine", "ray"], capsys)
     assert not out.exists()

@@ -144,6 +144,10 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(setup, reference, fau
     killed = run_cli(argv, fault=fault)
     sig = signal.SIGINT if fault.endswith(":int") else signal.SIGKILL
     assert killed.returncode in (-sig, 128 + sig), (killed.returncode, killed.stderr[-2000:])
+    if sig == signal.SIGINT:  # Ctrl-C: one line saying how to continue, no traceback
+        assert "Traceback" not in killed.stderr
+        assert f"isotropy train: interrupted; --resume continues {out} from checkpoint-2" \
+            in killed.stderr.splitlines()
     assert not (out / "results.json").exists()
     resumed = run_cli([*argv, "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]

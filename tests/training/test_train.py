@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import warnings
 from pathlib import Path
@@ -186,8 +187,15 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
     stamp = (out / "results.json").stat().st_mtime_ns
     assert _run(argv).status == "finished"
     assert (out / "results.json").stat().st_mtime_ns == stamp
-    with pytest.raises(ValueError, match="finished run with other settings.*learning_rate"):
+    with pytest.raises(ValueError, match="finished run with other settings.*learning_rate") \
+            as err:
         _run([*argv, "--learning_rate", "5e-4"])
+    assert "--overwrite" not in str(err.value)  # never advised for a finished run
+    # the same run named by a relative path (and its data and model too) is the same run
+    rel = [os.path.relpath(a) if a in (str(out), str(tiny_model_dir), str(glue_dir)) else a
+           for a in argv]
+    assert rel != argv and _run(rel).status == "finished"
+    assert (out / "results.json").stat().st_mtime_ns == stamp
     assert _run([*argv, "--overwrite"]).status == "trained"
     assert (out / "results.json").stat().st_mtime_ns != stamp
 
@@ -217,6 +225,13 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1)"),
         (["--task", "sst2", "--tuning", "nan"], "--tuning must be a finite number, got nan"),
         (["--task", "sst2", "--weight_decay", "inf"], "--weight_decay must be a finite number"),
+        # a negative number in exponent notation is a value, not an option
+        (["--task", "sst2", "--learning_rate", "-1e-5"],
+         "--learning_rate must be >= 0, got -1e-05"),
+        (["--task", "sst2", "--seed", "-1"], "--seed must be in 0..4294967295"),
+        # longer than the tiny model's 32 positions: refused before training, not mid-way
+        (["--task", "sst2", "--max_seq_length", "1000"],
+         "--max_seq_length 1000 is longer than model"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(
@@ -711,3 +726,82 @@ def test_half_precision_that_would_not_run_as_asked_is_refused(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "model"])
+def test_a_full_disk_is_one_line_keeps_the_records_and_resumes(
+        tiny_model_dir, glue_dir, tmp_path, capsys, monkeypatch, where):
+    """A write failing for lack of space, as the writers raise it (torch's zip writer: a
+    RuntimeError about its position, in a checkpoint; an OSError ENOSPC saving model/), with
+    the file system full: one line saying what could not be written and how to continue;
+    every record before it kept; --resume then finishes the run. (Checked by hand on a 600 KiB
+    tmpfs, where torch raised exactly this RuntimeError.)"""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    from isotropy.cli.train import main as cli_train
+    from isotropy.rundir import RunDirectory
+
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "2",
+                 "--save_strategy", "epoch", "--max_train_samples", "16")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6, 0))
+    if where == "checkpoint":
+        real_save = torch.save
+        calls = []
+
+        def save(obj, f, *a, **k):  # the second checkpoint's first file
+            calls.append(f)
+            if str(f).endswith("optimizer.pt") and "checkpoint-" in str(f) and \
+                    len([c for c in calls if str(c).endswith("optimizer.pt")]) == 2:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected "
+                                   "pos 102464 vs 102352")
+            return real_save(obj, f, *a, **k)
+
+        monkeypatch.setattr(torch, "save", save)
+        expected = "its file system is full (0 KiB free; RuntimeError: [enforce fail"
+    else:
+        def no_space(self, model, tokenizer):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.file("model")))
+
+        monkeypatch.setattr(RunDirectory, "save_model", no_space)
+        expected = f"could not write {out / 'model'}: No space left on device"
+    assert cli_train(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    rd = RunDirectory(out)
+    last = rd.last_checkpoint()
+    assert f"every record written before it is kept; --resume continues {out} from " \
+           f"{last.name}" in err[0]
+    step = int(last.name.split("-")[1])
+
+    def kept(records):  # the records up to the checkpoint, timings aside
+        return [{k: v for k, v in r.items() if "runtime" not in k and "per_second" not in k}
+                for r in records if r["step"] <= step]
+
+    before = kept(rd.read_metrics())
+    assert before and not rd.finished
+    monkeypatch.undo()
+    assert cli_train([*argv, "--resume"]) == 0
+    assert rd.finished and kept(rd.read_metrics()) == before
+
+
+def test_a_warning_is_said_once_as_one_line(tiny_model_dir, glue_dir, tmp_path):
+    """The Sigma_S passes of training and of the measurements both run out of rows: the
+    command says so once, as one line, without Python's echo of the source line."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--regularizer", "istar",
+                 "--num_train_epochs", "2", "--shrinkage_tokens", "100000")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "isotropy.cli.main", "train", *argv],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [x for x in res.stderr.splitlines() if "data ran out" in x]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("isotropy: warning: the data ran out after ")
+    assert "warnings.warn" not in res.stderr and "UserWarning" not in res.stderr

@@ -3,19 +3,54 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
-from isotropy._validation import one_line
+from isotropy._validation import accept_negative_numbers, one_line
 
-__all__ = ["OneLineParser", "one_line", "positive_int", "task_name"]
+__all__ = ["OneLineParser", "one_line", "one_line_warnings", "positive_int", "task_name"]
+
+
+@contextlib.contextmanager
+def one_line_warnings(prog: str = "isotropy") -> Iterator[None]:
+    """Show each warning as one line, ``<prog>: warning: ...``, once per text (a warning
+    raised from two places, or every epoch, is said once), without Python's echo of the
+    source line. Left alone where warnings are being recorded (``catch_warnings``, pytest)."""
+    original = getattr(warnings, "_showwarning_orig", None)
+    if warnings.showwarning is not original:
+        yield
+        return
+    seen: set[str] = set()
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
+        text = one_line(message)
+        if text not in seen:
+            seen.add(text)
+            print(f"{prog}: warning: {text}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
 
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line, ``<error_prefix>: error: ...``, exit
-    status 2. Subcommand parsers are of the same class (``add_subparsers`` uses
-    ``type(self)``), so they share the prefix."""
+    status 2; flags are never taken by a unique prefix (``--max-len`` is an error, as an
+    unknown setting in a sweep spec is). Subcommand parsers are of the same class
+    (``add_subparsers`` uses ``type(self)``), so they share the prefix."""
 
     error_prefix = "isotropy"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # a typo is an error, never another flag
+        super().__init__(*args, **kwargs)
+        accept_negative_numbers(self)  # --tuning -1e-1 is a value
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.error_prefix}: error: {one_line(message)}\n")

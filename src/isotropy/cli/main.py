@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from isotropy.cli import _checks, demo, measure, stability
-from isotropy.cli._common import OneLineParser, one_line
+from isotropy.cli._common import OneLineParser, one_line, one_line_warnings
 
 __all__ = ["build_parser", "main"]
 
@@ -95,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         try:
-            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+            with one_line_warnings():
+                code = _dispatch(list(sys.argv[1:] if argv is None else argv))
         finally:
             sys.stdout.flush()  # here, so that a closed pipe is caught below (also on --help)
         return code

@@ -11,6 +11,7 @@ The Trainer's progress bars are shown only when stderr is a terminal, unless
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -65,15 +66,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(parser.parse_args(argv)))))
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NEARLY_FULL = 64 * 2**20  # bytes free below which a failed write is put down to space
+
+
+def _write_failure(err: BaseException, run_dir: str | None) -> str | None:
+    """What could not be written when ``err`` is a write failing for lack of space, else
+    ``None``: an ``OSError`` that says so, or an ``OSError``/``RuntimeError`` (torch's and
+    safetensors' writers raise ``RuntimeError("... unexpected pos ...")`` and the like for a
+    full disk) raised while the run directory's file system is nearly full."""
+    import shutil
+
+    from isotropy._validation import one_line
+
+    if isinstance(err, OSError) and err.errno in _DISK_FULL:
+        where = f" {err.filename}" if err.filename else ""
+        return f"could not write{where}: {err.strerror}"
+    if run_dir is None:
+        return None
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return None
+    if free >= _NEARLY_FULL:
+        return None
+    return (f"could not write into {run_dir}: its file system is full ({free // 1024} KiB "
+            f"free; {type(err).__name__}: {one_line(err, 160)})")
+
+
 def _run(parse: Any) -> int:
     from isotropy.training.run import run_training
 
+    run_dir = None
     try:
         iso_args, train_args = parse()
+        run_dir = train_args.output_dir
         result = run_training(iso_args, train_args)
+    except KeyboardInterrupt:
+        print(f"isotropy train: interrupted{_resume_hint(run_dir)}", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, TypeError) as err:
         print(f"isotropy train: error: {err}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as err:
+        what = _write_failure(err, run_dir)
+        if what is None:
+            raise
+        print(f"isotropy train: error: {what}; every record written before it is kept"
+              f"{_resume_hint(run_dir)}", file=sys.stderr)
+        return 1
     final = result.results.get("final", {})
     main_metric = result.results.get("main_metric")
     value = final.get(f"eval_{main_metric}")
@@ -83,6 +124,21 @@ def _run(parse: Any) -> int:
     if summary.get("collapsed"):
         print("WARNING: the classifier collapsed: every evaluation prediction is one class")
     return 0
+
+
+def _resume_hint(run_dir: str | None) -> str:
+    """How to continue an interrupted run: from its last complete checkpoint, if it has one."""
+    if run_dir is None:
+        return ""
+    from isotropy.rundir import RunDirectory
+
+    rd = RunDirectory(run_dir)
+    if rd.finished:
+        return f"; {run_dir} holds the finished run"
+    last = rd.last_checkpoint()
+    if last is None:
+        return f"; no checkpoint was written, so the same command starts {run_dir} again"
+    return f"; --resume continues {run_dir} from {last.name}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -61,6 +61,76 @@ def check_model_path(name_or_path: str) -> None:
             f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "
             "with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
         )
+    check_weight_files(name_or_path)
+
+
+def _safetensors_problem(path: str) -> str | None:
+    """Why a ``.safetensors`` file is not whole, or ``None``: the format is an 8-byte
+    little-endian header length, a JSON header whose ``data_offsets`` place every tensor in
+    the byte buffer that follows, and that buffer, ending exactly at the end of the file."""
+    import json
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"it holds {size} bytes, not even its 8-byte header length"
+        (n,) = struct.unpack("<Q", head)
+        if 8 + n > size:
+            return f"its header says {n} bytes of metadata, the file holds {size - 8}"
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return "its header is not valid JSON"
+    ends = [v["data_offsets"][1] for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v]
+    need = 8 + n + max(ends, default=0)
+    if size != need:
+        return f"its header places {need} bytes, the file holds {size}: it is cut short" \
+            if size < need else f"it holds {size - need} bytes more than its header places"
+    return None
+
+
+def check_weight_files(folder: str) -> None:
+    """``ValueError`` naming the file when a model directory's weights are not whole (a cut
+    ``.safetensors`` file, a ``pytorch_model.bin`` that is not a whole zip archive, a shard
+    its index names that is missing), before anything is written or trained: loading them
+    would fail later with a library traceback.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "model.safetensors").write_bytes(bytes([16, 0]))
+    >>> try:
+    ...     check_weight_files(str(d))
+    ... except ValueError as err:
+    ...     print(str(err).split(": ", 1)[1])
+    it holds 2 bytes, not even its 8-byte header length; save or download the model again
+    """
+    import glob
+    import json
+    import zipfile
+
+    def damaged(path: str, why: str) -> ValueError:
+        return ValueError(f"model weights {path} are damaged: {why}; save or download the "
+                          "model again")
+
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))):
+        why = _safetensors_problem(path)
+        if why is not None:
+            raise damaged(path, why)
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "pytorch_model*.bin"))):
+        if not zipfile.is_zipfile(path):
+            raise damaged(path, "it is not a whole zip archive (cut short?)")
+    for index in sorted(glob.glob(os.path.join(glob.escape(folder), "*.index.json"))):
+        try:
+            with open(index, encoding="utf-8") as f:
+                shards = set(json.load(f)["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            raise damaged(index, "it is not a weight index (JSON with a weight_map)") from None
+        missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
+        if missing:
+            raise damaged(index, f"the shard(s) {', '.join(missing)} it names are missing")
 
 
 WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,

@@ -147,6 +147,9 @@ def _seeds(value: Any, source: str) -> list[int] | None:
     for s in value:
         if isinstance(s, bool) or not isinstance(s, int):
             raise ValueError(f"{source}: seeds must be integers, got {s!r}")
+        if not 0 <= s < 2**32:
+            raise ValueError(f"{source}: seeds must be in 0..{2**32 - 1} (NumPy's seeds), "
+                             f"got {s}")
         out.append(s)
     if len(set(out)) != len(out):
         raise ValueError(f"{source}: seeds has duplicates: {out}")

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 
+from isotropy._validation import accept_negative_numbers
 from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
@@ -188,7 +189,8 @@ def _check_finite(args: Any) -> None:
 def _check_training_values(train_args: TrainingArguments) -> None:
     """The ``TrainingArguments`` values the Trainer would only reject once training starts
     (or never): NaN or infinite numbers, a negative learning rate or epoch count, batch sizes
-    and accumulation below 1, Adam betas outside [0, 1), a negative Adam epsilon."""
+    and accumulation below 1, Adam betas outside [0, 1), a negative Adam epsilon, a seed
+    NumPy cannot take."""
     _check_finite(train_args)
     for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
         if getattr(train_args, name) < 0:
@@ -203,6 +205,10 @@ def _check_training_values(train_args: TrainingArguments) -> None:
     for name in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(train_args, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), got {getattr(train_args, name)}")
+    for name in ("seed", "data_seed"):
+        value = getattr(train_args, name, None)
+        if value is not None and not 0 <= value < 2**32:
+            raise ValueError(f"--{name} must be in 0..{2**32 - 1} (NumPy's seeds), got {value}")
 
 
 
@@ -310,9 +316,38 @@ class TrainParser(HfArgumentParser):
     """``HfArgumentParser`` whose errors are one line, ``isotropy train: error: ... (see
     isotropy train --help)``, exit status 2, without the usage message."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # --learning_rat is an error, as in a sweep spec, never --learning_rate by prefix
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        accept_negative_numbers(self)  # --learning_rate -1e-5 is a value (then refused)
+
     def error(self, message: str) -> NoReturn:  # noqa: D102
         text = " ".join(str(message).split())
+        if text.startswith("unrecognized arguments: "):
+            import difflib
+
+            flags = [f for f in self._option_string_actions if f.startswith("--")]
+            for token in text.split(": ", 1)[1].split():
+                close = difflib.get_close_matches(token.split("=")[0], flags, n=1)
+                if token.startswith("--") and close:
+                    text += f" (did you mean {close[0]}?)"
+                    break
         self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
+def _say_default(action: argparse.Action) -> None:
+    """Append the action's default to its help text (where it has both and the help does not
+    show it already), before the default is suppressed."""
+    default = action.default
+    if (not action.help or action.help == argparse.SUPPRESS or default is None
+            or default is argparse.SUPPRESS or "%(default)" in action.help
+            or "default" in action.help.lower()):
+        return
+    if isinstance(default, (list, tuple)):
+        default = " ".join(str(d) for d in default) or "none"
+    text = str(default).replace("%", "%%")
+    action.help = f"{action.help} (default: {text})"
 
 
 def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
@@ -343,6 +378,7 @@ def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
     if suppress_defaults:
         for action in parser._actions:
             if action.dest != "help":
+                _say_default(action)  # --help still shows it
                 action.default = argparse.SUPPRESS
     return parser
 
@@ -386,8 +422,10 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
     from isotropy.training.setting_types import coerce_settings
 
     names = field_names()
-    given = coerce_settings({k: v for k, v in canonical_settings(given).items() if k in names},
-                            "settings")
+    given = {k: v for k, v in canonical_settings(given).items() if k in names}
+    # text from a caller's dict (the command line's values are typed by the parser already)
+    given.update(coerce_settings({k: v for k, v in given.items() if isinstance(v, str)},
+                                 "settings"))
     from_file = (canonical_settings(_read_config_file(given["config"]), "config file")
                  if given.get("config") else {})
     unknown = sorted(set(from_file) - names)

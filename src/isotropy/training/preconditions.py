@@ -5,6 +5,7 @@ names, parallel set-ups in which a regularizer sees only part of the batch)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,13 +39,19 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
 
     try:
         config = AutoConfig.from_pretrained(path)
-        AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(
             f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
+    if iso_args is not None and iso_args.max_seq_length is not None:
+        limit, why = longest_input(config, tokenizer)
+        if limit is not None and iso_args.max_seq_length > limit:
+            raise ValueError(
+                f"--max_seq_length {iso_args.max_seq_length} is longer than model {path!r} "
+                f"takes ({why}): use at most {limit}")
     n_layers = getattr(config, "num_hidden_layers", None)
     if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
         layers = parse_layers(iso_args.istar_layers)
@@ -56,6 +63,41 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
                     f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
                     f"or -1..-{n_layers + 1})")
     return config
+
+
+# learned position tables that start after the padding index (position ids pad + 1, ...)
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "bart",
+                     "mbart", "data2vec-text", "xmod"}
+
+
+def longest_input(config: Any, tokenizer: Any) -> tuple[int | None, str]:
+    """The most tokens the model takes, and why: its position table
+    (``max_position_embeddings``, less the padding offset of RoBERTa-style tables) and the
+    tokenizer's ``model_max_length`` where it sets one; ``(None, ...)`` when neither says.
+
+    >>> from types import SimpleNamespace as NS
+    >>> longest_input(NS(max_position_embeddings=512, model_type="bert"),
+    ...               NS(model_max_length=10**30))
+    (512, '512 position embeddings')
+    >>> longest_input(NS(max_position_embeddings=514, model_type="roberta", pad_token_id=1),
+    ...               NS(model_max_length=512))
+    (512, '514 position embeddings from position 2')
+    """
+    out: list[tuple[int, str]] = []
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        if getattr(config, "model_type", None) in _OFFSET_POSITIONS:
+            start = int(getattr(config, "pad_token_id", None) or 1) + 1
+            out.append((positions - start, f"{positions} position embeddings from position "
+                                            f"{start}"))
+        else:
+            out.append((positions, f"{positions} position embeddings"))
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
+        out.append((model_max, f"its tokenizer's model_max_length {model_max}"))
+    if not out:
+        return None, "no limit known"
+    return min(out)
 
 
 def check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
@@ -95,15 +137,45 @@ IGNORED_FOR_RESUME = {
 }
 
 
+# settings that name files or folders: the same path written relative to the working directory
+# or absolute is the same setting
+PATH_SETTINGS = {
+    ("isotropy", "model"), ("isotropy", "data_dir"), ("isotropy", "config"),
+    ("training", "output_dir"), ("training", "run_name"),
+}
+
+
+def _as_path(value: Any, cwd: str | None) -> Any:
+    """``value`` as a normalised absolute path when it is one (absolute, or a file or folder
+    relative to ``cwd``); else unchanged (a model alias, a hub id).
+
+    >>> _as_path("/a/./b/", None)
+    '/a/b'
+    >>> _as_path("minilm", "/nonexistent-dir")
+    'minilm'
+    """
+    if not isinstance(value, str) or not value:
+        return value
+    if os.path.isabs(value):
+        return os.path.normpath(value)
+    if cwd is not None and os.path.exists(os.path.join(cwd, value)):
+        return os.path.normpath(os.path.join(cwd, value))
+    return value
+
+
 def settings_difference(old: Mapping[str, Any], new: Mapping[str, Any],
                          data: Mapping[str, Any] | None = None) -> str | None:
     """Why a run with ``old`` config cannot be resumed with settings ``new`` (and data source
     ``data``), else ``None``; a dev split made by example (runs written before SQuAD was split
     by paragraph) does not resume as a split by paragraph."""
+    old_cwd, new_cwd = old.get("settings", {}).get("cwd"), new.get("cwd")
     for section in ("isotropy", "training"):
         a, b = old.get("settings", {}).get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
             if (section, key) in IGNORED_FOR_RESUME:
+                continue
+            if (section, key) in PATH_SETTINGS and \
+                    _as_path(a.get(key), old_cwd) == _as_path(b.get(key), new_cwd):
                 continue
             if a.get(key) != b.get(key):
                 return f"setting {key} was {a.get(key)!r}, now {b.get(key)!r}"

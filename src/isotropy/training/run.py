@@ -237,7 +237,9 @@ def _load_model(inputs: _Inputs) -> Any:
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
+    bar = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # transformers 5's "Loading weights" bar, in every log
     try:  # a half-precision checkpoint trains with float32 master weights
         if inputs.span:
             return load_pretrained(AutoModelForQuestionAnswering, inputs.model_path)
@@ -245,6 +247,8 @@ def _load_model(inputs: _Inputs) -> Any:
                                num_labels=inputs.spec.num_labels)
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 def _shrinkage_loader(train_args: TrainArguments, train_ds: TaskDataset,
@@ -355,7 +359,8 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     status, said = on_main_process(
         lambda: _prepare_run_dir(run_dir, iso_args, train_args, inputs, settings))
     if status == "finished":
-        echo(f"{run_dir.path} holds a finished run (pass --overwrite to run it again)")
+        echo(f"{run_dir.path} holds this run, finished: nothing was trained, its results are "
+             "kept")
         return TrainResult(run_dir.path, "finished", run_dir.read_results())
     for line in said:
         echo(line)
