@@ -38,9 +38,14 @@ def test_collapsed_classifier_scores_majority_rate_and_zero_mcc():
     assert m["matthews_correlation"] == 0.0
     assert compute_task_metrics("sst2", [1] * 5, gold)["accuracy"] == pytest.approx(0.8)
     s = prediction_summary("cola", [1] * 5)
-    assert s == {"majority_class": 1, "majority_fraction": 1.0, "collapsed": True}
+    assert s == {"majority_class": 1, "majority_fraction": 1.0, "collapsed": True,
+                 "near_collapse": False}
     assert prediction_summary("cola", PRED)["collapsed"] is False
     assert prediction_summary("cola", PRED)["majority_fraction"] == pytest.approx(0.6)
+    assert prediction_summary("cola", PRED)["near_collapse"] is False
+    # 9 of 10 in one class: near collapse at the stated 90%; 8 of 10 is not
+    assert prediction_summary("cola", [1] * 9 + [0])["near_collapse"] is True
+    assert prediction_summary("cola", [1] * 8 + [0] * 2)["near_collapse"] is False
 
 
 def test_multiclass_accuracy_sst5():

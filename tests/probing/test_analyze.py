@@ -255,6 +255,30 @@ def test_decoder_defaults_to_last_token_and_writes_like_measure(decoder_dirs, gl
                                data["last"]["token_mean"], rtol=1e-12)
 
 
+@pytest.mark.parametrize("pooling", [None, "cls", "mean"])
+def test_measure_pools_a_decoder_as_analyze_does(decoder_dirs, glue_dir, tmp_path, capsys,
+                                                 pooling):
+    """``isotropy measure`` on a decoder: by default each text's last token (its first has
+    seen nothing else), as analyze; ``--pooling`` chooses. Checked against each text run
+    alone: the pooled cloud's IsoScore at the last layer."""
+    out = tmp_path / "out"
+    texts = _texts(glue_dir, "dev")
+    argv = ["measure", "--task", "SST-2", "--data-dir", str(glue_dir), "--model",
+            str(decoder_dirs["gpt2"]), "--batch-size", "4", "--top-k", "3", "--device", "cpu",
+            "--no-progress", "--output-dir", str(out),
+            *(["--pooling", pooling] if pooling else [])]
+    assert cli_main(argv) == 0
+    used = pooling or "last"
+    data = json.loads((out / "measure.json").read_text())
+    assert data["config"]["pooling"] == used
+    assert capsys.readouterr().out.count(f"'cls' cloud: {used if used != 'cls' else 'first'}")
+    states = _per_text_states(decoder_dirs["gpt2"], texts)
+    pick = {"last": lambda h: h[-1], "cls": lambda h: h[0], "mean": lambda h: h.mean(0)}[used]
+    cloud = np.stack([pick(s[-1]) for s in states])
+    row = next(r for r in data["rows"] if r["layer"] == 2 and r["cloud"] == "cls")
+    assert row["isoscore"] == pytest.approx(_iota(np.cov(cloud, rowvar=False)), abs=1e-5)
+
+
 # --------------------------------------------------------------------------- run directory
 
 

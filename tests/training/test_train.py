@@ -557,11 +557,18 @@ def test_console_prints_one_short_line_per_evaluation(capsys):
     kept = dict(logs)
     cb.on_log(args, state, control, logs=logs)
     assert capsys.readouterr().out == (
-        "eval step 120 (epoch 2.00): accuracy 0.8125, IsoScore* union 0.1532, collapsed no\n")
+        "eval step 120 (epoch 2.00): accuracy 0.8125, IsoScore* union 0.1532, collapsed no "
+        "(majority class 60.0%)\n")
     assert logs == kept  # the full log is left for metrics.jsonl and TensorBoard
     cb.on_log(args, state, control, logs=_eval_logs(eval_collapsed=1.0))
     assert capsys.readouterr().out.endswith(
         "collapsed YES (every prediction is one class)\n")
+    # 90% and more in one class, not all: near collapse (from 92-97% a user read "no")
+    for share, flagged in ((0.9, True), (0.97, True), (0.899, False)):
+        cb.on_log(args, state, control, logs=_eval_logs(eval_majority_fraction=share))
+        line = capsys.readouterr().out
+        assert f"collapsed no (majority class {100 * share:.1f}%" in line
+        assert ("NEAR COLLAPSE" in line) is flagged
     # SQuAD: no collapsed flag; a missing value reads n/a
     squad = ConsoleLogCallback("f1", printer=PrinterCallback())
     squad.on_log(args, state, control, logs={"eval_f1": 41.5, "epoch": 1.0})
@@ -805,3 +812,38 @@ def test_a_warning_is_said_once_as_one_line(tiny_model_dir, glue_dir, tmp_path):
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("isotropy: warning: the data ran out after ")
     assert "warnings.warn" not in res.stderr and "UserWarning" not in res.stderr
+
+
+def _tiny_gpt2_without_pad(root: Path) -> Path:
+    """A saved 2-layer GPT-2 whose word-level tokenizer has no padding token (as GPT-2's)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2Model, PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *WORDS])}
+    t = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="<unk>", eos_token="<eos>")
+    torch.manual_seed(0)
+    model = GPT2Model(GPT2Config(vocab_size=len(vocab), n_embd=16, n_layer=2, n_head=2,
+                                 n_positions=32, bos_token_id=1, eos_token_id=1))
+    model.save_pretrained(root / "gpt2-nopad")
+    tok.save_pretrained(root / "gpt2-nopad")
+    return root / "gpt2-nopad"
+
+
+def test_a_decoder_without_a_padding_token_trains_padded_with_eos(glue_dir, tmp_path):
+    """GPT-2 has no padding token: training pads with end-of-sequence (as analyze does), says
+    so in the run's notes, and the classification head reads the last real token of each
+    example."""
+    model = _tiny_gpt2_without_pad(tmp_path)
+    out = tmp_path / "run"
+    result = _run(_argv(model, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                        "--max_train_samples", "16"))
+    assert result.status == "trained"
+    config = json.loads((out / "config.json").read_text())
+    assert any("no padding token: batches are padded with '<eos>'" in n
+               for n in config["notes"])
+    from transformers import AutoModelForSequenceClassification
+
+    saved = AutoModelForSequenceClassification.from_pretrained(out / "model")
+    assert saved.config.pad_token_id == 1

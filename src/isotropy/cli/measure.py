@@ -51,6 +51,11 @@ def add_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
     p.add_argument("--top-k", type=positive_int, default=DEFAULT_TOP_K, metavar="K",
                    help="anisotropy-spectrum components to report, raw and centred "
                         "(default: %(default)s)")
+    p.add_argument("--pooling", choices=["cls", "last", "mean"], default=None,
+                   help="each text's row of the pooled ('cls') cloud: cls = first non-padding "
+                        "token, last = last non-padding token, mean = mean of the non-padding "
+                        "tokens (default: cls for encoders, last for decoder-only models, as "
+                        "in isotropy analyze)")
     p.add_argument("--device", default="auto",
                    help="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1, "
                         "... (default: %(default)s)")
@@ -69,7 +74,7 @@ def compute(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str
     result = m.measure_model(
         inputs.model, inputs.tokenizer, inputs.texts, batch_size=args.batch_size,
         max_length=args.max_length, max_tokens=args.max_tokens, k=args.top_k, seed=args.seed,
-        progress=progress, config=inputs.config,
+        progress=progress, config=inputs.config, pooling=getattr(args, "pooling", None),
     )
     cfg = result.config
     src = cfg["texts"]
@@ -77,7 +82,8 @@ def compute(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str
             else src.get("path", "built-in sentences"))
     print(f"model {cfg['model']} ({cfg['num_layers']} layers, d = {cfg['hidden_size']}); "
           f"{cfg['n_texts']} texts from {what}; {cfg['n_tokens']:,} tokens "
-          f"({cfg['n_tokens_sampled']:,} sampled for TwoNN/partition); {result.seconds:.1f} s")
+          f"({cfg['n_tokens_sampled']:,} sampled for TwoNN/partition); 'cls' cloud: "
+          f"{cfg['cls_cloud']}; {result.seconds:.1f} s")
     paths = m.write_measure(result, output_dir)
     _checks.print_table_and_notes(m.format_measure_table(result), result.errors, paths)
     return paths

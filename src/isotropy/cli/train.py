@@ -123,6 +123,10 @@ def _run(parse: Any) -> int:
     summary = result.results.get("prediction_summary", {})
     if summary.get("collapsed"):
         print("WARNING: the classifier collapsed: every evaluation prediction is one class")
+    elif summary.get("near_collapse"):
+        print(f"WARNING: the classifier nearly collapsed: "
+              f"{100 * summary['majority_fraction']:.1f}% of the evaluation predictions are "
+              "one class")
     return 0
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from isotropy.clouds import token_mask
+from isotropy.clouds import POOLINGS, pooled_rows, token_mask
 from isotropy.measures.cloud import ZERO_VARIANCE
 from isotropy.measures.cloud import TokenCloudStats as _TokenAccumulator
 from isotropy.measures.cloud import constant_reason as _cloud_reason
@@ -57,6 +57,7 @@ from isotropy.measures.topology import h0_barcode, persistent_entropy
 from isotropy.models.forward import hidden_state_batches
 from isotropy.models.loading import default_model_path, load_model
 from isotropy.probing.batches import capped_max_length, longest_first_batches
+from isotropy.probing.checkpoint import is_decoder
 from isotropy.probing.inputs import (
     BUILTIN_SENTENCES,
     DEFAULT_MAX_TEXTS,
@@ -124,7 +125,9 @@ class LayerClouds:
     pass: the token cloud's statistics over all non-padding tokens
     (:class:`~isotropy.measures.cloud.TokenCloudStats`), its uniform sample of at most
     ``max_tokens`` rows (seeded; the same token positions in every layer), and the
-    first-token ([CLS]) rows of every text; ``rows`` measures them (module doc).
+    pooled rows of every text (``pooling``: ``cls``, the first non-padding token, ``last`` or
+    ``mean``; the ``cls`` cloud of the rows, whatever the pooling); ``rows`` measures them
+    (module doc).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> clouds = LayerClouds(max_tokens=5, seed=0)
@@ -134,8 +137,9 @@ class LayerClouds:
     (5, 5, [5, 2])
     """
 
-    def __init__(self, max_tokens: int, seed: int) -> None:
+    def __init__(self, max_tokens: int, seed: int, pooling: str = "cls") -> None:
         self.sampler = _Sampler(max_tokens, seed)
+        self.pooling = pooling
         self.tokens: list[_TokenAccumulator] = []
         self.samples: list[torch.Tensor] = []
         self.cls: list[list[torch.Tensor]] = []
@@ -159,9 +163,6 @@ class LayerClouds:
             self.samples = [torch.empty(0, dim) for _ in hidden_states]
             self.cls = [[] for _ in hidden_states]
         keep = self.sampler.select(n_new)
-        # first non-padding position ([CLS]); index 0 unless the tokenizer pads on the left
-        first = mask.int().argmax(dim=1)
-        rows_idx = torch.arange(mask.shape[0], device=mask.device)
         for layer, h in enumerate(hidden_states):
             h = h.float()
             if not bool(torch.isfinite(h).all()):
@@ -169,7 +170,9 @@ class LayerClouds:
             rows = h[mask]
             self.tokens[layer].update(rows)
             self.samples[layer] = torch.cat([self.samples[layer], rows.cpu()])[keep]
-            self.cls[layer].append(h[rows_idx, first].cpu())
+            # one row per text (clouds.pooled_rows): the first non-padding token ([CLS]),
+            # the last one (decoders) or their mean
+            self.cls[layer].append(pooled_rows(h, attention_mask, self.pooling).cpu())
 
     def rows(self, k: int, errors: list[str]) -> list[dict[str, Any]]:
         """The ``token`` and ``cls`` rows of every layer; undefined measures noted in
@@ -290,8 +293,14 @@ def measure_model(
     seed: int = 0,
     progress: bool = False,
     config: dict[str, Any] | None = None,
+    pooling: str | None = None,
 ) -> MeasureResult:
     """Measure every hidden state of ``model`` on ``texts`` (strings or (a, b) pairs).
+
+    ``pooling`` picks each text's row of the pooled cloud: ``cls`` the first non-padding
+    token, ``last`` the last one, ``mean`` their mean; by default ``cls`` for encoders and
+    ``last`` for decoder-only models (whose first token has seen nothing else), as in
+    ``isotropy analyze``.
 
     Texts are tokenized with truncation to ``max_length`` and run in batches of
     ``batch_size``, sorted by length to limit padding. ``max_tokens`` caps the token sample
@@ -304,6 +313,8 @@ def measure_model(
     """
     _check_options(batch_size=batch_size, max_length=max_length, max_tokens=max_tokens, k=k,
                    seed=seed)
+    _check_pooling(pooling)
+    pooling = pooling or ("last" if is_decoder(model) else "cls")
     is_pair = check_texts(texts)
     check_max_length(tokenizer, max_length, is_pair)
     t0 = time.perf_counter()
@@ -311,13 +322,13 @@ def measure_model(
     with flush_denormals(device.type == "cpu"):
         return _measure(model, tokenizer, texts, is_pair, device, t0, batch_size=batch_size,
                         max_length=max_length, max_tokens=max_tokens, k=k, seed=seed,
-                        progress=progress, config=config)
+                        progress=progress, config=config, pooling=pooling)
 
 
 def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_pair: bool,
              device: torch.device, t0: float, *, batch_size: int, max_length: int,
              max_tokens: int, k: int, seed: int, progress: bool,
-             config: dict[str, Any] | None) -> MeasureResult:
+             config: dict[str, Any] | None, pooling: str) -> MeasureResult:
     """One hidden-state pass over the texts (longest first) into :class:`LayerClouds`, then
     every cloud measured."""
     max_length = capped_max_length(tokenizer, max_length)
@@ -328,7 +339,7 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
 
         batches = tqdm(batches, total=-(-len(texts) // batch_size), desc="measure",
                        unit="batch", file=sys.stderr)
-    clouds = LayerClouds(max_tokens, seed)
+    clouds = LayerClouds(max_tokens, seed, pooling)
     for hidden_states, attention_mask in hidden_state_batches(model, batches):
         clouds.update(hidden_states, attention_mask)
     errors: list[str] = []
@@ -350,12 +361,23 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
         "seed": seed,
         "device": str(device),
         "layer_0": "embedding output",
-        "cls_cloud": "first non-padding token of each text",
+        "pooling": pooling,
+        "cls_cloud": _POOLED[pooling],
     }
     if config:
         cfg.update(config)
     return MeasureResult(config=cfg, rows=rows, errors=errors,
                          seconds=time.perf_counter() - t0)
+
+
+def _check_pooling(pooling: str | None) -> None:
+    if pooling is not None and pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+
+
+_POOLED = {"cls": "first non-padding token of each text",
+           "last": "last non-padding token of each text",
+           "mean": "mean of the non-padding tokens of each text"}
 
 
 @dataclass
@@ -421,18 +443,20 @@ def measure(
     k: int = DEFAULT_TOP_K,
     seed: int = 0,
     progress: bool = False,
+    pooling: str | None = None,
 ) -> MeasureResult:
     """Load ``model`` (default: the offline MiniLM) and measure it on ``texts``, a texts file
     or a local GLUE split: :func:`prepare_measure` then :func:`measure_model` (see both for
     the arguments). Every argument is checked before the model is run."""
     _check_options(batch_size=batch_size, max_length=max_length, max_tokens=max_tokens, k=k,
                    seed=seed)
+    _check_pooling(pooling)
     inputs = prepare_measure(model, texts=texts, texts_file=texts_file, task=task, split=split,
                              data_dir=data_dir, max_texts=max_texts, device=device,
                              max_length=max_length)
     return measure_model(inputs.model, inputs.tokenizer, inputs.texts, batch_size=batch_size,
                          max_length=max_length, max_tokens=max_tokens, k=k, seed=seed,
-                         progress=progress, config=inputs.config)
+                         progress=progress, config=inputs.config, pooling=pooling)
 
 
 # --------------------------------------------------------------------------- output

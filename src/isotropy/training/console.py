@@ -17,6 +17,8 @@ from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
+from isotropy.data.task_metrics import NEAR_COLLAPSE
+
 __all__ = ["ConsoleLogCallback", "format_eval_line", "is_eval_log", "use_console_log"]
 
 _EVENTS = [name for name in vars(TrainerCallback) if name.startswith("on_") and name != "on_log"]
@@ -40,20 +42,30 @@ def _number(value: Any) -> str:
 def format_eval_line(logs: Mapping[str, Any], main_metric: str, step: int,
                      epoch: float | None = None) -> str:
     """One line of an evaluation log: step, epoch, the main metric, IsoScore* of the layer
-    union and the collapsed flag (left out where the task has none, as SQuAD).
+    union and the collapsed flag with the majority class's share of the predictions, marked
+    NEAR COLLAPSE from :data:`~isotropy.data.task_metrics.NEAR_COLLAPSE` (90%) on (left out
+    where the task has none, as SQuAD).
 
     >>> format_eval_line({"eval_accuracy": 0.8125, "eval_isoscore_star_union": 0.15321,
     ...                   "eval_collapsed": 0.0, "epoch": 2.0}, "accuracy", step=120)
     'eval step 120 (epoch 2.00): accuracy 0.8125, IsoScore* union 0.1532, collapsed no'
+    >>> format_eval_line({"eval_accuracy": 0.53, "eval_collapsed": 0.0,
+    ...                   "eval_majority_fraction": 0.94}, "accuracy", step=8).split(", ")[-1]
+    'collapsed no (majority class 94.0% NEAR COLLAPSE)'
     """
     epoch = logs.get("epoch", epoch)
     where = f"step {step}" + ("" if epoch is None else f" (epoch {float(epoch):.2f})")
     parts = [f"{main_metric} {_number(logs.get(f'eval_{main_metric}'))}",
              f"IsoScore* union {_number(logs.get('eval_isoscore_star_union'))}"]
     collapsed = logs.get("eval_collapsed")
-    if collapsed is not None:
-        parts.append("collapsed YES (every prediction is one class)" if collapsed
-                     else "collapsed no")
+    share = logs.get("eval_majority_fraction")
+    if collapsed:
+        parts.append("collapsed YES (every prediction is one class)")
+    elif collapsed is not None and isinstance(share, (int, float)):
+        near = " NEAR COLLAPSE" if share >= NEAR_COLLAPSE else ""
+        parts.append(f"collapsed no (majority class {100 * share:.1f}%{near})")
+    elif collapsed is not None:
+        parts.append("collapsed no")
     return f"eval {where}: " + ", ".join(parts)
 
 

@@ -44,7 +44,7 @@ from isotropy.data.task_metrics import (
 from isotropy.distributed import is_distributed, on_main_process
 from isotropy.io import write_csv_atomic
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
-from isotropy.models.loading import load_pretrained, resolve_model
+from isotropy.models.loading import ensure_pad_token, load_pretrained, resolve_model
 from isotropy.models.regularized import (
     RegularizedModel,
 )
@@ -174,6 +174,11 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
     model_config = check_model(model_path, iso_args)
     check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    notes = _regularizer_notes(spec, iso_args)
+    if tokenizer.pad_token is None:  # decoders: pad with end-of-sequence, as analyze does
+        ensure_pad_token(tokenizer)
+        notes.append(f"the tokenizer has no padding token: batches are padded with "
+                     f"{tokenizer.pad_token!r} (masked out)")
     if span:
         train_ds = tokenize_squad(data.train, tokenizer, iso_args.max_seq_length,
                                   iso_args.doc_stride)
@@ -189,7 +194,7 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
         measure_pooling="last" if is_decoder_only(model_config) else "cls",
         tokenizer=tokenizer, train_ds=train_ds, eval_ds=eval_ds,
         features={"n_train_features": len(train_ds), "n_eval_features": len(eval_ds)},
-        notes=_regularizer_notes(spec, iso_args))
+        notes=notes)
 
 
 def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_args: TrainArguments,
@@ -242,9 +247,14 @@ def _load_model(inputs: _Inputs) -> Any:
     hf_logging.disable_progress_bar()  # transformers 5's "Loading weights" bar, in every log
     try:  # a half-precision checkpoint trains with float32 master weights
         if inputs.span:
-            return load_pretrained(AutoModelForQuestionAnswering, inputs.model_path)
-        return load_pretrained(AutoModelForSequenceClassification, inputs.model_path,
-                               num_labels=inputs.spec.num_labels)
+            model = load_pretrained(AutoModelForQuestionAnswering, inputs.model_path)
+        else:
+            model = load_pretrained(AutoModelForSequenceClassification, inputs.model_path,
+                                    num_labels=inputs.spec.num_labels)
+        if getattr(model.config, "pad_token_id", None) is None:
+            # a decoder's classification head reads the last token before the padding
+            model.config.pad_token_id = inputs.tokenizer.pad_token_id
+        return model
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar:
