@@ -335,7 +335,16 @@ def test_write_outputs(result, tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) == 6 and rows[0]["cloud"] == "token" and rows[1]["isoscore"] == ""
     table = format_measure_table(result)
-    assert "IsoScore" in table and len(table.splitlines()) == 2 + 6
+    assert "IsoScore" in table and len(table.splitlines()) == 2 + 6 + 1
+    # 12 texts: the [CLS] clouds' TwoNN rests on 12 points, flagged in the files and the table
+    cls = [r for r in doc["rows"] if r["cloud"] == "cls" and r["twonn"] is not None]
+    assert cls and all(r["twonn_reliable"] is False for r in cls)
+    assert all(r["twonn_reliable"] is True for r in doc["rows"]
+               if r["cloud"] == "token" and r["twonn"] is not None and r["n_sampled"] >= 100)
+    flagged = [r for r in doc["rows"] if r["twonn_reliable"] is False]
+    assert all(r.get("n_sampled", r["n_points"]) < 100 for r in flagged)
+    assert table.splitlines()[-1].startswith(
+        f"TwoNN is unreliable in {len(flagged)} row(s): fewer than 100 points (as few as 12)")
 
 
 def test_load_texts(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import random
+import shutil
 import warnings
 from pathlib import Path
 
@@ -230,8 +231,6 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
          "--learning_rate must be >= 0, got -1e-05"),
         (["--task", "sst2", "--seed", "-1"], "--seed must be in 0..4294967295"),
         # longer than the tiny model's 32 positions: refused before training, not mid-way
-        (["--task", "sst2", "--max_seq_length", "1000"],
-         "--max_seq_length 1000 is longer than model"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(
@@ -847,3 +846,27 @@ def test_a_decoder_without_a_padding_token_trains_padded_with_eos(glue_dir, tmp_
 
     saved = AutoModelForSequenceClassification.from_pretrained(out / "model")
     assert saved.config.pad_token_id == 1
+
+
+def test_an_example_longer_than_the_model_takes_is_refused_before_training(
+        tiny_model_dir, glue_dir, tmp_path, capsys):
+    """The tiny BERT has 32 positions: with --max_seq_length 1000 a 40-word example would
+    stop training mid-way with a shape error; it is one line before anything is written. A
+    --max_seq_length above 32 that no example reaches trains as before."""
+    from isotropy.cli.train import main as train_main
+
+    glue = tmp_path / "glue"
+    shutil.copytree(glue_dir, glue)
+    with (glue / "SST-2" / "train.tsv").open("a") as f:
+        f.write(" ".join(["good"] * 40) + "\t1\n")
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue, out, "--task", "sst2", "--max_seq_length", "1000")
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "--max_seq_length 1000 lets through an example of 42 tokens, but model" in err
+    assert "takes at most 32 (32 position embeddings): use --max_seq_length 32 or less" in err
+    assert not out.exists() or not any(p.name == "config.json" for p in out.iterdir())
+    assert train_main(_argv(tiny_model_dir, glue_dir, tmp_path / "ok", "--task", "sst2",
+                            "--max_seq_length", "1000", "--num_train_epochs", "1",
+                            "--max_train_samples", "8")) == 0

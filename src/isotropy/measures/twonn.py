@@ -46,7 +46,14 @@ from isotropy._validation import (
 )
 from isotropy.runtime import autocast_off
 
-__all__ = ["twonn", "two_nearest_distances"]
+__all__ = ["RELIABLE_POINTS", "twonn", "two_nearest_distances"]
+
+# Below this many points a TwoNN estimate is reported as unreliable. Measured with this
+# estimator on Gaussian clouds of intrinsic dimension 2, 5 and 10 (200 seeds each), the
+# estimate's standard deviation relative to the true dimension was 38-52% at N = 10, 19-26% at
+# N = 30, 11-13% at N = 100 and 7-8% at N = 300: about 1.3 / sqrt(N), the order of the
+# maximum-likelihood form's exact 1 / sqrt(N) (log mu is exponential with rate d).
+RELIABLE_POINTS = 100
 
 # candidates kept per row before the exact recomputation (at most n - 1)
 _N_CANDIDATES = 8

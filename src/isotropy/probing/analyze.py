@@ -61,7 +61,13 @@ from isotropy.probing.batches import ordered_batches
 from isotropy.probing.checkpoint import is_decoder, load_checkpoint_model, locate_checkpoint
 from isotropy.probing.eval_measures import POOLINGS, EvalMeasures
 from isotropy.probing.inputs import check_max_length, check_positive, check_texts
-from isotropy.probing.results import find_row, text_table, write_json_and_csv
+from isotropy.probing.results import (
+    find_row,
+    mark_twonn_reliability,
+    text_table,
+    twonn_footnote,
+    write_json_and_csv,
+)
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -281,6 +287,7 @@ def _rows(record: dict[str, Any], pooling: str) -> list[dict[str, Any]]:
     rows.append({"layer": "union", "cloud": "token", "n_points": u["n_points"],
                  "isoscore": u["isoscore"], "isoscore_star": u["isoscore_star"],
                  "avg_cosine": u["avg_cosine"], "twonn": None})
+    mark_twonn_reliability(rows)
     return rows
 
 
@@ -403,7 +410,7 @@ def format_analyze_table(result: AnalyzeResult) -> str:
     """A plain-text table, one line per layer and cloud plus the union (``-``: undefined or
     not computed), then the last layer's pooled spectrum."""
 
-    lines = text_table(result.rows, _TABLE)
+    lines = [*text_table(result.rows, _TABLE), *twonn_footnote(result.rows)]
     last = result.record["last"]
     for name in ("raw", "centred"):
         spec = last[f"cls_spectrum_{name}"]

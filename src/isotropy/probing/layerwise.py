@@ -69,7 +69,13 @@ from isotropy.probing.inputs import (
     min_max_length,
     resolve_device,
 )
-from isotropy.probing.results import find_row, text_table, write_json_and_csv
+from isotropy.probing.results import (
+    find_row,
+    mark_twonn_reliability,
+    text_table,
+    twonn_footnote,
+    write_json_and_csv,
+)
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -345,6 +351,7 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
     errors: list[str] = []
     kk = min(k, clouds.dim)
     rows = clouds.rows(kk, errors)
+    mark_twonn_reliability(rows)
     cfg: dict[str, Any] = {
         "model": getattr(getattr(model, "config", None), "_name_or_path", None),
         "model_type": getattr(getattr(model, "config", None), "model_type", None),
@@ -479,7 +486,7 @@ _TABLE = [  # (key, header, width, format)
 def format_measure_table(result: MeasureResult) -> str:
     """A plain-text table of the main measures, one line per layer and cloud (``-``: undefined
     or not computed; ``spec1``: top anisotropy-spectrum share, raw and centred)."""
-    return "\n".join(text_table(result.rows, _TABLE))
+    return "\n".join([*text_table(result.rows, _TABLE), *twonn_footnote(result.rows)])
 
 
 def write_measure(result: MeasureResult, output_dir: str | os.PathLike[str]) -> dict[str, Path]:

@@ -41,6 +41,38 @@ def find_row(rows: Sequence[dict[str, Any]], layer: int | str, cloud: str) -> di
     raise KeyError(f"no row for layer {layer!r}, cloud {cloud!r}")
 
 
+def mark_twonn_reliability(rows: Sequence[dict[str, Any]]) -> None:
+    """Set each row's ``twonn_reliable``: whether its TwoNN estimate rests on at least
+    :data:`~isotropy.measures.twonn.RELIABLE_POINTS` (100) points (``n_sampled`` where the
+    estimate used a sample, else ``n_points``); ``None`` where there is no estimate.
+
+    >>> rows = [{"n_points": 10, "twonn": 3.1}, {"n_points": 500, "twonn": 9.0},
+    ...         {"n_points": 5, "twonn": None}]
+    >>> mark_twonn_reliability(rows); [r["twonn_reliable"] for r in rows]
+    [False, True, None]
+    """
+    from isotropy.measures.twonn import RELIABLE_POINTS
+
+    for r in rows:
+        n = r.get("n_sampled", r.get("n_points"))
+        r["twonn_reliable"] = (None if r.get("twonn") is None or n is None
+                               else bool(n >= RELIABLE_POINTS))
+
+
+def twonn_footnote(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The table's note on the TwoNN values that :func:`mark_twonn_reliability` found
+    unreliable (none: no line)."""
+    from isotropy.measures.twonn import RELIABLE_POINTS
+
+    bad = [r for r in rows if r.get("twonn_reliable") is False]
+    if not bad:
+        return []
+    least = min(r.get("n_sampled", r.get("n_points")) for r in bad)
+    return [f"TwoNN is unreliable in {len(bad)} row(s): fewer than {RELIABLE_POINTS} points "
+            f"(as few as {least}); its spread is about 1.3/sqrt(N) of the dimension "
+            f"(twonn_reliable false in the files)"]
+
+
 def write_json_and_csv(output_dir: str | os.PathLike[str], stem: str, payload: dict[str, Any],
                        rows: Sequence[Mapping[str, Any]]) -> dict[str, Path]:
     """Write ``<stem>.json`` (``payload``) and ``<stem>.csv`` (``rows``) atomically into

@@ -6,7 +6,7 @@ names, parallel set-ups in which a regularizer sees only part of the batch)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from isotropy.training.predictions import SPAN_LABELS
 __all__ = [
     "IGNORED_FOR_RESUME",
     "check_drop_last",
+    "check_feature_lengths",
     "check_model",
     "check_parallel",
     "check_precision",
@@ -39,19 +40,13 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
 
     try:
         config = AutoConfig.from_pretrained(path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(
             f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
-    if iso_args is not None and iso_args.max_seq_length is not None:
-        limit, why = longest_input(config, tokenizer)
-        if limit is not None and iso_args.max_seq_length > limit:
-            raise ValueError(
-                f"--max_seq_length {iso_args.max_seq_length} is longer than model {path!r} "
-                f"takes ({why}): use at most {limit}")
     n_layers = getattr(config, "num_hidden_layers", None)
     if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
         layers = parse_layers(iso_args.istar_layers)
@@ -98,6 +93,32 @@ def longest_input(config: Any, tokenizer: Any) -> tuple[int | None, str]:
     if not out:
         return None, "no limit known"
     return min(out)
+
+
+def check_feature_lengths(lengths: Sequence[int], config: Any, tokenizer: Any,
+                          max_seq_length: int | None, model: str) -> None:
+    """``ValueError`` before training when a tokenised example (``lengths``: every example's
+    token count after truncation to ``max_seq_length``) is longer than the model takes
+    (:func:`longest_input`), which would otherwise stop training at that batch with a shape
+    error. A ``max_seq_length`` above the limit that no example reaches is harmless.
+
+    >>> from types import SimpleNamespace as NS
+    >>> try:
+    ...     check_feature_lengths([12, 906], NS(max_position_embeddings=512, model_type="bert"),
+    ...                           NS(model_max_length=512), 1000, "minilm")
+    ... except ValueError as err:
+    ...     print(*str(err).split(", "), sep="\\n")
+    --max_seq_length 1000 lets through an example of 906 tokens
+    but model 'minilm' takes at most 512 (512 position embeddings): use --max_seq_length 512 ...
+    """
+    limit, why = longest_input(config, tokenizer)
+    longest = max(lengths, default=0)
+    if limit is not None and longest > limit:
+        given = ("--max_seq_length " + str(max_seq_length) if max_seq_length is not None
+                 else "no --max_seq_length")
+        raise ValueError(
+            f"{given} lets through an example of {longest} tokens, but model {model!r} takes "
+            f"at most {limit} ({why}): use --max_seq_length {limit} or less")
 
 
 def check_resume_point(run_dir: RunDirectory, requested: str) -> Path:

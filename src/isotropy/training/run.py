@@ -72,6 +72,7 @@ from isotropy.training.features import (
 from isotropy.training.model_kind import check_pooling, is_decoder_only
 from isotropy.training.preconditions import (
     check_drop_last,
+    check_feature_lengths,
     check_model,
     check_parallel,
     check_precision,
@@ -187,6 +188,9 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
         train_ds = tokenize_examples(data.train, tokenizer, spec, iso_args.max_seq_length)
         eval_ds = tokenize_examples(data.eval, tokenizer, spec, iso_args.max_seq_length)
     check_drop_last(train_args, len(eval_ds), "windows" if span else "examples")
+    check_feature_lengths([len(f["input_ids"]) for ds in (train_ds, eval_ds)
+                           for f in ds.features], model_config, tokenizer,
+                          iso_args.max_seq_length, iso_args.model)
     return _Inputs(
         spec=spec, data=data, model_path=model_path,
         # the evaluation's and the training spectrum's one row per example: [CLS] of an
