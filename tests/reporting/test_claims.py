@@ -274,8 +274,11 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
     assert _row(out, "C3 centres").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "C4 paper's λ").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
     assert _row(out, "C4 λ = +1").endswith("| 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
-    assert _row(out, "C4 λ = -0.3").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
-    assert _row(out, "C5").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    assert _row(out, "C4 λ = -0.3").endswith(
+        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs I-STAR at λ = -0.3 (the paper's ζ) and a "
+        "base run, same seeds |")
+    assert _row(out, "C5").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs I-STAR at "
+                                    "λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds |")
     assert "| P2 |" not in out[out.index("## Summary"):]
     # C2: per seed, IsoScore* 0.01 < 0.2 < 0.5 (λ = -1, base, +1) against metric ranks 1, 3, 2:
     # ρ = +0.5. Under no association each seed's ρ is 1, 0.5, 0.5, -0.5, -0.5 or -1 (6 orders);
@@ -344,7 +347,9 @@ def test_isoscore_of_different_measurement_zeta_is_not_compared(tmp_path: Path) 
     out, why = _claims_lines(tmp_path)
     assert why is None
     assert "IsoScore\\* not compared on mrpc" in out
-    assert _row(out, "C3 no rise").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    assert _row(out, "C3 no rise").endswith(
+        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs CosReg (λ = 1) and a base run, same "
+        "seeds |")
 
 
 def test_only_the_cells_of_a_claim_open_it(tmp_path: Path) -> None:
@@ -375,7 +380,9 @@ def test_spectrum_left_out_when_formats_differ(tmp_path: Path) -> None:
         make_run(tmp_path, task="mrpc", reg=reg, seed=0, spectrum=spectrum, global_step=100)
     out, _ = _claims_lines(tmp_path, spectrum=False)
     assert "The training [CLS] spectrum is not compared" in out
-    assert _row(out, "P1 held down").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run |")
+    assert _row(out, "P1 held down").endswith(
+        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs the entropy loss (selected bars) and a "
+        "base run, same seeds |")
 
 
 def test_a_claims_md_not_written_by_report_is_kept(tmp_path: Path) -> None:

@@ -145,7 +145,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         result = a.analyze_model(inputs, batch_size=args.batch_size, zeta=args.zeta,
                                  shrinkage_tokens=args.shrinkage_tokens,
-                                 max_tokens=args.max_tokens, top_k=args.top_k)
+                                 max_tokens=args.max_tokens, top_k=args.top_k,
+                                 bar=sys.stderr.isatty(), echo=print)
         cfg = result.config
         sigma = cfg["shrinkage"]
         rows = f", Sigma_S from {sigma['n_rows']:,} training rows" if "n_rows" in sigma else ""

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ from isotropy.probing.results import (
     twonn_footnote,
     write_json_and_csv,
 )
+from isotropy.progress import stage
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -299,10 +300,14 @@ def analyze_model(
     shrinkage_tokens: int = DEFAULT_SHRINKAGE_TOKENS,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     top_k: int = DEFAULT_TOP_K,
+    bar: bool = False,
+    echo: Callable[[str], None] | None = None,
 ) -> AnalyzeResult:
     """Measure ``inputs`` (module doc): :math:`\\Sigma_S` from the training texts when
     ``zeta > 0``, then one hidden-state pass over the texts into :class:`EvalMeasures`.
-    Runs in eval mode without gradients; on CPU denormals are flushed to zero."""
+    Runs in eval mode without gradients; on CPU denormals are flushed to zero. ``bar``: a
+    progress bar per pass on stderr; ``echo``: one line per pass when it ends
+    (:func:`isotropy.progress.stage`)."""
 
     for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
                         ("top_k", top_k)):
@@ -316,13 +321,18 @@ def analyze_model(
     device = next(model.parameters()).device
     t0 = time.perf_counter()
     with flush_denormals(device.type == "cpu"):
-        sigma, shrinkage_info = (None, {"source": "none (zeta = 0)"}) if zeta == 0 else \
-            _training_sigma(inputs, batch_size, shrinkage_tokens)
+        if zeta == 0:
+            sigma, shrinkage_info = None, {"source": "none (zeta = 0)"}
+        else:
+            with stage("Sigma_S pass (training texts)", bar=bar, echo=echo) as counted:
+                sigma, shrinkage_info = _training_sigma(inputs, batch_size, shrinkage_tokens,
+                                                        counted)
         measures = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, shrinkage=sigma,
                                 sync=False, pooling=inputs.pooling)
-        for hidden_states, attention_mask in hidden_state_batches(
-                model, _batches(inputs, inputs.texts, batch_size)):
-            measures.update(hidden_states, attention_mask)
+        with stage("measurement pass", bar=bar, echo=echo) as counted:
+            for hidden_states, attention_mask in hidden_state_batches(
+                    model, counted(_batches(inputs, inputs.texts, batch_size))):
+                measures.update(hidden_states, attention_mask)
         record = measures.compute()
     config = {
         **inputs.config,
@@ -348,7 +358,8 @@ def _batches(inputs: AnalyzeInputs, texts: Sequence[Text], batch_size: int
                            doc_stride=inputs.doc_stride)
 
 
-def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: int
+def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: int,
+                    counted: Callable[[Any], Any] = iter
                     ) -> tuple[LayerShrinkage, dict[str, Any]]:
     """The per-layer :math:`\\Sigma_S` of the training texts and how it was estimated (row
     counts, seconds, the warnings raised)."""
@@ -357,7 +368,7 @@ def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: in
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sigma = collect_layer_shrinkage(
-            inputs.model, _batches(inputs, inputs.train_texts, batch_size),
+            inputs.model, counted(_batches(inputs, inputs.train_texts, batch_size)),
             n_tokens=shrinkage_tokens, pooling=inputs.pooling, sync_dist=False)
     rows = sigma.describe()
     return sigma, {"source": "training split", **rows, "n_rows": rows["union_rows"],

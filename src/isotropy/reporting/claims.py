@@ -137,6 +137,28 @@ CLAIMS: dict[str, tuple[str, int]] = {
 }
 
 
+# what each claim needs before it can be judged (said in place of "not run")
+_PAPER_SETTING = ("I-STAR at the paper's (λ, ζ) for the task (SST-2: -5, 0.2; RTE: -1, 0.8; "
+                  "MRPC: -1, 0.6; CoLA: -1, 0.8; STS-B: -1, 0.2)")
+NEEDS: dict[str, str] = {
+    "C1 vs none": f"{_PAPER_SETTING} and a base run, same seeds",
+    "C1 vs CosReg": f"{_PAPER_SETTING} and CosReg (λ = 1), same seeds",
+    "C2": "I-STAR at λ = the paper's, -0.3 and +1 (the paper's ζ), same seeds",
+    "C3 centres": "CosReg (λ = 1) and a base run, same seeds",
+    "C3 no rise": "CosReg (λ = 1) and a base run, same seeds",
+    "C4 paper's λ": f"{_PAPER_SETTING} and a base run, same seeds",
+    "C4 λ = -0.3": "I-STAR at λ = -0.3 (the paper's ζ) and a base run, same seeds",
+    "C4 λ = +1": "I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds",
+    "C5": "I-STAR at λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds",
+    "P1 grows, raw": "base runs with at least two evaluations",
+    "P1 grows, centred": "base runs with at least two evaluations",
+    "P1 held down": "the entropy loss (selected bars) and a base run, same seeds",
+    "P2": "the entropy loss (selected bars) and a base run, same seeds",
+    "P3 metric": "the entropy loss with selected and with all bars, same seeds",
+    "P3 spectrum": "the entropy loss with selected and with all bars, same seeds",
+}
+
+
 @dataclass
 class Tally:
     """A claim's units: each one's verdict and its per-seed values, oriented so that > 0 is the
@@ -219,7 +241,9 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
         p = f"{p_for:.3g}" if n else "–"
         if t.values and min(n for n in t.seeds if n) < MIN_SEEDS:
             verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
-        elif t.values or not t.verdicts:
+        elif not t.values and not t.verdicts:
+            verdict = f"not run: needs {NEEDS[key]}"
+        elif t.values:
             verdict = claim_verdict(t.values, sign)
         else:
             verdict = "inconclusive"

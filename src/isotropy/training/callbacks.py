@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from isotropy.losses import IStarLoss, PersistentEntropyLoss
 from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
 )
+from isotropy.progress import stage
 from isotropy.rundir import (
     CHECKPOINT_STATE,
     RunDirectory,
@@ -86,8 +88,12 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
             self.shrinkage_epoch = epoch
             return control
         if self.istar:
-            self.dataloader = self.make_loader(epoch)
-            super().on_epoch_begin(args, state, control, **kwargs)
+            main = state.is_world_process_zero
+            with stage(f"Sigma_S pass of I-STAR (epoch {epoch + 1})",
+                       bar=main and not args.disable_tqdm and sys.stderr.isatty(),
+                       echo=print if main else None) as counted:
+                self.dataloader = counted(self.make_loader(epoch))
+                super().on_epoch_begin(args, state, control, **kwargs)
             self.shrinkage_epoch = epoch
         return control
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from isotropy.models.shrinkage import (
 )
 from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures, pooled_rows
 from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
+from isotropy.progress import stage
 from isotropy.rundir import (
     RunDirectory,
 )
@@ -403,16 +405,25 @@ class IsotropyTrainer(Trainer):
         if cache is None or cache["epoch"] != epoch:
             t0 = time.perf_counter()
             devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-            with torch.random.fork_rng(devices=devices):
-                shrinkage = collect_layer_shrinkage(self.model, self.shrinkage_loader(epoch),
-                                                    n_tokens=self.shrinkage_tokens,
-                                                    pooling=self.measure_pooling)
+            with torch.random.fork_rng(devices=devices), stage(
+                    f"Sigma_S pass of the measurements (epoch {epoch + 1})",
+                    **self._progress()) as counted:
+                shrinkage = collect_layer_shrinkage(
+                    self.model, counted(self.shrinkage_loader(epoch)),
+                    n_tokens=self.shrinkage_tokens, pooling=self.measure_pooling)
             cache = {"epoch": epoch, "shrinkage": shrinkage, "rows": shrinkage.describe(),
                      "seconds": time.perf_counter() - t0}
             self._shrinkage_cache = cache
         return cache["shrinkage"], zeta, {
             "source": "training data", "epoch": epoch, **cache["rows"],
             "n_rows": cache["rows"]["union_rows"], "seconds": cache["seconds"]}
+
+    def _progress(self) -> dict[str, Any]:
+        """How a pass of ours shows progress (:func:`isotropy.progress.stage`): a bar where
+        the Trainer shows its own, one line when it ends, on the main process only."""
+        main = self.is_world_process_zero()
+        return {"bar": main and not self.args.disable_tqdm and sys.stderr.isatty(),
+                "echo": print if main else None}
 
     def _measures(self, source: dict[str, Any], prefix: str) -> dict[str, Any]:
         """The evaluation's record (with its step, epoch and Sigma_S source), kept in
