@@ -242,6 +242,9 @@ def test_decoder_defaults_to_last_token_and_writes_like_measure(decoder_dirs, gl
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
     assert "decoder" in printed and "pooling last" in printed and "union" in printed
+    # one line per pass (stdout is not a terminal here)
+    assert printed.count("Sigma_S pass (training texts): ") == 1
+    assert printed.count("measurement pass: ") == 1
     data = json.loads((out / "analyze.json").read_text())
     assert data["config"]["pooling"] == "last" and data["config"]["shrinkage"]["n_rows"] == 50
     with (out / "analyze.csv").open() as f:

@@ -811,6 +811,12 @@ def test_a_warning_is_said_once_as_one_line(tiny_model_dir, glue_dir, tmp_path):
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("isotropy: warning: the data ran out after ")
     assert "warnings.warn" not in res.stderr and "UserWarning" not in res.stderr
+    # not a terminal: each Sigma_S pass says one line when it ends
+    for epoch in (1, 2):
+        for what in ("I-STAR", "the measurements"):
+            assert sum(line.startswith(f"Sigma_S pass of {what} (epoch {epoch}): ")
+                       and line.endswith(" s") and " batches, " in line
+                       for line in res.stdout.splitlines()) == 1, res.stdout
 
 
 def _tiny_gpt2_without_pad(root: Path) -> Path:

@@ -1,0 +1,210 @@
+r"""The statistics of :mod:`isotropy.reporting.claims` (its module doc states the rules): the
+per-task Student-t interval of a mean per-seed difference (:func:`mean_interval`,
+:func:`paired`), the claim-level one-sided sign test (:func:`sign_test`,
+:func:`claim_verdict`), and C2's per-seed Spearman ρ with its exact permutation test."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from isotropy.reporting.runs import Run
+
+__all__ = [
+    "ALPHA",
+    "CONFIDENCE",
+    "MIN_SEEDS",
+    "Diff",
+    "claim_verdict",
+    "mean_interval",
+    "paired",
+    "per_seed_spearman",
+    "sign_test",
+    "spearman_permutation_p",
+]
+
+
+CONFIDENCE = 0.95  # of the per-task intervals
+
+
+@dataclass
+class Diff:
+    """The mean over seeds of one per-seed value (a seed-paired difference ``b - a`` of two
+    cells, or a run's growth) and its interval; ``low`` and ``high`` are NaN where there is
+    none (one value, or no spread)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    values: tuple[float, ...] = ()  # the per-seed differences
+
+    def verdict(self, sign: int) -> str:
+        if self.n < 2 or math.isnan(self.low):
+            return "inconclusive"
+        if (sign > 0 and self.low > 0) or (sign < 0 and self.high < 0):
+            return "supported"
+        if (sign > 0 and self.high < 0) or (sign < 0 and self.low > 0):
+            return "contradicted"
+        return "inconclusive"
+
+    def interval_text(self, digits: int = 4) -> str:
+        """``[low, high]``, or why there is none: ``–`` (one value) or ``no spread``."""
+        if self.n < 2:
+            return "–"
+        if math.isnan(self.low):
+            return "no spread"
+        return f"[{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
+    def text(self, digits: int = 4) -> str:
+        if self.n < 2:
+            return f"{self.mean:+.{digits}f} (n={self.n})"
+        if math.isnan(self.low):
+            return f"{self.mean:+.{digits}f} (n={self.n}, no spread)"
+        return f"{self.mean:+.{digits}f} {self.interval_text(digits)} (n={self.n})"
+
+
+ALPHA = 0.05  # the claim-level sign test's level
+MIN_SEEDS = 2  # a claim's verdict needs at least this many values from each of its tasks
+
+def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
+    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero values are > 0, and the exact
+    one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+
+    >>> sign_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # 6 of 6: 1/64
+    (6, 6, 0.015625, 1.0)
+    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie is dropped
+    >>> (k, n, round(p * 2 ** 15))  # C(15,12) + C(15,13) + C(15,14) + C(15,15) = 576
+    (12, 15, 576)
+    """
+    nonzero = [v for v in values if v != 0]
+    n, k = len(nonzero), sum(v > 0 for v in nonzero)
+    if n == 0:
+        return 0, 0, 1.0, 1.0
+    p_for = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
+    p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
+    return k, n, p_for, p_against
+
+
+def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
+    """A claim's verdict from its pooled per-seed values (> 0: the claimed direction, or for
+    ``sign`` 0 a rise), by the one-sided sign test at :data:`ALPHA`.
+
+    >>> claim_verdict([0.1] * 6)
+    'supported'
+    >>> claim_verdict([0.1] * 5 + [-0.1])  # p = 7/64
+    'inconclusive'
+    >>> claim_verdict([-0.1] * 12 + [0.1] * 3)
+    'contradicted'
+    >>> claim_verdict([0.01, -0.02, 0.03], sign=0), claim_verdict([0.1] * 6, sign=0)
+    ('not contradicted', 'contradicted')
+    >>> claim_verdict([])
+    'not run'
+    """
+    if not values:
+        return "not run"
+    _, _, p_for, p_against = sign_test(values)
+    if sign == 0:
+        return "contradicted" if p_for < ALPHA else "not contradicted"
+    if p_for < ALPHA:
+        return "supported"
+    if p_against < ALPHA:
+        return "contradicted"
+    return "inconclusive"
+
+
+def mean_interval(values: Sequence[float]) -> Diff:
+    """The mean of per-seed ``values`` with its Student-t interval at :data:`CONFIDENCE`,
+    mean ± t(n-1) · s / √n. One value has no interval, and neither have values equal to
+    1e-12 relative (s = 0: Student's interval needs a spread, and a spread of rounding noise
+    would make any difference look certain), so both are *inconclusive*.
+
+    >>> d = mean_interval([1.0, 2.0, 3.0])  # s = 1, t₀.₉₇₅(2) = 4.3027
+    >>> round(d.low, 4), round(d.high, 4)
+    (-0.4841, 4.4841)
+    >>> mean_interval([0.5, 0.5]).text(1), mean_interval([0.5, 0.5]).verdict(+1)
+    ('+0.5 (n=2, no spread)', 'inconclusive')
+    """
+    d = np.asarray(values, dtype=float)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"mean_interval needs a non-empty list of values, got shape {d.shape}")
+    mean, n, kept = float(d.mean()), int(d.size), tuple(float(x) for x in d)
+    if n < 2 or np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):
+        return Diff(mean, float("nan"), float("nan"), n, kept)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(CONFIDENCE)
+    return Diff(mean, float(ci.low), float(ci.high), n, kept)
+
+
+def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | None]) -> Diff | None:
+    """``value(b) - value(a)`` over the seeds both cells ran (:func:`mean_interval`)."""
+    va = {r.seed: value(r) for r in a}
+    vb = {r.seed: value(r) for r in b}
+    d = [vb[s] - va[s] for s in sorted(set(va) & set(vb))
+         if va[s] is not None and vb[s] is not None]
+    return mean_interval(d) if d else None
+
+
+def _seed_groups(pts: Sequence[tuple[int, float, float]]) -> list[tuple[int, np.ndarray,
+                                                                         np.ndarray]]:
+    """``(seed, x, y)`` of each seed whose points can give a Spearman ρ: at least 3, with
+    neither column constant."""
+    out = []
+    for seed in sorted({p[0] for p in pts}):
+        x = np.array([p[1] for p in pts if p[0] == seed], dtype=float)
+        y = np.array([p[2] for p in pts if p[0] == seed], dtype=float)
+        if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            out.append((seed, x, y))
+    return out
+
+
+def per_seed_spearman(pts: Sequence[tuple[int, float, float]]) -> list[float]:
+    """Spearman ρ of ``(seed, x, y)`` points within each seed (seeds with a constant column or
+    fewer than 3 points give none).
+
+    >>> per_seed_spearman([(0, 1, 3), (0, 2, 2), (0, 3, 1), (1, 1, 1), (1, 2, 2), (1, 3, 3)])
+    [-1.0, 1.0]
+    """
+    return [float(stats.spearmanr(x, y).statistic) for _, x, y in _seed_groups(pts)]
+
+
+MAX_EXACT_RUNS = 8  # per seed, for the exact permutation test (8! = 40,320 orders)
+
+
+def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[float, float, int]:
+    """``(p_low, p_high, seeds)``: the exact one-sided p-values of the sum S of the per-seed
+    Spearman ρ of ``(seed, x, y)`` points (the seeds :func:`per_seed_spearman` uses), under
+    no association within any seed: each seed's ``y`` in any of its n! orders over its ``x``,
+    all equally likely and independent across seeds. ``p_low = P(S ≤ s)``, ``p_high =
+    P(S ≥ s)``. Exact even where ρ takes few values (4 runs per seed: 24 orders).
+
+    >>> spearman_permutation_p([(0, 1, 4), (0, 2, 3), (0, 3, 2), (0, 4, 1)])  # 1 of 24
+    (0.041666666666666664, 1.0, 1)
+    >>> p, _, _ = spearman_permutation_p([(s, x, -x) for s in (0, 1) for x in (1, 2, 3, 4)])
+    >>> round(p * 24 ** 2, 6)
+    1.0
+    """
+    groups = _seed_groups(pts)
+    counts, observed, total = {0.0: 1}, 0.0, 1  # S -> number of orders giving it
+    for seed, x, y in groups:
+        if len(x) > MAX_EXACT_RUNS:
+            raise ValueError(f"seed {seed} has {len(x)} runs; the exact permutation test "
+                             f"enumerates at most {MAX_EXACT_RUNS}")
+        rx, ry = stats.rankdata(x), stats.rankdata(y)
+        orders = np.array(list(itertools.permutations(range(len(x)))))
+        rhos = [float(np.corrcoef(rx, ry[o])[0, 1]) for o in orders]
+        observed += float(np.corrcoef(rx, ry)[0, 1])
+        step: dict[float, int] = {}
+        for sum_so_far, count in counts.items():
+            for rho in rhos:
+                key = round(sum_so_far + rho, 9)
+                step[key] = step.get(key, 0) + count
+        counts, total = step, total * len(rhos)
+    eps = 1e-9
+    low = sum(c for v, c in counts.items() if v <= observed + eps)
+    high = sum(c for v, c in counts.items() if v >= observed - eps)
+    return low / total, high / total, len(groups)
