@@ -22,11 +22,15 @@ from isotropy.rundir import LOCK, RunDirectory
 
 pytestmark = pytest.mark.timeout(120)
 
+# the holder loads locking.py alone (stdlib only): importing the package would take seconds
 HOLD = textwrap.dedent("""
-    import sys, time
-    from isotropy.rundir import RunDirectory
+    import importlib.util, os, sys, time
     {patch}
-    with RunDirectory(sys.argv[1]).writer():
+    spec = importlib.util.spec_from_file_location("locking", sys.argv[2])
+    locking = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(locking)
+    os.makedirs(sys.argv[1], exist_ok=True)
+    with locking.exclusive_lock(sys.argv[1], sys.argv[3], what="run directory " + sys.argv[1]):
         print("held", flush=True)
         time.sleep(600)
 """)
@@ -42,8 +46,8 @@ NO_FLOCK = textwrap.dedent("""
 def _holder(path, *, flock=True):
     """A process holding ``RunDirectory(path).writer()`` until killed."""
     code = HOLD.format(patch="" if flock else NO_FLOCK)
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), locking.__file__, LOCK],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 

@@ -260,14 +260,14 @@ def _wait_stopped(pid: int, timeout: float = 240.0) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
-@pytest.mark.parametrize("second", ["same", "other_learning_rate"])
-def test_a_second_writer_on_a_run_in_use_is_refused(setup, reference, second):
+def test_a_second_writer_on_a_run_in_use_is_refused(setup, reference):
     """Two writers on one run directory: the first, paused mid-training (SIGSTOP at its
-    third training log), holds the folder; the second command (the same one, or one with
-    another learning rate) is refused with one line naming the first process and changes
-    nothing; the first, continued, ends with the uninterrupted run's files."""
+    third training log), holds the folder; a second command (the same one, or one with
+    another learning rate; plain, --resume or --overwrite) is refused with one line naming the
+    first process and changes nothing; the first, continued, ends with the uninterrupted
+    run's files."""
     root, model = setup
-    out = root / f"two-writers-{second}"
+    out = root / "two-writers"
     argv = train_argv(root, model, out)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "ISOTROPY_FAULT": "training_logged@3:stop"}
@@ -277,8 +277,8 @@ def test_a_second_writer_on_a_run_in_use_is_refused(setup, reference, second):
         _wait_stopped(first.pid)
         before = sorted(p.name for p in out.iterdir())
         metrics_before = (out / "metrics.jsonl").read_bytes()
-        extra = ["--learning_rate", "2e-3"] if second == "other_learning_rate" else []
-        for flags in ([], ["--resume"], ["--overwrite"]):
+        for extra, flags in (([], []), ([], ["--resume"]), (["--learning_rate", "2e-3"], []),
+                             (["--learning_rate", "2e-3"], ["--overwrite"])):
             again = run_cli([*argv, *extra, *flags])
             assert again.returncode != 0
             lines = again.stderr.strip().splitlines()
