@@ -58,6 +58,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'isotropy' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names with the lazily loaded ones, so that tab completion finds
+    ``isotropy.RegularizedModel`` before its first use."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "CosRegLoss",
     "CovarianceStats",

@@ -1,0 +1,24 @@
+"""The top-level package: every name of ``__all__`` is reachable, and ``dir(isotropy)``
+lists the lazily loaded ones (tab completion), before and after their first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import isotropy
+
+
+def test_every_public_name_is_reachable_and_listed():
+    listed = set(dir(isotropy))
+    for name in isotropy.__all__:
+        assert name in listed, name
+        assert getattr(isotropy, name) is not None
+
+
+def test_lazy_names_are_listed_before_they_are_loaded():
+    code = ("import sys, isotropy; names = dir(isotropy); "
+            "print('RegularizedModel' in names, 'isotropy.models.regularized' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["True", "False"]
