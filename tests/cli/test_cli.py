@@ -568,3 +568,15 @@ def test_train_help_shows_our_defaults(capsys: pytest.CaptureFixture[str]) -> No
                   "(estimated before every epoch) (default: 250000)",
                   "(several allowed) (default: none)"):
         assert shown in text, shown
+
+
+def test_ctrl_c_before_a_command_takes_over_is_one_line(monkeypatch, capsys) -> None:
+    """Ctrl-C while a command is still importing its modules: one line, status 130."""
+    import isotropy.cli.main as cli
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_dispatch", interrupted)
+    assert cli.main(["train", "--help"]) == 130
+    assert capsys.readouterr().err == "isotropy: interrupted\n"

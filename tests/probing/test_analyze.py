@@ -491,3 +491,28 @@ def test_weights_dtype_is_chosen_and_recorded(bert_dir, glue_dir):
             assert b["isoscore"] == pytest.approx(a["isoscore"], abs=0.05)
     with pytest.raises(ValueError, match="dtype must be one of"):
         analyze(bert_dir, dtype="half", **kw)
+
+
+def test_texts_longer_than_the_model_takes_are_cut_to_its_positions(bert_dir, glue_dir,
+                                                                    tmp_path, capsys):
+    """The tiny BERT has 32 positions: measure and analyze cut every text to 32 tokens (and
+    record it) whatever --max-length says, instead of failing inside the model."""
+    long_glue = tmp_path / "glue"
+    (long_glue / "SST-2").mkdir(parents=True)
+    for split in ("train", "dev"):
+        rows = (glue_dir / "SST-2" / f"{split}.tsv").read_text().splitlines()
+        rows.append(" ".join(["good"] * 50) + "\t1")
+        (long_glue / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good film\n" + " ".join(["bad"] * 48) + "\nthe film was fine\n")
+    assert cli_main(["measure", "--texts", str(texts), "--model", str(bert_dir),
+                     "--max-length", "1000", "--device", "cpu", "--no-progress",
+                     "--output-dir", str(tmp_path / "m")]) == 0
+    assert json.loads((tmp_path / "m" / "measure.json").read_text())["config"][
+        "max_length"] == 32
+    assert cli_main(["analyze", str(bert_dir), "--task", "sst2", "--data-dir", str(long_glue),
+                     "--max-length", "1000", "--shrinkage-tokens", "50", "--device", "cpu",
+                     "--output-dir", str(tmp_path / "a")]) == 0
+    assert json.loads((tmp_path / "a" / "analyze.json").read_text())["config"][
+        "max_length"] == 32
+    capsys.readouterr()

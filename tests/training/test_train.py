@@ -876,3 +876,40 @@ def test_an_example_longer_than_the_model_takes_is_refused_before_training(
     assert train_main(_argv(tiny_model_dir, glue_dir, tmp_path / "ok", "--task", "sst2",
                             "--max_seq_length", "1000", "--num_train_epochs", "1",
                             "--max_train_samples", "8")) == 0
+
+
+def test_the_same_run_through_a_symbolic_link_is_the_same_run(tiny_model_dir, glue_dir,
+                                                               tmp_path):
+    """A run directory named through a symbolic link (and a model, data folder likewise) is
+    the same run: found finished, never refused as "other settings"."""
+    out = tmp_path / "real"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                 "--max_train_samples", "8", "--max_eval_samples", "8")
+    _run(argv)
+    (tmp_path / "link").symlink_to(out)
+    (tmp_path / "model-link").symlink_to(tiny_model_dir)
+    linked = [str(tmp_path / "link") if a == str(out) else
+              str(tmp_path / "model-link") if a == str(tiny_model_dir) else a for a in argv]
+    assert _run(linked).status == "finished"
+
+
+def test_a_checkpoint_with_cut_weights_is_one_line_on_resume(tiny_model_dir, glue_dir, tmp_path,
+                                                              capsys):
+    """--resume from a checkpoint whose model.safetensors was cut short: one line naming it and
+    what to do, not a SafetensorError traceback; nothing is changed."""
+    from isotropy.cli.train import main as train_main
+
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--save_strategy", "steps",
+                 "--save_steps", "2", "--max_train_samples", "16")
+    with pytest.raises(RuntimeError):
+        _run(argv, callbacks=[_Crash(3)])
+    weights = out / "checkpoint-2" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    before = sorted(p.name for p in out.iterdir())
+    assert train_main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"model weights {weights} are damaged" in err
+    assert f"cannot resume from checkpoint-2: delete {out / 'checkpoint-2'}" in err
+    assert sorted(p.name for p in out.iterdir()) == before

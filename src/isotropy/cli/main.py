@@ -100,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             sys.stdout.flush()  # here, so that a closed pipe is caught below (also on --help)
         return code
+    except KeyboardInterrupt:  # before a command's own handler is in place (imports)
+        print("isotropy: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader of the output went away (`isotropy sweep --dry-run | head`): stop quietly,
         # with stdout pointed at /dev/null so that the interpreter's last flush cannot fail

@@ -13,7 +13,9 @@ from typing import Any
 import torch
 
 __all__ = [
+    "check_weight_files",
     "ensure_pad_token",
+    "longest_input",
     "MINILM_ALIAS",
     "check_model_path",
     "default_model_path",
@@ -92,7 +94,7 @@ def _safetensors_problem(path: str) -> str | None:
     return None
 
 
-def check_weight_files(folder: str) -> None:
+def check_weight_files(folder: str, advice: str = "save or download the model again") -> None:
     """``ValueError`` naming the file when a model directory's weights are not whole (a cut
     ``.safetensors`` file, a ``pytorch_model.bin`` that is not a whole zip archive, a shard
     its index names that is missing), before anything is written or trained: loading them
@@ -112,8 +114,7 @@ def check_weight_files(folder: str) -> None:
     import zipfile
 
     def damaged(path: str, why: str) -> ValueError:
-        return ValueError(f"model weights {path} are damaged: {why}; save or download the "
-                          "model again")
+        return ValueError(f"model weights {path} are damaged: {why}; {advice}")
 
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))):
         why = _safetensors_problem(path)
@@ -243,3 +244,38 @@ def ensure_pad_token(tokenizer: Any) -> Any:
             raise ValueError("the tokenizer has no padding, end-of-sequence or unknown token")
         tokenizer.pad_token = fallback
     return tokenizer
+
+
+# learned position tables that start after the padding index (position ids pad + 1, ...)
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "bart",
+                     "mbart", "data2vec-text", "xmod"}
+
+
+def longest_input(config: Any, tokenizer: Any) -> tuple[int | None, str]:
+    """The most tokens the model takes, and why: its position table
+    (``max_position_embeddings``, less the padding offset of RoBERTa-style tables) and the
+    tokenizer's ``model_max_length`` where it sets one; ``(None, ...)`` when neither says.
+
+    >>> from types import SimpleNamespace as NS
+    >>> longest_input(NS(max_position_embeddings=512, model_type="bert"),
+    ...               NS(model_max_length=10**30))
+    (512, '512 position embeddings')
+    >>> longest_input(NS(max_position_embeddings=514, model_type="roberta", pad_token_id=1),
+    ...               NS(model_max_length=512))
+    (512, '514 position embeddings from position 2')
+    """
+    out: list[tuple[int, str]] = []
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        if getattr(config, "model_type", None) in _OFFSET_POSITIONS:
+            start = int(getattr(config, "pad_token_id", None) or 1) + 1
+            out.append((positions - start, f"{positions} position embeddings from position "
+                                            f"{start}"))
+        else:
+            out.append((positions, f"{positions} position embeddings"))
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
+        out.append((model_max, f"its tokenizer's model_max_length {model_max}"))
+    if not out:
+        return None, "no limit known"
+    return min(out)

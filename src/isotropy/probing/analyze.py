@@ -57,7 +57,7 @@ from isotropy.io import write_csv_atomic
 from isotropy.models.forward import hidden_state_batches
 from isotropy.models.loading import weight_dtype
 from isotropy.models.shrinkage import LayerShrinkage, collect_layer_shrinkage
-from isotropy.probing.batches import ordered_batches
+from isotropy.probing.batches import capped_max_length, ordered_batches
 from isotropy.probing.checkpoint import is_decoder, load_checkpoint_model, locate_checkpoint
 from isotropy.probing.eval_measures import POOLINGS, EvalMeasures
 from isotropy.probing.inputs import check_max_length, check_positive, check_texts
@@ -163,6 +163,11 @@ def prepare_analyze(
     net, tok = load_checkpoint_model(where, device, weights)
     decoder = is_decoder(net)
     pooling = pooling or ("last" if decoder else "cls")
+    # never longer than the model takes (its position table): the config records what ran
+    max_length = capped_max_length(tok, max_length, net.config)
+    if span and doc_stride is not None and doc_stride >= max_length:
+        raise ValueError(f"doc_stride ({doc_stride}) must be smaller than max_length, "
+                         f"{max_length} for this model (the most tokens it takes)")
     check_max_length(tok, max_length, is_pair)
     if span:
         assert doc_stride is not None

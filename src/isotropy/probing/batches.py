@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from isotropy.models.loading import ensure_pad_token
+from isotropy.models.loading import ensure_pad_token, longest_input
 from isotropy.probing.inputs import Text
 
 __all__ = ["capped_max_length", "longest_first_batches", "ordered_batches"]
@@ -25,18 +25,21 @@ __all__ = ["capped_max_length", "longest_first_batches", "ordered_batches"]
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def capped_max_length(tokenizer: Any, max_length: int) -> int:
-    """``max_length``, capped by the tokenizer's own ``model_max_length`` when it sets one
-    (Hugging Face uses a huge number for "no limit").
+def capped_max_length(tokenizer: Any, max_length: int, model_config: Any = None) -> int:
+    """``max_length``, capped by the most tokens the model takes: the tokenizer's own
+    ``model_max_length`` when it sets one (Hugging Face uses a huge number for "no limit"),
+    and with ``model_config`` its position table
+    (:func:`~isotropy.models.loading.longest_input`).
 
     >>> from types import SimpleNamespace
     >>> capped_max_length(SimpleNamespace(model_max_length=64), 128)
     64
+    >>> capped_max_length(SimpleNamespace(model_max_length=10**30), 128,
+    ...                   SimpleNamespace(max_position_embeddings=32, model_type="bert"))
+    32
     """
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
-        return min(max_length, model_max)
-    return max_length
+    limit, _ = longest_input(model_config, tokenizer)
+    return max_length if limit is None else min(max_length, limit)
 
 
 def longest_first_batches(tokenizer: Any, texts: Sequence[Text], *, pairs: bool,

@@ -337,7 +337,7 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
              config: dict[str, Any] | None, pooling: str) -> MeasureResult:
     """One hidden-state pass over the texts (longest first) into :class:`LayerClouds`, then
     every cloud measured."""
-    max_length = capped_max_length(tokenizer, max_length)
+    max_length = capped_max_length(tokenizer, max_length, getattr(model, "config", None))
     batches: Iterable[dict[str, torch.Tensor]] = longest_first_batches(
         tokenizer, texts, pairs=is_pair, batch_size=batch_size, max_length=max_length)
     if progress:

@@ -14,6 +14,7 @@ from transformers.training_args import ParallelMode
 
 from isotropy.data.glue import TaskSpec
 from isotropy.distributed import is_distributed, world_size
+from isotropy.models.loading import longest_input
 from isotropy.rundir import RunDirectory
 from isotropy.training.config import IsotropyArguments, TrainArguments, parse_layers
 from isotropy.training.predictions import SPAN_LABELS
@@ -58,41 +59,6 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
                     f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
                     f"or -1..-{n_layers + 1})")
     return config
-
-
-# learned position tables that start after the padding index (position ids pad + 1, ...)
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "bart",
-                     "mbart", "data2vec-text", "xmod"}
-
-
-def longest_input(config: Any, tokenizer: Any) -> tuple[int | None, str]:
-    """The most tokens the model takes, and why: its position table
-    (``max_position_embeddings``, less the padding offset of RoBERTa-style tables) and the
-    tokenizer's ``model_max_length`` where it sets one; ``(None, ...)`` when neither says.
-
-    >>> from types import SimpleNamespace as NS
-    >>> longest_input(NS(max_position_embeddings=512, model_type="bert"),
-    ...               NS(model_max_length=10**30))
-    (512, '512 position embeddings')
-    >>> longest_input(NS(max_position_embeddings=514, model_type="roberta", pad_token_id=1),
-    ...               NS(model_max_length=512))
-    (512, '514 position embeddings from position 2')
-    """
-    out: list[tuple[int, str]] = []
-    positions = getattr(config, "max_position_embeddings", None)
-    if isinstance(positions, int) and positions > 0:
-        if getattr(config, "model_type", None) in _OFFSET_POSITIONS:
-            start = int(getattr(config, "pad_token_id", None) or 1) + 1
-            out.append((positions - start, f"{positions} position embeddings from position "
-                                            f"{start}"))
-        else:
-            out.append((positions, f"{positions} position embeddings"))
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
-        out.append((model_max, f"its tokenizer's model_max_length {model_max}"))
-    if not out:
-        return None, "no limit known"
-    return min(out)
 
 
 def check_feature_lengths(lengths: Sequence[int], config: Any, tokenizer: Any,
@@ -141,6 +107,13 @@ def resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
     said = []
     chosen = check_resume_point(run_dir, requested) if requested else None
     last_complete = run_dir.last_checkpoint()
+    resumed = chosen or last_complete
+    if resumed is not None:  # its weights are read by the Trainer: whole, or one line now
+        from isotropy.models.loading import check_weight_files
+
+        check_weight_files(str(resumed), advice=(
+            f"cannot resume from {resumed.name}: delete {resumed} to resume from the checkpoint "
+            "before it, or pass --overwrite to start again"))
     for p in run_dir.drop_checkpoints(incomplete=True):
         said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
                     f"resuming from {last_complete.name if last_complete else 'the start'}")
@@ -159,7 +132,7 @@ IGNORED_FOR_RESUME = {
 
 
 # settings that name files or folders: the same path written relative to the working directory
-# or absolute is the same setting
+# or absolute, or through a symbolic link, is the same setting
 PATH_SETTINGS = {
     ("isotropy", "model"), ("isotropy", "data_dir"), ("isotropy", "config"),
     ("training", "output_dir"), ("training", "run_name"),
@@ -167,8 +140,9 @@ PATH_SETTINGS = {
 
 
 def _as_path(value: Any, cwd: str | None) -> Any:
-    """``value`` as a normalised absolute path when it is one (absolute, or a file or folder
-    relative to ``cwd``); else unchanged (a model alias, a hub id).
+    """``value`` as a canonical absolute path (symbolic links resolved) when it is one
+    (absolute, or a file or folder relative to ``cwd``); else unchanged (a model alias, a hub
+    id).
 
     >>> _as_path("/a/./b/", None)
     '/a/b'
@@ -178,9 +152,9 @@ def _as_path(value: Any, cwd: str | None) -> Any:
     if not isinstance(value, str) or not value:
         return value
     if os.path.isabs(value):
-        return os.path.normpath(value)
+        return os.path.realpath(value)
     if cwd is not None and os.path.exists(os.path.join(cwd, value)):
-        return os.path.normpath(os.path.join(cwd, value))
+        return os.path.realpath(os.path.join(cwd, value))
     return value
 
 
