@@ -368,8 +368,12 @@ class RunDirectory:
 
     def save_model(self, model: Any, tokenizer: Any) -> Path:
         """``save_pretrained`` of model and tokenizer into ``model/``, moved into place whole."""
+        from transformers.utils import logging as hf_logging
+
         target = self.file(MODEL)
         tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=self.path))
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # transformers 5's "Writing model shards" bar
         try:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
@@ -379,4 +383,7 @@ class RunDirectory:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
         return target

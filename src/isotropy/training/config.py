@@ -340,6 +340,8 @@ def _say_default(action: argparse.Action) -> None:
     """Append the action's default to its help text (where it has both and the help does not
     show it already), before the default is suppressed."""
     default = action.default
+    if any(o.startswith("--no_") or o.startswith("--no-") for o in action.option_strings):
+        return  # the negated twin of a flag: its "default" is the flag's, not its own
     if (not action.help or action.help == argparse.SUPPRESS or default is None
             or default is argparse.SUPPRESS or "%(default)" in action.help
             or "default" in action.help.lower()):
