@@ -7,46 +7,68 @@ IsoScore code used the transpose). Functions accept torch tensors and NumPy arra
 from __future__ import annotations
 
 from importlib import metadata as _metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from isotropy.losses import (
-    CosRegLoss,
-    IStarLoss,
-    PersistentEntropyLoss,
-    Regularizer,
-    RegularizerOutput,
-)
-from isotropy.measures.cosine import avg_cosine_similarity, cosine_regularization_term
-from isotropy.measures.covariance import CovarianceStats
-from isotropy.measures.isoscore import (
-    isoscore,
-    isoscore_from_covariance,
-    isoscore_star,
-    participation_ratio,
-    participation_ratio_from_covariance,
-)
-from isotropy.measures.isoscore_metric import (
-    IsoScoreMetric,
-    isoscore_star_compute,
-    isoscore_star_update,
-)
-from isotropy.measures.partition import partition_score
-from isotropy.measures.spectrum import anisotropy_spectrum
-from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
-from isotropy.measures.twonn import twonn
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from isotropy.losses import (
+        CosRegLoss,
+        IStarLoss,
+        PersistentEntropyLoss,
+        Regularizer,
+        RegularizerOutput,
+    )
+    from isotropy.measures.cosine import avg_cosine_similarity, cosine_regularization_term
+    from isotropy.measures.covariance import CovarianceStats
+    from isotropy.measures.isoscore import (
+        isoscore,
+        isoscore_from_covariance,
+        isoscore_star,
+        participation_ratio,
+        participation_ratio_from_covariance,
+    )
+    from isotropy.measures.isoscore_metric import (
+        IsoScoreMetric,
+        isoscore_star_compute,
+        isoscore_star_update,
+    )
+    from isotropy.measures.partition import partition_score
+    from isotropy.measures.spectrum import anisotropy_spectrum
+    from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
+    from isotropy.measures.twonn import twonn
+    from isotropy.models.regularized import RegularizedModel
+    from isotropy.models.shrinkage import (
+        ShrinkageRefreshCallback,
+        collect_covariance,
+        estimate_shrinkage,
+        refresh_shrinkage,
+    )
 
 try:  # the one place the version is read: the installed package's metadata (pyproject.toml)
     __version__ = _metadata.version("isotropy")
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
     __version__ = "0+unknown"
 
-# Names whose modules import transformers: loaded on first use to keep `import isotropy` light.
+# Every public name loads its module on first use, so that `import isotropy` (and the command
+# line's start, where Ctrl-C must stay one line) does not wait for torch.
 _LAZY = {
+    **dict.fromkeys(["CosRegLoss", "IStarLoss", "PersistentEntropyLoss", "Regularizer",
+                     "RegularizerOutput"], "isotropy.losses"),
+    **dict.fromkeys(["avg_cosine_similarity", "cosine_regularization_term"],
+                    "isotropy.measures.cosine"),
+    "CovarianceStats": "isotropy.measures.covariance",
+    **dict.fromkeys(["isoscore", "isoscore_from_covariance", "isoscore_star",
+                     "participation_ratio", "participation_ratio_from_covariance"],
+                    "isotropy.measures.isoscore"),
+    **dict.fromkeys(["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"],
+                    "isotropy.measures.isoscore_metric"),
+    "partition_score": "isotropy.measures.partition",
+    "anisotropy_spectrum": "isotropy.measures.spectrum",
+    **dict.fromkeys(["h0_barcode", "persistent_entropy", "prominent_features"],
+                    "isotropy.measures.topology"),
+    "twonn": "isotropy.measures.twonn",
     "RegularizedModel": "isotropy.models.regularized",
-    "refresh_shrinkage": "isotropy.models.shrinkage",
-    "estimate_shrinkage": "isotropy.models.shrinkage",
-    "collect_covariance": "isotropy.models.shrinkage",
-    "ShrinkageRefreshCallback": "isotropy.models.shrinkage",
+    **dict.fromkeys(["refresh_shrinkage", "estimate_shrinkage", "collect_covariance",
+                     "ShrinkageRefreshCallback"], "isotropy.models.shrinkage"),
 }
 
 
@@ -54,7 +76,9 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # loaded once
+        return value
     raise AttributeError(f"module 'isotropy' has no attribute {name!r}")
 
 

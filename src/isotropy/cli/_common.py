@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from isotropy._validation import accept_negative_numbers, one_line
+from isotropy._text import accept_negative_numbers, one_line
 
 __all__ = ["OneLineParser", "one_line", "one_line_warnings", "positive_int", "task_name"]
 
