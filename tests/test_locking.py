@@ -163,3 +163,63 @@ def test_the_holder_record_names_this_process(tmp_path):
     started = calendar.timegm(time.strptime(rec["started"], "%Y-%m-%dT%H:%M:%SZ"))
     assert before - 1 <= started <= time.time() + 1
     assert locking._alive(os.getpid()) and not locking._alive(2**22 + 12345)
+
+
+def test_a_lock_kept_by_the_children_of_a_dead_holder_says_to_try_again(tmp_path):
+    """flock is shared with forked children (data loader workers): while they outlive a
+    killed holder, the next process is told the holder ended and to try again."""
+    code = textwrap.dedent("""
+        import importlib.util, os, sys, time
+        spec = importlib.util.spec_from_file_location("locking", sys.argv[2])
+        locking = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(locking)
+        with locking.exclusive_lock(sys.argv[1], sys.argv[3], what="run directory x"):
+            if os.fork() == 0:  # the child keeps the lock's open file
+                time.sleep(600)
+                os._exit(0)
+            print("held", flush=True)
+            time.sleep(600)
+    """)
+    tmp_path.mkdir(exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), locking.__file__, LOCK],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with pytest.raises(FolderInUse, match=f"process {proc.pid} .* has ended, but "
+                                              "processes it started still hold run "
+                                              "directory x: try again in a few seconds"), \
+                exclusive_lock(tmp_path, LOCK, what="run directory x"):
+            pass
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_takeover_that_lost_a_race_backs_off(tmp_path, no_flock, monkeypatch):
+    """Two processes taking over one stale fallback lock: the one whose new file was removed
+    by the other's takeover backs off instead of holding a lock it no longer has."""
+    path = tmp_path / (LOCK + EXCLUSIVE_SUFFIX)
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345,
+                                "started": "then"}))
+    real_sleep = time.sleep
+
+    def rival_takes_over(seconds):  # during the check, another process replaces the file
+        path.unlink()
+        path.write_text("{}")
+        real_sleep(0)
+
+    monkeypatch.setattr(locking.time, "sleep", rival_takes_over)
+    with pytest.raises(FolderInUse, match="took over the stale lock .* at the same moment"), \
+            exclusive_lock(tmp_path, LOCK):
+        pass
+
+
+def test_the_lock_file_never_lands_in_a_folder_that_holds_no_run(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and holds no run"), \
+            RunDirectory(folder).writer():
+        pass
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]

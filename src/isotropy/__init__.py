@@ -72,7 +72,16 @@ _LAZY = {
 }
 
 
+_SUBPACKAGES = {"clouds", "cli", "data", "distributed", "io", "locking", "losses", "measures",
+                "models", "paper", "probing", "progress", "reporting", "rundir", "runtime",
+                "sweeps", "training"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:  # `import isotropy; isotropy.measures...` as before
+        import importlib
+
+        return importlib.import_module(f"isotropy.{name}")
     if name in _LAZY:
         import importlib
 

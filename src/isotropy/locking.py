@@ -3,7 +3,9 @@
 :func:`exclusive_lock` holds ``folder/<name>`` for the life of a ``with`` block. The lock is a
 ``flock`` on the open file, so the kernel releases it when the holder dies however it dies
 (``SIGKILL`` included): a lock left by a killed process is simply taken over by the next one.
-On Linux, NFS emulates ``flock`` with POSIX record locks, so this holds across NFS clients too.
+Processes the holder forked (data loader workers) share the lock until they exit too, seconds
+later; meanwhile the next process is told to try again in a few seconds. On Linux, NFS
+emulates ``flock`` with POSIX record locks, so this holds across NFS clients too.
 
 A file system that has no ``flock`` at all (some FUSE and SMB mounts answer ``ENOLCK``,
 ``ENOTSUP`` or ``ENOSYS``) falls back to a second file, ``name + ".excl"``, created with
@@ -64,7 +66,7 @@ def lock_holder(path: Path) -> dict[str, Any] | None:
 def _describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "another process"
-    where = f" on {holder['host']}" if holder.get("host") != socket.gethostname() else ""
+    where = f" on {holder.get('host')}" if holder.get("host") != socket.gethostname() else ""
     what = f" ({holder['command']})" if holder.get("command") else ""
     return f"process {holder.get('pid')}{where}{what}, started {holder.get('started')},"
 
@@ -108,6 +110,7 @@ def _flock(fd: int) -> bool | None:
 def _exclusive_file(path: Path, what: str) -> Iterator[None]:
     """The ``O_EXCL`` fallback: create the file, or take over one whose holder on this host is
     gone; removed on exit if it is still ours."""
+    took_over = False
     for _ in range(3):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -122,6 +125,7 @@ def _exclusive_file(path: Path, what: str) -> Iterator[None]:
             if same_host and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()  # its holder is gone: take it over
+                took_over = True
                 continue
             tail = ("" if same_host else
                     f" (if that process is gone, delete {path})")
@@ -129,9 +133,21 @@ def _exclusive_file(path: Path, what: str) -> Iterator[None]:
                               f"choose another folder{tail}") from None
     else:  # pragma: no cover - three takeovers lost to other processes in a row
         raise FolderInUse(f"{what} is being taken by other processes: try again")
+    mine = os.fstat(fd).st_ino
+    if took_over:
+        # two processes taking over the same stale file: the later one's unlink may have
+        # removed the earlier one's new file; whoever no longer finds its own file backs off
+        time.sleep(0.2)
+        try:
+            still_mine = path.stat().st_ino == mine
+        except FileNotFoundError:
+            still_mine = False
+        if not still_mine:
+            os.close(fd)
+            raise FolderInUse(f"another process took over the stale lock of {what} at the "
+                              "same moment: try again")
     try:
         _write_holder(fd)
-        mine = os.fstat(fd).st_ino
         yield
     finally:
         os.close(fd)
@@ -163,7 +179,15 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, *,
     try:
         taken = _flock(fd)
         if taken is False:
-            raise FolderInUse(f"{_describe(lock_holder(path))} is writing {what}: wait for it "
+            holder = lock_holder(path)
+            pid = (holder or {}).get("pid")
+            if (holder and holder.get("host") == socket.gethostname() and isinstance(pid, int)
+                    and not _alive(pid)):
+                # a flock is shared with forked children (data loader workers): they hold it
+                # for the seconds they take to notice that their parent is gone
+                raise FolderInUse(f"{_describe(holder)} has ended, but processes it started "
+                                  f"still hold {what}: try again in a few seconds")
+            raise FolderInUse(f"{_describe(holder)} is writing {what}: wait for it "
                               "to end or choose another folder")
         if taken is True:
             _write_holder(fd)

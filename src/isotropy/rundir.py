@@ -215,8 +215,18 @@ class RunDirectory:
         one line naming the process that holds it. Taken before :meth:`prepare` reads the
         folder, kept until the last file is written."""
         self.check_writable()
+        self._check_holds_a_run()  # before the lock file is put into a folder of other files
         with exclusive_lock(self.path, LOCK, what=f"run directory {self.path}"):
             yield
+
+    def _check_holds_a_run(self) -> None:
+        """``ValueError`` when the folder holds files but no run (``config.json`` missing)."""
+        entries = [p for p in self.path.iterdir() if not _is_bookkeeping(p.name)]
+        if entries and not self.file(CONFIG).is_file():
+            raise ValueError(
+                f"output directory {self.path} is not empty and holds no run "
+                f"({CONFIG} missing): choose another --output_dir"
+            )
 
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
@@ -233,11 +243,7 @@ class RunDirectory:
         entries = [p for p in self.path.iterdir() if not _is_bookkeeping(p.name)]
         if not entries:
             return "new"
-        if not self.file(CONFIG).is_file():
-            raise ValueError(
-                f"output directory {self.path} is not empty and holds no run "
-                f"({CONFIG} missing): choose another --output_dir"
-            )
+        self._check_holds_a_run()
         if overwrite:
             self.clear()
             return "new"

@@ -913,3 +913,26 @@ def test_a_checkpoint_with_cut_weights_is_one_line_on_resume(tiny_model_dir, glu
     assert "\n" not in err and f"model weights {weights} are damaged" in err
     assert f"cannot resume from checkpoint-2: delete {out / 'checkpoint-2'}" in err
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_resume_without_the_kept_loss_sum_keeps_the_trainers_own_train_loss(
+        tiny_model_dir, glue_dir, tmp_path):
+    """A checkpoint written before the loss sum was kept (simulated: its ``loss_sum``
+    removed): train_loss is then the Trainer's own, the mean over the steps this process
+    trained, never this process's sum divided by every step of the run."""
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--save_strategy", "steps",
+                 "--save_steps", "3", "--logging_steps", "1", "--max_train_samples", "32",
+                 "--per_device_train_batch_size", "8")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(argv, callbacks=[_Crash(5)])
+    state_file = out / "checkpoint-3" / "isotropy_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    del state["loss_sum"]
+    torch.save(state, state_file)
+    res = _run([*argv, "--resume"])
+    losses = {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text()
+                                                 .splitlines()) if "loss" in r}
+    after = [v for step, v in losses.items() if step > 3]
+    assert res.results["train"]["train_loss"] == pytest.approx(sum(after) / len(after),
+                                                               rel=1e-6)

@@ -72,9 +72,10 @@ _NEARLY_FULL = 64 * 2**20  # bytes free below which a failed write is put down t
 
 def _write_failure(err: BaseException, run_dir: str | None) -> str | None:
     """What could not be written when ``err`` is a write failing for lack of space, else
-    ``None``: an ``OSError`` that says so, or an ``OSError``/``RuntimeError`` (torch's and
-    safetensors' writers raise ``RuntimeError("... unexpected pos ...")`` and the like for a
-    full disk) raised while the run directory's file system is nearly full."""
+    ``None``: an ``OSError`` that says so (``ENOSPC``, ``EDQUOT``, ``EFBIG``), safetensors'
+    ``SafetensorError`` carrying one of those, or torch's zip writer's ``RuntimeError``
+    (``"... unexpected pos ..."``, which does not say why) while the run directory's file
+    system is nearly full."""
     import shutil
 
     from isotropy._validation import one_line
@@ -82,7 +83,14 @@ def _write_failure(err: BaseException, run_dir: str | None) -> str | None:
     if isinstance(err, OSError) and err.errno in _DISK_FULL:
         where = f" {err.filename}" if err.filename else ""
         return f"could not write{where}: {err.strerror}"
-    if run_dir is None:
+    text = str(err)
+    if type(err).__name__ == "SafetensorError" and any(
+            t in text for t in ("os error 28", "os error 27", "os error 122")):
+        return f"could not write a weights file ({one_line(text, 200)})"
+    # torch's writer says only "unexpected pos" or "failed writing": put down to space only
+    # when the run directory's file system is nearly full, never for other errors (memory)
+    if run_dir is None or not isinstance(err, RuntimeError) or not any(
+            t in text for t in ("unexpected pos", "failed writing", "file write failed")):
         return None
     try:
         free = shutil.disk_usage(run_dir).free
@@ -108,7 +116,7 @@ def _run(parse: Any) -> int:
     except (ValueError, FileNotFoundError, TypeError) as err:
         print(f"isotropy train: error: {err}", file=sys.stderr)
         return 2
-    except (OSError, RuntimeError) as err:
+    except Exception as err:  # a write failing for lack of space, whoever raised it
         what = _write_failure(err, run_dir)
         if what is None:
             raise

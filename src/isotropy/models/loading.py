@@ -83,10 +83,12 @@ def _safetensors_problem(path: str) -> str | None:
             return f"its header says {n} bytes of metadata, the file holds {size - 8}"
         try:
             header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items()
+                    if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v]
         except ValueError:
             return "its header is not valid JSON"
-    ends = [v["data_offsets"][1] for k, v in header.items()
-            if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v]
+        except (AttributeError, TypeError, KeyError, IndexError):
+            return "its header is not a safetensors header (tensor name -> data_offsets)"
     need = 8 + n + max(ends, default=0)
     if size != need:
         return f"its header places {need} bytes, the file holds {size}: it is cut short" \
@@ -121,17 +123,24 @@ def check_weight_files(folder: str, advice: str = "save or download the model ag
         if why is not None:
             raise damaged(path, why)
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "pytorch_model*.bin"))):
-        if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            zipped = f.read(2) == b"PK"  # torch >= 1.6's format; older files are pickles
+        if zipped and not zipfile.is_zipfile(path):
             raise damaged(path, "it is not a whole zip archive (cut short?)")
+    problems = []  # an index is fine when another one (the other weights format) is whole
     for index in sorted(glob.glob(os.path.join(glob.escape(folder), "*.index.json"))):
         try:
             with open(index, encoding="utf-8") as f:
                 shards = set(json.load(f)["weight_map"].values())
-        except (OSError, ValueError, KeyError, AttributeError):
-            raise damaged(index, "it is not a weight index (JSON with a weight_map)") from None
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
+            problems.append((index, "it is not a weight index (JSON with a weight_map)"))
+            continue
         missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
-        if missing:
-            raise damaged(index, f"the shard(s) {', '.join(missing)} it names are missing")
+        if not missing:
+            return
+        problems.append((index, f"the shard(s) {', '.join(missing)} it names are missing"))
+    if problems:
+        raise damaged(*problems[0])
 
 
 WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -247,14 +256,16 @@ def ensure_pad_token(tokenizer: Any) -> Any:
 
 
 # learned position tables that start after the padding index (position ids pad + 1, ...)
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet", "bart",
-                     "mbart", "data2vec-text", "xmod"}
+# (BART's table adds its offset of 2 itself, so it takes all its positions)
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "mpnet",
+                     "data2vec-text", "xmod"}
 
 
-def longest_input(config: Any, tokenizer: Any) -> tuple[int | None, str]:
+def longest_input(config: Any, tokenizer: Any = None) -> tuple[int | None, str]:
     """The most tokens the model takes, and why: its position table
     (``max_position_embeddings``, less the padding offset of RoBERTa-style tables) and the
-    tokenizer's ``model_max_length`` where it sets one; ``(None, ...)`` when neither says.
+    tokenizer's ``model_max_length`` where it sets one (``tokenizer=None``: the table alone,
+    the hard limit); ``(None, ...)`` when neither says.
 
     >>> from types import SimpleNamespace as NS
     >>> longest_input(NS(max_position_embeddings=512, model_type="bert"),

@@ -77,7 +77,7 @@ def check_feature_lengths(lengths: Sequence[int], config: Any, tokenizer: Any,
     --max_seq_length 1000 lets through an example of 906 tokens
     but model 'minilm' takes at most 512 (512 position embeddings): use --max_seq_length 512 ...
     """
-    limit, why = longest_input(config, tokenizer)
+    limit, why = longest_input(config)  # the position table: what would fail, not a hint
     longest = max(lengths, default=0)
     if limit is not None and longest > limit:
         given = ("--max_seq_length " + str(max_seq_length) if max_seq_length is not None

@@ -141,6 +141,7 @@ class IsotropyTrainer(Trainer):
         self.last_eval_step: int | None = None
         self.last_measurements: dict[str, Any] | None = None
         self._resumed_loss_sum: float | None = None
+        self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
         self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
@@ -336,9 +337,10 @@ class IsotropyTrainer(Trainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add the interval means of the regularizer and spectrum logs to a training log; in
         the final summary, ``train_loss`` is the mean over every step of the run, a resumed
-        one included (the Trainer's own is the mean over the steps of this process). The dict
+        one included, wherever the checkpoint kept the loss sum (the Trainer's own is the mean
+        over the steps of this process). The dict
         is changed in place, so the Trainer's ``TrainOutput.metrics`` says the same."""
-        if "train_loss" in logs and self.state.global_step > 0:
+        if "train_loss" in logs and self.state.global_step > 0 and self._whole_run_loss:
             logs["train_loss"] = self._total_loss_scalar / self.state.global_step
         if "loss" in logs and self._log_sums:
             for key, total in self._log_sums.items():
@@ -454,8 +456,13 @@ class _ContinueLossSum(TrainerCallback):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-        if self.trainer._resumed_loss_sum is not None:
-            self.trainer._total_loss_scalar = self.trainer._resumed_loss_sum
+        t = self.trainer
+        resumed, t._resumed_loss_sum = t._resumed_loss_sum, None  # used once
+        if resumed is not None:
+            t._total_loss_scalar = resumed
+        # a run resumed without the sum (a checkpoint written before it was kept, or a caller
+        # that did not restore the state) keeps the Trainer's own train_loss
+        t._whole_run_loss = resumed is not None or state.global_step == 0
 
 
 @contextlib.contextmanager
