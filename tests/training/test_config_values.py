@@ -72,3 +72,12 @@ def test_settings_given_as_a_dict_are_converted_too(tmp_path):
     assert iso.include_padding is False
     with pytest.raises(ValueError, match="settings: include_padding must be true or false"):
         args_from_dict({"include_padding": "off", "output_dir": str(tmp_path / "r")})
+
+
+def test_a_value_out_of_range_in_a_file_names_the_file(tmp_path):
+    with pytest.raises(ValueError, match=r"--zeta must be in \[0, 1\].* \(from config file "
+                                         r".*settings.yaml\)"):
+        _args(tmp_path, "zeta: 2\n", ".yaml")
+    with pytest.raises(ValueError) as err:  # given on the command line: no file named
+        _args(tmp_path, "seed: 1\n", ".yaml", zeta=2.0)
+    assert "config file" not in str(err.value)

@@ -444,7 +444,15 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
         settings["regularizer"] = [settings["regularizer"]]
     if settings.get("output_dir") is None:
         settings["output_dir"] = str(Path("runs") / default_run_name(settings))
-    iso_args, train_args = build_parser(suppress_defaults=False).parse_dict(settings)
+    try:
+        iso_args, train_args = build_parser(suppress_defaults=False).parse_dict(settings)
+    except ValueError as err:  # a value checked by the dataclasses: say where it came from
+        import re
+
+        named = re.match(r"--(\w+)", str(err))
+        if named and named.group(1) in from_file and named.group(1) not in given:
+            raise ValueError(f"{err} (from config file {given['config']})") from None
+        raise
     if iso_args.group_by_length:
         train_args.train_sampling_strategy = "group_by_length"
     return iso_args, train_args
