@@ -63,12 +63,9 @@ def no_flock(monkeypatch):
 
 
 @pytest.mark.parametrize("flock", [True, False], ids=["flock", "no-flock"])
-def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, flock, monkeypatch):
+def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, flock, request):
     if not flock:
-        import fcntl
-
-        monkeypatch.setattr(fcntl, "flock", lambda fd, op: (_ for _ in ()).throw(
-            OSError(errno.ENOLCK, "No locks available")))
+        request.getfixturevalue("no_flock")
     run = tmp_path / "run"
     proc = _holder(run, flock=flock)
     try:
@@ -84,12 +81,9 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, flock, monkey
 
 
 @pytest.mark.parametrize("flock", [True, False], ids=["flock", "no-flock"])
-def test_a_killed_holders_lock_is_taken_over(tmp_path, flock, monkeypatch):
+def test_a_killed_holders_lock_is_taken_over(tmp_path, flock, request):
     if not flock:
-        import fcntl
-
-        monkeypatch.setattr(fcntl, "flock", lambda fd, op: (_ for _ in ()).throw(
-            OSError(errno.ENOLCK, "No locks available")))
+        request.getfixturevalue("no_flock")
     run = tmp_path / "run"
     proc = _holder(run, flock=flock)
     proc.send_signal(signal.SIGKILL)

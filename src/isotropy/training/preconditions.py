@@ -61,8 +61,8 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
     return config
 
 
-def check_feature_lengths(lengths: Sequence[int], config: Any, tokenizer: Any,
-                          max_seq_length: int | None, model: str) -> None:
+def check_feature_lengths(lengths: Sequence[int], config: Any, max_seq_length: int | None,
+                          model: str) -> None:
     """``ValueError`` before training when a tokenised example (``lengths``: every example's
     token count after truncation to ``max_seq_length``) is longer than the model takes
     (:func:`longest_input`), which would otherwise stop training at that batch with a shape
@@ -71,7 +71,7 @@ def check_feature_lengths(lengths: Sequence[int], config: Any, tokenizer: Any,
     >>> from types import SimpleNamespace as NS
     >>> try:
     ...     check_feature_lengths([12, 906], NS(max_position_embeddings=512, model_type="bert"),
-    ...                           NS(model_max_length=512), 1000, "minilm")
+    ...                           1000, "minilm")
     ... except ValueError as err:
     ...     print(*str(err).split(", "), sep="\\n")
     --max_seq_length 1000 lets through an example of 906 tokens

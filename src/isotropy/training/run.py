@@ -189,7 +189,7 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
         eval_ds = tokenize_examples(data.eval, tokenizer, spec, iso_args.max_seq_length)
     check_drop_last(train_args, len(eval_ds), "windows" if span else "examples")
     check_feature_lengths([len(f["input_ids"]) for ds in (train_ds, eval_ds)
-                           for f in ds.features], model_config, tokenizer,
+                           for f in ds.features], model_config,
                           iso_args.max_seq_length, iso_args.model)
     return _Inputs(
         spec=spec, data=data, model_path=model_path,
