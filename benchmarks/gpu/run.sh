@@ -23,6 +23,7 @@
 #                    sweep for the time left: each finished run's config.json and its results,
 #                    metrics, measurements and predictions gzip-compressed; runs-report/ the
 #                    report of those runs (tables only)
+#   gpu-utilization.csv  nvidia-smi's GPU utilisation and memory every 10 s during the runs
 #   summary.txt      what each step did and its exit status
 #
 # Needs no installation: src/ is put on PYTHONPATH. Data and model: .gpu-bundle/bundle.tar.xz
@@ -150,9 +151,16 @@ elif [ "$RUN_TIME" -lt 30 ]; then
     note "runs: skipped (${RUN_TIME}s left)"
 else
     sed "s#@MODEL@#$MODEL#" "$SPEC_IN" > "$SPEC"
+    MONITOR=""
+    if command -v nvidia-smi >/dev/null; then  # is the GPU the bottleneck with this many workers?
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 \
+            > "$OUT_DIR/gpu-utilization.csv" 2>&1 &
+        MONITOR=$!
+    fi
     (cd "$WORK" && timeout --signal=INT --kill-after=20 "$RUN_TIME" "$PY" -m isotropy.cli.main \
         sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS") > "$OUT_DIR/runs.txt" 2>&1
     note "runs: exit $? after at most ${RUN_TIME}s"
+    [ -n "$MONITOR" ] && kill "$MONITOR" 2>/dev/null
     n=0
     for run in "$RUNS"/*/; do
         [ -f "$run/results.json" ] || continue
