@@ -20,7 +20,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              fmt: Any = None, evals: list[tuple[int, float]] | None = None,
              global_step: int | None = None, em: float | None = None,
              accumulation: str | None = "exact", padding: bool | None = None,
-             twonn: float | None = None) -> Path:
+             twonn: float | None = None, iso_last: float | None = None,
+             majority: float | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers.
 
     ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
@@ -28,7 +29,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
     ``metric``); ``global_step``: results.json's ``train.global_step``; ``em``: SQuAD's EM;
     ``accumulation``/``padding``: ``entropy_accumulation``/``include_padding`` (absent if
     ``None``, as in runs written before those settings); ``twonn``: the final evaluation's
-    ``eval_twonn_cls_last`` (absent if ``None``)."""
+    ``eval_twonn_cls_last``, ``iso_last`` its ``eval_isoscore_star_last`` and ``majority`` its
+    ``eval_majority_fraction`` (each absent if ``None``)."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             + "".join(f"_{k}{v}" for k, v in (training or {}).items())
             + ("" if fmt is None else f"_f{fmt}") + f"_{accumulation}_{padding}-seed{seed}")
@@ -50,6 +52,10 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
         final["eval_exact_match"] = em
     if twonn is not None:
         final["eval_twonn_cls_last"] = twonn
+    if iso_last is not None:
+        final["eval_isoscore_star_last"] = iso_last
+    if majority is not None:
+        final["eval_majority_fraction"] = majority
     logs: list[dict[str, Any]] = []
     for step, values in spectrum or []:
         rec = {"step": step, "loss": 0.5}

@@ -236,13 +236,20 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     _tables_are_rectangular(out)
     # MRPC's raw growth 0.200, 0.201, 0.202: 0.201 ± t₀.₉₇₅(2) 0.001 / √3 = 0.201 ± 0.0025
     assert "| mrpc | raw | 3 | +0.2010 ± 0.0010 | [+0.1985, +0.2035] | supported |" in out
-    assert _row(out, "P1 held down").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
-    assert _row(out, "P2").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
-    assert _row(out, "P1 grows, raw").endswith("| 2 | 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
-    assert _row(out, "P1 grows, centred").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
-    assert _row(out, "P3 metric").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    # Six claims tested: five decide at p = 1/64 (6 of 6 one way), P1's raw growth at 42/64.
+    # Holm: the five become 6/64 = 0.09375 (5/64 and below are raised to it), the last stays
+    # 42/64 = 0.656: no verdict survives the adjustment. Task level: 2 tasks, p 1/4 at best.
+    held = "| 6 of 6 | 0.0156 | 0.0938 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    against = "| 0 of 6 | 1 | 0.0938 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
+    assert _row(out, "P1 held down").endswith(
+        f"| 2 {held} inconclusive (unadjusted: supported) |")
+    assert _row(out, "P2").endswith(f"| 2 {against} inconclusive (unadjusted: contradicted) |")
+    assert _row(out, "P1 grows, raw").endswith(
+        "| 2 | 3 of 6 | 0.656 | 0.656 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
+    assert _row(out, "P1 grows, centred").endswith(f"{held} inconclusive (unadjusted: supported) |")
+    assert _row(out, "P3 metric").endswith(f"{against} inconclusive (unadjusted: contradicted) |")
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
-    assert _row(out, "P3 spectrum").endswith("| 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
+    assert _row(out, "P3 spectrum").endswith(f"{against} inconclusive (unadjusted: contradicted) |")
     summary = out[out.index("## Summary"):]
     assert "| C1 vs none |" not in summary  # no I-STAR cell: its claims are not listed
 
@@ -250,7 +257,8 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
 def test_summary_of_phase_a(tmp_path: Path) -> None:
     # Two tasks at their paper's (λ, ζ), 3 seeds. I-STAR is below base and above CosReg in
     # every seed; CosReg raises IsoScore* by 0.01 on seeds 0-1 and lowers it on seed 2 (no
-    # rise: 4 of 6 rises, not contradicted) and centres in every seed (mean |activation|
+    # rise: 4 of 6 rises, not contradicted) while its last layer's IsoScore* rises on every seed
+    # (6 of 6: the claim's primary measure), and centres in every seed (mean |activation|
     # -0.5); the paper's λ lowers TwoNN in every seed, λ = +1 raises it on one task only.
     # Every difference varies a little with the seed (e): Student's interval needs a spread.
     root = tmp_path / "istar"
@@ -263,22 +271,38 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
                                                   ("cosreg", 1.0, m - 0.05, cos_iso, -0.5 - e),
                                                   ("istar", lam, m - 0.02 - e, 0.01, -2.0 - e),
                                                   ("istar", 1.0, m - 0.01, 0.5, up)):
+                last = 0.3 + e if reg == "cosreg" else 0.1
                 make_run(root, task=task, reg=reg, lam=lam_, zeta=zeta, seed=seed,
-                         metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift)
+                         metric=metric, iso=iso, layer_shift=shift, twonn=8.0 + shift,
+                         iso_last=last)
     out, why = _claims_of(root)
     assert why is None
     _tables_are_rectangular(out)
-    assert _row(out, "C1 vs none").endswith("| 2 | 0 of 6 | 1 | 0 / 2 / 0 | contradicted |")
-    assert _row(out, "C1 vs CosReg").endswith("| 2 | 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
-    assert _row(out, "C3 no rise").endswith("| 4 of 6 | 0.344 | 0 / 0 / 2 | not contradicted |")
-    assert _row(out, "C3 centres").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
-    assert _row(out, "C4 paper's λ").endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
-    assert _row(out, "C4 λ = +1").endswith("| 3 of 6 | 0.656 | 1 / 1 / 0 | inconclusive |")
+    # Eight claims tested: six decide at 1/64 (C1 twice, C2, C3 no rise of the last layer,
+    # C3 centres, C4 paper's λ), C3's union at P(≥ 4 of 6) = 22/64 and C4 λ = +1 at 42/64.
+    # Holm: the six become 8/64 = 0.125, then 2 · 22/64 = 0.6875, and 42/64 is raised to it.
+    one_way = "| 6 of 6 | 0.0156 | 0.125 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    assert _row(out, "C1 vs none").endswith(
+        "| 2 | 0 of 6 | 1 | 0.125 | 0 of 2 | 1 | 0 / 2 / 0 | – | inconclusive "
+        "(unadjusted: contradicted) |")
+    assert _row(out, "C1 vs CosReg").endswith(f"| 2 {one_way} inconclusive (unadjusted: "
+                                              "supported) |")
+    # the last layer (primary) rises 6 of 6: not "not contradicted" before the adjustment
+    assert _row(out, "C3 no rise").endswith(
+        "| 6 of 6 | 0.0156 | 0.125 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
+        "(unadjusted: contradicted) |")
+    assert _row(out, "C3 no rise, union").endswith(
+        "| 4 of 6 | 0.344 | 0.688 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted |")
+    assert _row(out, "C3 centres").endswith(f"{one_way} inconclusive (unadjusted: supported) |")
+    assert _row(out, "C4 paper's λ").endswith(f"{one_way} inconclusive (unadjusted: supported) |")
+    assert _row(out, "C4 λ = +1").endswith(
+        "| 3 of 6 | 0.656 | 0.688 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
     assert _row(out, "C4 λ = -0.3").endswith(
-        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs I-STAR at λ = -0.3 (the paper's ζ) and a "
-        "base run, same seeds |")
-    assert _row(out, "C5").endswith("| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs I-STAR at "
-                                    "λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds |")
+        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at λ = -0.3 "
+        "(the paper's ζ) and a base run, same seeds |")
+    assert _row(out, "C5").endswith(
+        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at "
+        "λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds |")
     assert "| P2 |" not in out[out.index("## Summary"):]
     # C2: per seed, IsoScore* 0.01 < 0.2 < 0.5 (λ = -1, base, +1) against metric ranks 1, 3, 2:
     # ρ = +0.5. Under no association each seed's ρ is 1, 0.5, 0.5, -0.5, -0.5 or -1 (6 orders);
@@ -348,8 +372,8 @@ def test_isoscore_of_different_measurement_zeta_is_not_compared(tmp_path: Path) 
     assert why is None
     assert "IsoScore\\* not compared on mrpc" in out
     assert _row(out, "C3 no rise").endswith(
-        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs CosReg (λ = 1) and a base run, same "
-        "seeds |")
+        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs CosReg (λ = 1) and "
+        "a base run, same seeds |")
 
 
 def test_only_the_cells_of_a_claim_open_it(tmp_path: Path) -> None:
@@ -369,7 +393,8 @@ def test_a_claim_tested_without_values_is_inconclusive(tmp_path: Path) -> None:
     make_run(tmp_path, task="mrpc", reg="cosreg", cos_lam=0.5, seed=0)
     out, _ = _claims_lines(tmp_path)
     assert "| mrpc | 2 | fewer than 4 runs with both values | | | inconclusive |" in out
-    assert _row(out, "C2").endswith("| 1 | 0 of 0 | – | 0 / 0 / 1 | inconclusive |")
+    assert _row(out, "C2").endswith(
+        "| 1 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 1 | – | inconclusive |")
     assert "Cells no claim compares: mrpc: cosreg λ=0.5." in out
     assert "Seeds per cell: 1 (one seed" in out
 
@@ -381,8 +406,8 @@ def test_spectrum_left_out_when_formats_differ(tmp_path: Path) -> None:
     out, _ = _claims_lines(tmp_path, spectrum=False)
     assert "The training [CLS] spectrum is not compared" in out
     assert _row(out, "P1 held down").endswith(
-        "| 0 | 0 of 0 | – | 0 / 0 / 0 | not run: needs the entropy loss (selected bars) and a "
-        "base run, same seeds |")
+        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs the entropy loss "
+        "(selected bars) and a base run, same seeds |")
 
 
 def test_a_claims_md_not_written_by_report_is_kept(tmp_path: Path) -> None:
@@ -401,6 +426,8 @@ def test_a_claim_needs_two_seeds_of_each_task() -> None:
     rows = claims.summary({"C4 λ = +1": one_seed, "C1 vs none": three}, "C")
     (c4,) = [r for r in rows if r.startswith("| C4 λ = +1 |")]
     (c1,) = [r for r in rows if r.startswith("| C1 vs none |")]
-    assert c4.endswith("| 6 of 6 | 0.0156 | 0 / 0 / 6 | inconclusive (a task with fewer than 2 "
-                       "seeds) |")
-    assert c1.endswith("| 6 of 6 | 0.0156 | 2 / 0 / 0 | supported |")
+    assert c4.endswith("| 6 of 6 | 0.0156 | – | 6 of 6 | 0.0156 | 0 / 0 / 6 | – | inconclusive "
+                       "(a task with fewer than 2 seeds) |")
+    # the only claim tested: Holm leaves its p as it is; 2 task means of 0.1: p = 1/4
+    assert c1.endswith("| 6 of 6 | 0.0156 | 0.0156 | 2 of 2 | 0.25 | 2 / 0 / 0 | – | "
+                       "supported |")

@@ -27,34 +27,37 @@ excludes 0 on the predicted side, *contradicted* when it excludes 0 on the other
 something does *not* rise (C3) can only be contradicted: a difference near 0 is "not
 contradicted".
 
-Per claim (the summary at the end): the per-seed values of all the tasks it was tested on are
-pooled, each oriented so that > 0 is the claimed direction (a paired difference; for C2 minus
-the Spearman ρ of one seed's runs; for P1's growth one run's growth), and a one-sided sign
-test (exact binomial, ties dropped) decides: *supported* when the values in the claimed
-direction have p < 0.05, *contradicted* when those in the other direction have,
-*inconclusive* otherwise, and also while a task gave fewer than 2 values (with one seed per
-task nothing shows whether a task's difference, however small, outlasts a change of seed).
-With independent tasks and seeds its error rate is 5% whatever the number of tasks; with 3
-seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
+Per claim (the summary at the end; :mod:`isotropy.reporting.claim_summary`): the per-seed
+values of all the tasks it was tested on are pooled, each oriented so that > 0 is the claimed
+direction (a paired difference; for C2 minus the Spearman ρ of one seed's runs; for P1's
+growth one run's growth), and a one-sided sign test (exact binomial, ties dropped) gives its p;
+Holm's adjustment of those p across the report's claims decides: *supported* when the values
+in the claimed direction have an adjusted p < 0.05, *contradicted* when those in the other
+direction have, *inconclusive* otherwise, and also while a task gave fewer than 2 values (with
+one seed per task nothing shows whether a task's difference, however small, outlasts a change
+of seed). Unadjusted, with 3 seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
 cannot decide a claim of one task (3 of 3: p = 1/8). For a claim that something does not rise
 (C3) only *contradicted* is possible (a significant rise); otherwise it is *not
-contradicted*, which with this few values also means "too few to see a rise".
+contradicted*, which with this few values also means "too few to see a rise". A task whose
+comparison includes a cell that predicted one class on every seed (a constant predictor) is
+shown but left out of its claim's counts.
+
+C3 is judged on IsoScore\* of the last layer's token cloud, the paper's evidence (Fig. 4);
+the union of layers is shown beside it as a claim of its own (*C3 no rise, union*).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from isotropy.reporting.cells import Cell
-from isotropy.reporting.claim_registry import CLAIMS, ISTAR_BEST, NEEDS, TASKS, ZETAS
+from isotropy.reporting.claim_registry import CLAIMS, ISTAR_BEST, TASKS, ZETAS
 from isotropy.reporting.claim_stats import (
-    ALPHA,
     CONFIDENCE,
-    MIN_SEEDS,
     Diff,
     claim_verdict,
     mean_interval,
@@ -63,139 +66,31 @@ from isotropy.reporting.claim_stats import (
     sign_test,
     spearman_permutation_p,
 )
-from isotropy.reporting.runs import Run, mean_std, tail_evaluations
-from isotropy.reporting.tables import spectrum_tail_means
+from isotropy.reporting.claim_summary import (
+    Tally,
+    claim_rows,
+    claims_json,
+    constant_predictor,
+    summary,
+    summary_markdown,
+)
+from isotropy.reporting.claim_values import Values, mean_std_text, measured_zeta, tail_metric
+from isotropy.reporting.runs import Run
 
 __all__ = [
     "CLAIMS",
     "ISTAR_BEST",
     "Diff",
+    "Tally",
     "claim_verdict",
     "claims_markdown",
+    "claims_report",
     "mean_interval",
     "paired",
     "spearman_permutation_p",
     "sign_test",
+    "summary",
 ]
-
-@dataclass
-class Tally:
-    """A claim's units: each one's verdict and its per-seed values, oriented so that > 0 is the
-    claimed direction (for a "no rise" claim: > 0 is a rise)."""
-
-    verdicts: list[str]
-    values: list[float]
-    seeds: list[int] = field(default_factory=list)  # per task: how many values it gave
-
-
-def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
-    """The summary table: per claim of the ``papers`` (``C``: I-STAR, ``P``: persistent
-    entropy), its tasks, the pooled sign test and its verdict."""
-    unknown = set(tally) - set(CLAIMS)
-    if unknown:
-        raise ValueError(f"units recorded under no claim of CLAIMS: {sorted(unknown)}")
-    out = ["## Summary: one verdict per claim", "",
-           f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
-           f"at {ALPHA:g} (see the docstring): *k of n* values move the claimed way (for "
-           "\"no rise\": rise). Per task, as in the tables above: *supported* when the "
-           f"{CONFIDENCE:.0%} Student-t interval over seeds excludes 0 on the claimed side "
-           "(P1 growth: of the per-run growth; C2: the exact permutation test below 2.5% on "
-           "that side), "
-           "*contradicted* when it excludes 0 on the other side.", "",
-           "| claim | what is tested | tasks | values the claimed way | one-sided p | tasks "
-           "supported / contradicted / other | verdict |",
-           "|---|---|---|---|---|---|---|"]
-    for key, (what, sign) in CLAIMS.items():
-        if key[0] not in papers:
-            continue
-        t = tally.get(key, Tally([], []))
-        k, n, p_for, _ = sign_test(t.values)
-        sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
-        p = f"{p_for:.3g}" if n else "–"
-        if t.values and min(n for n in t.seeds if n) < MIN_SEEDS:
-            verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
-        elif not t.values and not t.verdicts:
-            verdict = f"not run: needs {NEEDS[key]}"
-        elif t.values:
-            verdict = claim_verdict(t.values, sign)
-        else:
-            verdict = "inconclusive"
-        out.append(f"| {key} | {what} | {len(t.verdicts)} | {k} of {n} | {p} | "
-                   f"{sup} / {con} / {len(t.verdicts) - sup - con} | {verdict} |")
-    return out
-
-
-def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
-    """``mean ± sample std (n)`` of ``value`` over the runs (``report``'s :func:`mean_std`)."""
-    v = [x for r in runs if (x := value(r)) is not None]
-    if not v:
-        return "–"
-    mean, std = mean_std(v)
-    return f"{mean:.4f} (n=1)" if std is None else f"{mean:.4f} ± {std:.4f} (n={len(v)})"
-
-
-def tail_metric(r: Run) -> float | None:
-    """The main metric averaged over the evaluations of the last 30% of training (the
-    persistent-entropy paper's Table 2)."""
-    total = r.total_steps
-    v = tail_evaluations(r.evaluations, total) if total else []
-    return float(np.mean(v)) if v else None
-
-
-def measured_zeta(r: Run) -> float | None:
-    """The ζ the run's evaluation IsoScore* was measured with (``measurements.jsonl``)."""
-    z = (r.last_measurement or {}).get("zeta")
-    return float(z) if isinstance(z, (int, float)) else None
-
-
-@dataclass
-class _Values:
-    """What the claims read from a run: the evaluation ``which`` (final or best) for the
-    metric, IsoScore* (union), the TwoNN dimension of [CLS] and the centring; IsoScore* only
-    for tasks whose runs measured it with one ζ (``iso_tasks``), the training spectrum only
-    when ``spectrum`` (the runs' measurement formats agree)."""
-
-    which: str = "final"
-    iso_tasks: frozenset[str] = frozenset()
-    spectrum: bool = True
-
-    def metric(self, r: Run) -> float | None:
-        return r.value(r.main_metric, self.which)
-
-    def iso(self, r: Run) -> float | None:
-        return r.value("isoscore_star_union", self.which) if r.task in self.iso_tasks else None
-
-    def twonn(self, r: Run) -> float | None:
-        return r.value("twonn_cls_last", self.which)
-
-    def centring(self, r: Run) -> float | None:
-        """Mean over dimensions of |mean activation| of the last layer's token cloud (I-STAR
-        Fig. 4's quantity, one number: CosReg is said to centre it), measured at the
-        evaluation ``which`` (the measurement record of its step)."""
-        if self.which == "final":
-            rec = r.last_measurement
-        else:
-            step = r.best.get("step")
-            rec = next((m for m in reversed(r.measurement_records) if m.get("step") == step),
-                       None)
-        m = ((rec or {}).get("last") or {}).get("token_mean")
-        return float(np.mean(np.abs(m))) if m else None
-
-    def top1(self, r: Run) -> float | None:
-        """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
-        m = spectrum_tail_means(r.spectrum_logs, r.total_steps) if self.spectrum else None
-        return m["cls_spectrum_raw_1"] if m else None
-
-    def growth(self, r: Run, kind: str = "raw") -> float | None:
-        """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the
-        first training log (Table 3 gives both kinds). A log is the mean over the optimizer
-        steps since the previous one: the first is that of steps 1 to ``logging_steps``."""
-        logs = r.spectrum_logs if self.spectrum else []
-        tail = spectrum_tail_means(logs, r.total_steps)
-        if not logs or not tail:
-            return None
-        return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
-
 
 Cells = dict[tuple[str, str], list[Run]]
 ENTROPY_LABELS = ("entropy β=1", "entropy β=1 (all bars)")  # selected bars, all bars
@@ -207,10 +102,17 @@ def istar(lam: float, zeta: float) -> str:
 
 
 Get = Callable[[str, str], list[Run]]  # (task, method label) -> the cell's runs
-Note = Callable[..., str]
+Note = Callable[..., str]  # note(claim, verdict, values, task=, cells=): records a task's unit
 
 
-def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
+def _no_rise(d: Diff) -> str:
+    """A "no rise" claim's per-task verdict: a significant rise contradicts it."""
+    if d.verdict(+1) == "supported":
+        return "contradicted"
+    return "not contradicted" if d.n >= 2 else "inconclusive"
+
+
+def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: Values) -> list[str]:
     """The I-STAR claims' tables (C1-C5) of ``tasks``."""
     out: list[str] = []
 
@@ -232,7 +134,8 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
             dt = paired(base, rs, v.twonn) if label != "none" else None
             c1 = ""  # C1 is the paper's λ; the other rows' differences are shown, not judged
             if dm and label == istar(lam, zeta):
-                c1 = note("C1 vs none", dm.verdict(+1), dm.values)
+                c1 = note("C1 vs none", dm.verdict(+1), dm.values, task=task,
+                          cells=("none", label))
             out.append(f"| {task} | {label} | {mean_std_text(rs, v.metric)} | "
                        f"{dm.text() if dm else ''} | {c1} | {mean_std_text(rs, v.iso)} | "
                        f"{di.text() if di else ''} | {mean_std_text(rs, v.twonn)} | "
@@ -243,7 +146,9 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
         lam, zeta = ISTAR_BEST[task]
         d = paired(get(task, "cosreg λ=1"), get(task, istar(lam, zeta)), v.metric)
         if d:
-            out.append(f"| {task} | {d.text()} | {note('C1 vs CosReg', d.verdict(+1), d.values)} |")
+            c1 = note("C1 vs CosReg", d.verdict(+1), d.values, task=task,
+                      cells=("cosreg λ=1", istar(lam, zeta)))
+            out.append(f"| {task} | {d.text()} | {c1} |")
 
     # C2: across the lambda cells at one zeta (base = lambda 0), Spearman correlation of
     # IsoScore* and the metric over all runs, and within each seed: their sum's exact
@@ -259,18 +164,19 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
         lams = [istar(la, zeta) for la in (lam, -0.3, 1.0) if get(task, istar(la, zeta))]
         if not lams:  # no λ but the base run's 0: nothing to correlate
             continue
-        group = [r for label in ("none", *lams) for r in get(task, label)]
+        c2_cells = ("none", *lams)
+        group = [r for label in c2_cells for r in get(task, label)]
         pts = [(r.seed, v.iso(r), v.metric(r)) for r in group]
         pts = [p for p in pts if p[1] is not None and p[2] is not None]
         if len(pts) < 4:
             if group:
                 out.append(f"| {task} | {len(pts)} | fewer than 4 runs with both values | | | "
-                           f"{note('C2', 'inconclusive')} |")
+                           f"{note('C2', 'inconclusive', task=task, cells=c2_cells)} |")
             continue
         xs, ys = [p[1] for p in pts], [p[2] for p in pts]
         if np.ptp(xs) == 0 or np.ptp(ys) == 0:
             out.append(f"| {task} | {len(pts)} | undefined (a constant column) | | | "
-                       f"{note('C2', 'inconclusive')} |")
+                       f"{note('C2', 'inconclusive', task=task, cells=c2_cells)} |")
             continue
         rho = float(stats.spearmanr(xs, ys).statistic)
         per_seed = per_seed_spearman(pts)
@@ -280,24 +186,28 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
                    else "contradicted" if p_high < (1 - CONFIDENCE) / 2 else "inconclusive")
         ps = f"{p_low:.3g}, {p_high:.3g}" if n_seeds else "–"
         out.append(f"| {task} | {len(pts)} | {rho:+.3f} | {shown} | {ps} | "
-                   f"{note('C2', verdict, [-r for r in per_seed])} |")
+                   f"{note('C2', verdict, [-r for r in per_seed], task=task, cells=c2_cells)} |")
 
-    # C3: CosReg vs base, IsoScore* (predicted: not raised) and |mean activation| (centred).
+    # C3: CosReg vs base, IsoScore* (predicted: not raised; the paper's evidence is the last
+    # layer, the union beside it) and |mean activation| of the last layer (centred).
     out += ["", "### C3: CosReg minus base", "",
-            "| task | Δ IsoScore* [95% CI] | verdict (claim: no rise) | Δ mean abs activation "
-            "(last layer) | verdict (Δ < 0) |", "|---|---|---|---|---|"]
+            "| task | Δ IsoScore* last layer [95% CI] | verdict (claim: no rise) | Δ IsoScore* "
+            "union of layers [95% CI] | verdict (no rise) | Δ mean abs activation (last layer) "
+            "| verdict (Δ < 0) |", "|---|---|---|---|---|---|---|"]
     for task in tasks:
         a, b = get(task, "none"), get(task, "cosreg λ=1")
-        di, dz = paired(a, b, v.iso), paired(a, b, v.centring)
-        no_rise = centres = ""
+        di, du, dz = paired(a, b, v.iso_last), paired(a, b, v.iso), paired(a, b, v.centring)
+        c3 = {"task": task, "cells": ("none", "cosreg λ=1")}
+        no_rise = no_rise_union = centres = ""
         if di:
-            rise = di.verdict(+1)  # "supported" for a rise contradicts the claim of none
-            no_rise = note("C3 no rise", "contradicted" if rise == "supported" else
-                           "not contradicted" if di.n >= 2 else "inconclusive", di.values)
+            no_rise = note("C3 no rise", _no_rise(di), di.values, **c3)
+        if du:
+            no_rise_union = note("C3 no rise, union", _no_rise(du), du.values, **c3)
         if dz:
-            centres = note("C3 centres", dz.verdict(-1), [-x for x in dz.values])
-        if di or dz:
+            centres = note("C3 centres", dz.verdict(-1), [-x for x in dz.values], **c3)
+        if di or du or dz:
             out.append(f"| {task} | {di.text() if di else '–'} | {no_rise} | "
+                       f"{du.text() if du else '–'} | {no_rise_union} | "
                        f"{dz.text() if dz else '–'} | {centres} |")
 
     # C4: TwoNN of [CLS] (last layer): lower for lambda < 0, higher for lambda > 0.
@@ -309,8 +219,9 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
                               (1.0, +1, "C4 λ = +1")):
             d = paired(get(task, "none"), get(task, istar(la, zeta)), v.twonn)
             if d:
-                out.append(f"| {task} | {la:g} | {d.text(2)} | "
-                           f"{note(key, d.verdict(sign), [sign * x for x in d.values])} |")
+                verdict = note(key, d.verdict(sign), [sign * x for x in d.values], task=task,
+                               cells=("none", istar(la, zeta)))
+                out.append(f"| {task} | {la:g} | {d.text(2)} | {verdict} |")
 
     # C5 (a ζ grid): at lambda = -1, the best zeta in (0, 1) against zeta = 0.
     c5 = ["", "### C5: I-STAR λ = -1, best ζ ∈ (0, 1) minus ζ = 0 (a ζ grid)", "",
@@ -333,14 +244,15 @@ def _istar_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> lis
         shown = ", ".join(f"{z:g}: {means[z]:.4f} ({len(by_zeta[z])})" for z in ZETAS
                           if z in means)
         if d:
-            c5.append(f"| {task} | {shown} | {best:g} | {d.text()} | "
-                      f"{note('C5', d.verdict(+1), d.values)} |")
+            verdict = note("C5", d.verdict(+1), d.values, task=task,
+                           cells=(istar(-1, 0.0), istar(-1, best)))
+            c5.append(f"| {task} | {shown} | {best:g} | {d.text()} | {verdict} |")
     if len(c5) == rows:
         c5[3:] = ["No task has I-STAR λ = -1 runs at ζ = 0 and at a ζ in (0, 1)."]
     return out + c5
 
 
-def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> list[str]:
+def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: Values) -> list[str]:
     """The persistent-entropy claims' tables (P1-P3) of ``tasks``."""
     out: list[str] = []
     sel, allbars = ENTROPY_LABELS
@@ -360,8 +272,10 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
             ds = paired(base, rs, v.top1) if label != "none" else None
             p2 = p1 = ""  # P1 and P2 are the paper's method; all bars is its ablation (P3)
             if label == sel:
-                p2 = note("P2", dm.verdict(+1), dm.values) if dm else ""
-                p1 = note("P1 held down", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
+                at = {"task": task, "cells": ("none", sel)}
+                p2 = note("P2", dm.verdict(+1), dm.values, **at) if dm else ""
+                p1 = (note("P1 held down", ds.verdict(-1), [-x for x in ds.values], **at)
+                      if ds else "")
             out.append(f"| {task} | {label} | {mean_std_text(rs, tail_metric)} | "
                        f"{dm.text() if dm else ''} | {p2} | "
                        f"{mean_std_text(rs, v.top1)} | {ds.text() if ds else ''} | {p1} |")
@@ -375,7 +289,8 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
             g = [x for r in base if (x := v.growth(r, kind)) is not None]
             if g:
                 d = mean_interval(g)
-                verdict = note(f"P1 grows, {kind}", d.verdict(+1), g)
+                verdict = note(f"P1 grows, {kind}", d.verdict(+1), g, task=task,
+                               cells=("none",))
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
                 out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
                            f"{d.interval_text()} | "
@@ -388,8 +303,9 @@ def _entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: _Values) -> l
         dm = paired(get(task, allbars), get(task, sel), tail_metric)
         ds = paired(get(task, allbars), get(task, sel), v.top1)
         if dm or ds:
-            vm = note("P3 metric", dm.verdict(+1), dm.values) if dm else ""
-            vs = note("P3 spectrum", ds.verdict(-1), [-x for x in ds.values]) if ds else ""
+            at = {"task": task, "cells": (allbars, sel)}
+            vm = note("P3 metric", dm.verdict(+1), dm.values, **at) if dm else ""
+            vs = note("P3 spectrum", ds.verdict(-1), [-x for x in ds.values], **at) if ds else ""
             out.append(f"| {task} | {dm.text() if dm else '–'} | {vm} | "
                        f"{ds.text() if ds else '–'} | {vs} |")
     return out
@@ -405,9 +321,19 @@ def _istar_labels(task: str) -> list[str]:
 
 def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool = True,
                     picked: bool = False) -> tuple[list[str], str | None]:
-    """The claims' tables and their summary as markdown lines, or ``([], reason)`` when the
-    runs cannot be read as one protocol (a task whose runs differ in settings, e.g. two
-    learning rates: which of them is the base run?) or hold no claim's cells.
+    """:func:`claims_report`'s markdown lines and reason."""
+    lines, _, why = claims_report(cells, which, spectrum, picked)
+    return lines, why
+
+
+def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = True,
+                  picked: bool = False
+                  ) -> tuple[list[str], dict[str, Any] | None, str | None]:
+    """The claims' tables and their summary as markdown lines, the same as data for
+    ``claims.json`` (:func:`~isotropy.reporting.claim_summary.claims_json`), or
+    ``([], None, reason)`` when the runs cannot be read as one protocol (a task whose runs
+    differ in settings, e.g. two learning rates: which of them is the base run?) or hold no
+    claim's cells.
 
     ``which``: the evaluation read (``final`` or ``best``); ``spectrum``: whether the training
     [CLS] spectrum may be compared (``False`` when the runs' measurement formats differ: P1 and
@@ -415,12 +341,12 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
     (said in the output)."""
     mixed = sorted({c.task for c in cells if c.setting})
     if mixed:
-        return [], (f"the runs of {', '.join(mixed)} differ in settings that define the "
+        return [], None, (f"the runs of {', '.join(mixed)} differ in settings that define the "
                     "experiment (the setting column of the tables): the claims are measured "
                     "on one protocol at a time, e.g. in each sweep's own report")
     models = sorted({c.model for c in cells})
     if len(models) > 1:
-        return [], f"runs of several models ({', '.join(models)}): one model at a time"
+        return [], None, f"runs of several models ({', '.join(models)}): one model at a time"
     by_label: Cells = {(c.task, c.method.label): list(c.runs) for c in cells}
     labels = {task: {lab for (t, lab) in by_label if t == task} for task in {c.task for c in cells}}
     istar_tasks = [t for t in TASKS if "none" in labels.get(t, ())
@@ -428,9 +354,9 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
     entropy_tasks = sorted(t for t, labs in labels.items() if "none" in labs
                            and set(ENTROPY_LABELS) & labs)
     if not istar_tasks and not entropy_tasks:
-        return [], ("no task has a run without a regularizer next to CosReg λ = 1 or I-STAR at "
-                    "the paper's (λ, ζ) for the task (known for "
-                    f"{', '.join(TASKS)}), or next to the entropy loss (β = 1, exact)")
+        return [], None, ("no task has a run without a regularizer next to CosReg λ = 1 or "
+                          "I-STAR at the paper's (λ, ζ) for the task (known for "
+                          f"{', '.join(TASKS)}), or next to the entropy loss (β = 1, exact)")
     used = {("none", t) for t in istar_tasks + entropy_tasks}
     used |= {(lab, t) for t in istar_tasks for lab in _istar_labels(t)}
     used |= {(lab, t) for t in entropy_tasks for lab in ENTROPY_LABELS}
@@ -438,7 +364,7 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
     zetas = {t: {z for (t2, _), rs in by_label.items() if t2 == t for r in rs
                  if (z := measured_zeta(r)) is not None} for t in labels}
     iso_tasks = frozenset(t for t, zs in zetas.items() if len(zs) <= 1)
-    v = _Values(which, iso_tasks, spectrum)
+    v = Values(which, iso_tasks, spectrum)
     seeds = sorted({len(rs) for rs in by_label.values()})
     read = []
     if istar_tasks:
@@ -468,14 +394,22 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
         out.append(f"Cells no claim compares: {'; '.join(unused)}.")
     out.append("")
     tally: dict[str, Tally] = {}
+    constant = {key for key, rs in by_label.items() if constant_predictor(rs)}
 
-    def note(claim: str, verdict: str, values: Sequence[float] = ()) -> str:
+    def note(claim: str, verdict: str, values: Sequence[float] = (), *, task: str,
+             cells: Sequence[str]) -> str:
         """Record one task's verdict and its per-seed values, oriented so that > 0 is the
-        claimed direction (for "no rise": a rise), for the summary; returns the verdict."""
+        claimed direction (for "no rise": a rise), for the summary; returns the verdict. A
+        comparison of a constant predictor's cell is shown but not counted."""
         t = tally.setdefault(claim, Tally([], []))
+        flat = [label for label in cells if (task, label) in constant]
+        if flat:
+            t.left_out.append(f"{task} ({', '.join(flat)}: one class on every seed)")
+            return f"{verdict} (left out: constant predictor)"
         t.verdicts.append(verdict)
         t.values.extend(values)
         t.seeds.append(len(values))
+        t.tasks.append(task)
         return verdict
 
     def get(task: str, label: str) -> list[Run]:
@@ -485,5 +419,12 @@ def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool 
         out += [*_istar_tables(get, istar_tasks, note, v), ""]
     if entropy_tasks:
         out += [*_entropy_tables(get, entropy_tasks, note, v), ""]
+    if constant:
+        out += ["Cells that predicted one class for the whole dev set at the final evaluation "
+                "on every seed (shown in the tables, left out of their claims' counts): "
+                + "; ".join(f"{t}: {lab}" for t, lab in sorted(constant)) + ".", ""]
     papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
-    return [*out, *summary(tally, papers)], None
+    rows = claim_rows(tally, papers)
+    data = claims_json(rows, tally, which=which, seeds_per_cell=seeds,
+                       constant_predictors=[f"{t}: {lab}" for t, lab in sorted(constant)])
+    return [*out, *summary_markdown(rows)], data, None

@@ -3,6 +3,7 @@ atomically into one directory (:func:`write_report`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 
 from isotropy.io import write_csv_atomic, write_text_atomic
 from isotropy.reporting.cells import Cell, collect_runs, group_cells, pick_best
-from isotropy.reporting.claims import claims_markdown
+from isotropy.reporting.claims import claims_report
 from isotropy.reporting.figures import make_figures
 from isotropy.reporting.runs import SPECTRUM_KEYS, Run, _fmt, _num, expand_inputs
 from isotropy.reporting.tables import (
@@ -89,13 +90,17 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
         rep.fig_files, rep.fig_skipped = make_figures(rep.cells, out / "figures", which,
                                                       refused=rep.refused)
     files += rep.fig_files
-    claims, rep.claims_why_not = claims_markdown(
+    claims, claims_data, rep.claims_why_not = claims_report(
         rep.cells, which, spectrum=not rep.refused, picked=bool(pick_best_over))
     if claims:
         files.append(write_text_atomic(out / "claims.md", "\n".join([*CLAIMS_HEAD, *claims])
                                        + "\n"))
-    elif _is_ours(out / "claims.md"):
-        (out / "claims.md").unlink()  # an earlier report's, of other runs
+        files.append(write_text_atomic(out / "claims.json", json.dumps(
+            claims_data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"))
+    else:
+        for name in ("claims.md", "claims.json"):
+            if _is_ours(out / name):
+                (out / name).unlink()  # an earlier report's, of other runs
     md = [*_md_head(rep), *_md_tables(rep), *_md_claims(rep), *_md_figures(rep), *_md_tail(rep)]
     files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
     return {"runs": runs, "skipped": skipped, "cells": rep.cells, "files": files,
@@ -109,12 +114,16 @@ CLAIMS_HEAD = ["# The papers' claims on these runs", "",
 
 
 def _is_ours(path: Path) -> bool:
-    """Whether ``path`` is a ``claims.md`` that ``isotropy report`` wrote (its first lines)."""
-    head = "\n".join(CLAIMS_HEAD[:3])
+    """Whether ``path`` is a ``claims.md`` (its first lines) or ``claims.json`` (its
+    ``generated_by``) that ``isotropy report`` wrote."""
     try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return isinstance(data, dict) and data.get("generated_by") == "isotropy report"
+        head = "\n".join(CLAIMS_HEAD[:3])
         with path.open(encoding="utf-8") as f:
             return f.read(len(head) + 1).startswith(head)
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError):
         return False
 
 

@@ -1,0 +1,228 @@
+r"""One verdict per claim (the summary of ``claims.md``, and ``claims.json``), from the per-task
+units the claims' tables record (:class:`Tally`).
+
+Per claim, three tests of its values, each value oriented so that > 0 is the claimed direction:
+
+- the **pooled sign test** (:func:`~isotropy.reporting.claim_stats.sign_test`) over every
+  task-seed value: "no effect on any task" against "an effect somewhere";
+- the **task-level sign test** over one value per task, its mean over seeds: the papers'
+  "on most tasks". With 5 tasks its smallest p is 1/32, with 4 tasks 1/16: it cannot
+  decide a claim of fewer than 5 tasks at 0.05, and is shown, not used for the verdict;
+- **Holm's step-down adjustment** (:func:`holm`) of the pooled tests' deciding p across all
+  the claims of one report that reach a test (the family), which holds the chance of any
+  false verdict among them at 0.05. The verdict word uses the adjusted p.
+
+A claim's deciding p is the smaller of its two one-sided pooled p-values (for a claim that
+something does not rise, that of a rise). A unit comparing a cell that predicted one class at
+the final evaluation on every seed (:func:`constant_predictor`) is shown in its table but left
+out of its claim's counts, and listed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from isotropy.reporting.claim_registry import CLAIMS, NEEDS
+from isotropy.reporting.claim_stats import ALPHA, CONFIDENCE, MIN_SEEDS, sign_test
+from isotropy.reporting.runs import Run
+
+__all__ = ["ClaimRow", "Tally", "claim_rows", "claims_json", "constant_predictor", "holm",
+           "summary", "summary_markdown", "task_means"]
+
+
+@dataclass
+class Tally:
+    """A claim's units, one per task: each one's verdict and its per-seed values, oriented so
+    that > 0 is the claimed direction (for a "no rise" claim: > 0 is a rise).
+
+    ``seeds[i]`` is how many values unit ``i`` gave (its values follow one another in
+    ``values``); ``tasks[i]`` its task, where known; ``left_out``: the units shown but not
+    counted, as ``"task: why"``."""
+
+    verdicts: list[str]
+    values: list[float]
+    seeds: list[int] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+
+def task_means(t: Tally) -> list[float]:
+    """One value per unit that gave any: the mean of its per-seed values.
+
+    >>> task_means(Tally(["a", "b", "c"], [1.0, 2.0, 3.0, -1.0], [3, 0, 1]))
+    [2.0, -1.0]
+    """
+    out, start = [], 0
+    for n in t.seeds:
+        if n:
+            out.append(float(np.mean(t.values[start:start + n])))
+        start += n
+    return out
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values: with the m p-values sorted, p₍ᵢ₎ becomes
+    maxⱼ≤ᵢ min(1, (m - j + 1) p₍ⱼ₎); rejecting where the adjusted p < α holds the
+    family-wise error rate at α under any dependence.
+
+    >>> holm([0.01, 0.04, 0.03])  # sorted 0.01, 0.03, 0.04: 3·0.01, 2·0.03, max(0.06, 0.04)
+    [0.03, 0.06, 0.06]
+    >>> holm([0.5, 0.5]), holm([0.001, 0.2]), holm([])
+    ([1.0, 1.0], [0.002, 0.2], [])
+    """
+    p = np.asarray(pvalues, dtype=float)
+    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"holm needs a list of p-values in [0, 1], got {list(pvalues)}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return [round(float(x), 15) for x in adjusted]
+
+
+def constant_predictor(runs: Sequence[Run]) -> bool:
+    """Whether every run of a cell predicted one class for the whole dev set at its final
+    evaluation (``eval_majority_fraction`` = 1; regression tasks have none: never)."""
+    shares = [r.value("majority_fraction", "final") for r in runs]
+    return bool(shares) and all(s is not None and s >= 1.0 for s in shares)
+
+
+@dataclass
+class ClaimRow:
+    """One claim's line of the summary, as data (``claims.json``)."""
+
+    claim: str
+    tested: str
+    sign: int
+    tasks: int
+    k: int
+    n: int
+    p: float | None  # the pooled test's p in the claimed direction (for "no rise": a rise)
+    p_decide: float | None  # the smaller one-sided p (for "no rise": that of a rise)
+    p_holm: float | None  # p_decide, Holm-adjusted across the report's tested claims
+    task_k: int
+    task_n: int
+    task_p: float | None
+    supported: int
+    contradicted: int
+    left_out: list[str]
+    verdict: str
+    verdict_unadjusted: str
+
+
+def _word(sign: int, p_for: float, p_against: float, p: float) -> str:
+    """The verdict at adjusted p ``p`` (the deciding side is that of the smaller raw p)."""
+    if sign == 0:
+        return "contradicted" if p < ALPHA else "not contradicted"
+    if p >= ALPHA:
+        return "inconclusive"
+    return "supported" if p_for <= p_against else "contradicted"
+
+
+def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
+    """The summary's rows as data: per claim of ``papers`` (``C``: I-STAR, ``P``: persistent
+    entropy), the pooled and task-level sign tests, Holm's adjustment and the verdict."""
+    unknown = set(tally) - set(CLAIMS)
+    if unknown:
+        raise ValueError(f"units recorded under no claim of CLAIMS: {sorted(unknown)}")
+    rows: list[ClaimRow] = []
+    tested: list[int] = []  # rows with a pooled test in the family
+    for key, (what, sign) in CLAIMS.items():
+        if key[0] not in papers:
+            continue
+        t = tally.get(key, Tally([], []))
+        k, n, p_for, p_against = sign_test(t.values)
+        means = task_means(t)
+        tk, tn, tp, _ = sign_test(means)
+        sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
+        decide = p_for if sign == 0 else min(p_for, p_against)
+        if t.values and min(s for s in t.seeds if s) < MIN_SEEDS:
+            verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
+        elif not t.values and not t.verdicts:
+            verdict = (f"not judged: every task left out ({'; '.join(t.left_out)})"
+                       if t.left_out else f"not run: needs {NEEDS[key]}")
+        elif t.values:
+            verdict = ""  # decided below, once the family is known
+            tested.append(len(rows))
+        else:
+            verdict = "inconclusive"
+        has = bool(t.values)  # all ties (n = 0) test too, with p = 1
+        rows.append(ClaimRow(key, what, sign, len(t.verdicts), k, n, p_for if has else None,
+                             decide if has else None, None, tk, tn, tp if tn else None, sup,
+                             con, list(t.left_out), verdict, verdict))
+    adjusted = holm([rows[i].p_decide for i in tested])  # type: ignore[misc]
+    for i, p_adj in zip(tested, adjusted, strict=True):
+        r = rows[i]
+        t = tally[r.claim]
+        _, _, p_for, p_against = sign_test(t.values)
+        r.p_holm = p_adj
+        r.verdict = _word(r.sign, p_for, p_against, p_adj)
+        r.verdict_unadjusted = _word(r.sign, p_for, p_against, r.p_decide)  # type: ignore[arg-type]
+    return rows
+
+
+def _p(p: float | None) -> str:
+    return "–" if p is None else f"{p:.3g}"
+
+
+def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
+    """The summary table of :func:`claim_rows`."""
+    rows = list(rows)
+    family = sum(r.p_holm is not None for r in rows)
+    out = ["## Summary: one verdict per claim", "",
+           f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
+           f"(see `isotropy.reporting.claim_summary`): *k of n* values move the claimed way "
+           "(for \"no rise\": rise), with its p; then that test's deciding p (the smaller "
+           f"one-sided p) Holm-adjusted across the {family} claims tested here, which the "
+           f"verdict uses at {ALPHA:g}. Beside it, the task-level test: one value per task (its "
+           "mean over seeds), *k of n* tasks the claimed way and its one-sided p (shown, not "
+           "used: with fewer than 5 tasks it cannot reach 0.05). Per task, as in the tables "
+           f"above: *supported* when the {CONFIDENCE:.0%} Student-t interval over seeds excludes "
+           "0 on the claimed side (P1 growth: of the per-run growth; C2: the exact permutation "
+           "test below 2.5% on that side), *contradicted* when it excludes 0 on the other side. "
+           "A task comparing a cell that predicted one class on every seed is left out of the "
+           "counts (listed).", "",
+           "| claim | what is tested | tasks | values the claimed way | one-sided p | "
+           "Holm-adjusted p | tasks the claimed way (task means) | task-level p | tasks "
+           "supported / contradicted / other | left out | verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        changed = ("" if r.p_holm is None or r.verdict == r.verdict_unadjusted
+                   else f" (unadjusted: {r.verdict_unadjusted})")
+        out.append(f"| {r.claim} | {r.tested} | {r.tasks} | {r.k} of {r.n} | {_p(r.p)} | "
+                   f"{_p(r.p_holm)} | {r.task_k} of {r.task_n} | {_p(r.task_p)} | "
+                   f"{r.supported} / {r.contradicted} / {r.tasks - r.supported - r.contradicted}"
+                   f" | {'; '.join(r.left_out) or '–'} | {r.verdict}{changed} |")
+    return out
+
+
+def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
+    """:func:`summary_markdown` of :func:`claim_rows`."""
+    return summary_markdown(claim_rows(tally, papers))
+
+
+def claims_json(rows: Sequence[ClaimRow], tally: dict[str, Tally], **context: Any
+                ) -> dict[str, Any]:
+    """``claims.json``: the summary's rows and every per-task unit behind them, with
+    ``context`` (what the values read, seeds per cell). NaN never occurs: a p that does not
+    exist is ``null``."""
+    units = []
+    for key, t in tally.items():
+        start = 0
+        for i, n in enumerate(t.seeds):
+            units.append({"claim": key, "task": t.tasks[i] if i < len(t.tasks) else None,
+                          "verdict": t.verdicts[i], "values": t.values[start:start + n]})
+            start += n
+    data = {"generated_by": "isotropy report", "alpha": ALPHA, "min_seeds": MIN_SEEDS, **context,
+            "claims": [asdict(r) for r in rows], "units": units}
+    for r in data["claims"]:
+        for name in ("p", "p_decide", "p_holm", "task_p"):
+            if r[name] is not None and not math.isfinite(r[name]):
+                raise ValueError(f"claim {r['claim']}: {name} is not finite")
+    return data

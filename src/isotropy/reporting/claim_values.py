@@ -1,0 +1,92 @@
+r"""What the claims (:mod:`isotropy.reporting.claims`) read from a run: the task metric,
+IsoScore\* (last layer and union), the TwoNN dimension of [CLS], the centring of the last
+layer, and the training [CLS] spectrum (:class:`Values`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from isotropy.reporting.runs import Run, mean_std, tail_evaluations
+from isotropy.reporting.tables import spectrum_tail_means
+
+__all__ = ["Values", "mean_std_text", "measured_zeta", "tail_metric"]
+
+
+def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
+    """``mean ± sample std (n)`` of ``value`` over the runs (``report``'s :func:`mean_std`)."""
+    v = [x for r in runs if (x := value(r)) is not None]
+    if not v:
+        return "–"
+    mean, std = mean_std(v)
+    return f"{mean:.4f} (n=1)" if std is None else f"{mean:.4f} ± {std:.4f} (n={len(v)})"
+
+
+def tail_metric(r: Run) -> float | None:
+    """The main metric averaged over the evaluations of the last 30% of training (the
+    persistent-entropy paper's Table 2)."""
+    total = r.total_steps
+    v = tail_evaluations(r.evaluations, total) if total else []
+    return float(np.mean(v)) if v else None
+
+
+def measured_zeta(r: Run) -> float | None:
+    """The ζ the run's evaluation IsoScore* was measured with (``measurements.jsonl``)."""
+    z = (r.last_measurement or {}).get("zeta")
+    return float(z) if isinstance(z, (int, float)) else None
+
+
+@dataclass
+class Values:
+    """What the claims read from a run: the evaluation ``which`` (final or best) for the
+    metric, IsoScore* (union), the TwoNN dimension of [CLS] and the centring; IsoScore* only
+    for tasks whose runs measured it with one ζ (``iso_tasks``), the training spectrum only
+    when ``spectrum`` (the runs' measurement formats agree)."""
+
+    which: str = "final"
+    iso_tasks: frozenset[str] = frozenset()
+    spectrum: bool = True
+
+    def metric(self, r: Run) -> float | None:
+        return r.value(r.main_metric, self.which)
+
+    def iso(self, r: Run) -> float | None:
+        """IsoScore* of the union of layers' token clouds."""
+        return r.value("isoscore_star_union", self.which) if r.task in self.iso_tasks else None
+
+    def iso_last(self, r: Run) -> float | None:
+        """IsoScore* of the last layer's token cloud (I-STAR Fig. 4's measure)."""
+        return r.value("isoscore_star_last", self.which) if r.task in self.iso_tasks else None
+
+    def twonn(self, r: Run) -> float | None:
+        return r.value("twonn_cls_last", self.which)
+
+    def centring(self, r: Run) -> float | None:
+        """Mean over dimensions of |mean activation| of the last layer's token cloud (I-STAR
+        Fig. 4's quantity, one number: CosReg is said to centre it), measured at the
+        evaluation ``which`` (the measurement record of its step)."""
+        if self.which == "final":
+            rec = r.last_measurement
+        else:
+            step = r.best.get("step")
+            rec = next((m for m in reversed(r.measurement_records) if m.get("step") == step),
+                       None)
+        m = ((rec or {}).get("last") or {}).get("token_mean")
+        return float(np.mean(np.abs(m))) if m else None
+
+    def top1(self, r: Run) -> float | None:
+        """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
+        m = spectrum_tail_means(r.spectrum_logs, r.total_steps) if self.spectrum else None
+        return m["cls_spectrum_raw_1"] if m else None
+
+    def growth(self, r: Run, kind: str = "raw") -> float | None:
+        """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the
+        first training log (Table 3 gives both kinds). A log is the mean over the optimizer
+        steps since the previous one: the first is that of steps 1 to ``logging_steps``."""
+        logs = r.spectrum_logs if self.spectrum else []
+        tail = spectrum_tail_means(logs, r.total_steps)
+        if not logs or not tail:
+            return None
+        return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
