@@ -21,7 +21,7 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              global_step: int | None = None, em: float | None = None,
              accumulation: str | None = "exact", padding: bool | None = None,
              twonn: float | None = None, iso_last: float | None = None,
-             majority: float | None = None) -> Path:
+             majority: float | None = None, iso_first: float | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers.
 
     ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
@@ -30,7 +30,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
     ``accumulation``/``padding``: ``entropy_accumulation``/``include_padding`` (absent if
     ``None``, as in runs written before those settings); ``twonn``: the final evaluation's
     ``eval_twonn_cls_last``, ``iso_last`` its ``eval_isoscore_star_last`` and ``majority`` its
-    ``eval_majority_fraction`` (each absent if ``None``)."""
+    ``eval_majority_fraction``, ``iso_first`` its ``eval_isoscore_star_token_layer1`` (each
+    absent if ``None``)."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             + "".join(f"_{k}{v}" for k, v in (training or {}).items())
             + ("" if fmt is None else f"_f{fmt}") + f"_{accumulation}_{padding}-seed{seed}")
@@ -56,6 +57,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
         final["eval_isoscore_star_last"] = iso_last
     if majority is not None:
         final["eval_majority_fraction"] = majority
+    if iso_first is not None:
+        final["eval_isoscore_star_token_layer1"] = iso_first
     logs: list[dict[str, Any]] = []
     for step, values in spectrum or []:
         rec = {"step": step, "loss": 0.5}

@@ -236,20 +236,30 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     _tables_are_rectangular(out)
     # MRPC's raw growth 0.200, 0.201, 0.202: 0.201 ± t₀.₉₇₅(2) 0.001 / √3 = 0.201 ± 0.0025
     assert "| mrpc | raw | 3 | +0.2010 ± 0.0010 | [+0.1985, +0.2035] | supported |" in out
-    # Six claims tested: five decide at p = 1/64 (6 of 6 one way), P1's raw growth at 42/64.
-    # Holm: the five become 6/64 = 0.09375 (5/64 and below are raised to it), the last stays
-    # 42/64 = 0.656: no verdict survives the adjustment. Task level: 2 tasks, p 1/4 at best.
-    held = "| 6 of 6 | 0.0156 | 0.0938 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
-    against = "| 0 of 6 | 1 | 0.0938 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
+    # Nine claims tested: six decide at p = 1/64 (6 of 6 one way: P1 held down, P2, P1's
+    # centred growth, P3 metric, P3 spectrum, and P4: all bars above the base run), P1's raw
+    # growth at 42/64, and the two centred top-1 comparisons at 1 (every run has the same
+    # centred share: 6 ties). Holm: the six become 9/64 = 0.141, the rest 1: no verdict
+    # survives the adjustment. Task level: 2 tasks, p 1/4 at best.
+    held = "| 6 of 6 | 0.0156 | 0.141 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    against = "| 0 of 6 | 1 | 0.141 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
     assert _row(out, "P1 held down").endswith(
         f"| 2 {held} inconclusive (unadjusted: supported) |")
     assert _row(out, "P2").endswith(f"| 2 {against} inconclusive (unadjusted: contradicted) |")
     assert _row(out, "P1 grows, raw").endswith(
-        "| 2 | 3 of 6 | 0.656 | 0.656 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
+        "| 2 | 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
     assert _row(out, "P1 grows, centred").endswith(f"{held} inconclusive (unadjusted: supported) |")
     assert _row(out, "P3 metric").endswith(f"{against} inconclusive (unadjusted: contradicted) |")
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
     assert _row(out, "P3 spectrum").endswith(f"{against} inconclusive (unadjusted: contradicted) |")
+    for key in ("P1 held down, centred", "P3 spectrum, centred"):
+        assert _row(out, key).endswith("| 2 | 0 of 0 | 1 | 1 | 0 of 0 | – | 0 / 0 / 2 | – | "
+                                       "inconclusive |")
+    # all bars 0.03 above the base run on every seed: "on par" contradicted per task, and
+    # before the adjustment
+    assert _row(out, "P4 all bars on par").endswith(
+        "| 2 | 6 of 6 | 0.0156 | 0.141 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
+        "(unadjusted: contradicted) |")
     summary = out[out.index("## Summary"):]
     assert "| C1 vs none |" not in summary  # no I-STAR cell: its claims are not listed
 
@@ -278,25 +288,40 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
     out, why = _claims_of(root)
     assert why is None
     _tables_are_rectangular(out)
-    # Eight claims tested: six decide at 1/64 (C1 twice, C2, C3 no rise of the last layer,
-    # C3 centres, C4 paper's λ), C3's union at P(≥ 4 of 6) = 22/64 and C4 λ = +1 at 42/64.
-    # Holm: the six become 8/64 = 0.125, then 2 · 22/64 = 0.6875, and 42/64 is raised to it.
-    one_way = "| 6 of 6 | 0.0156 | 0.125 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    # Eleven claims tested: eight decide at 1/64 (C1 twice, C2, C3 no rise of the last layer,
+    # C3 centres, C4 paper's λ, C6 and C8), C3's union at P(≥ 4 of 6) = 22/64, C4 λ = +1 at
+    # 42/64 and C7 at 1. Holm: the eight become 11/64 = 0.172, then 3 · 22/64 > 1: the rest 1.
+    one_way = "| 6 of 6 | 0.0156 | 0.172 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
     assert _row(out, "C1 vs none").endswith(
-        "| 2 | 0 of 6 | 1 | 0.125 | 0 of 2 | 1 | 0 / 2 / 0 | – | inconclusive "
+        "| 2 | 0 of 6 | 1 | 0.172 | 0 of 2 | 1 | 0 / 2 / 0 | – | inconclusive "
         "(unadjusted: contradicted) |")
     assert _row(out, "C1 vs CosReg").endswith(f"| 2 {one_way} inconclusive (unadjusted: "
                                               "supported) |")
     # the last layer (primary) rises 6 of 6: not "not contradicted" before the adjustment
     assert _row(out, "C3 no rise").endswith(
-        "| 6 of 6 | 0.0156 | 0.125 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
+        "| 6 of 6 | 0.0156 | 0.172 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
         "(unadjusted: contradicted) |")
     assert _row(out, "C3 no rise, union").endswith(
-        "| 4 of 6 | 0.344 | 0.688 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted |")
+        "| 4 of 6 | 0.344 | 1 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted |")
     assert _row(out, "C3 centres").endswith(f"{one_way} inconclusive (unadjusted: supported) |")
     assert _row(out, "C4 paper's λ").endswith(f"{one_way} inconclusive (unadjusted: supported) |")
     assert _row(out, "C4 λ = +1").endswith(
-        "| 3 of 6 | 0.656 | 0.688 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
+        "| 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive |")
+    # λ = +1 is 0.01 below the base run on every seed (no spread: no per-task verdict)
+    assert _row(out, "C6 λ = +1 hurts").endswith(
+        "| 2 | 6 of 6 | 0.0156 | 0.172 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | inconclusive "
+        "(unadjusted: supported) |")
+    # CosReg 0.05 below the base run: no rise
+    assert _row(out, "C7 CosReg no gain").endswith(
+        "| 2 | 0 of 6 | 1 | 1 | 0 of 2 | 1 | 0 / 0 / 2 | – | not contradicted |")
+    # TwoNN against the metric over λ ∈ {-1, 0, +1}: ρ = +0.5 on MRPC's seeds (ranks 1, 2, 3
+    # against 1, 3, 2) and +1 on CoLA's (exact p of 3 · +1: 1/216, contradicted)
+    assert _row(out, "C8").endswith(
+        "| 2 | 0 of 6 | 1 | 0.172 | 0 of 2 | 1 | 0 / 1 / 1 | – | inconclusive "
+        "(unadjusted: contradicted) |")
+    # no layer-1 IsoScore* in these runs
+    assert "| C9 early layers |" in out and _row(out, "C9 early layers").endswith(
+        "not run: needs I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds |")
     assert _row(out, "C4 λ = -0.3").endswith(
         "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at λ = -0.3 "
         "(the paper's ζ) and a base run, same seeds |")
@@ -357,9 +382,11 @@ def test_best_evaluation_is_read_for_every_value(tmp_path: Path) -> None:
         (d / "results.json").write_text(json.dumps(res))
     final, _ = _claims_lines(tmp_path)
     best, _ = _claims_lines(tmp_path, which="best")
-    assert "| mrpc | cosreg λ=1 | 0.8000 (n=1) | +0.0000 (n=1) |  | 0.1000 (n=1) |" in final
+    # the CosReg row's verdict column is C7's (no gain), inconclusive on one seed
+    assert ("| mrpc | cosreg λ=1 | 0.8000 (n=1) | +0.0000 (n=1) | inconclusive | 0.1000 (n=1) |"
+            in final)
     # best: metric 0.81 (make_run's best), IsoScore* 0.3 against 0.2, TwoNN 20
-    assert ("| mrpc | cosreg λ=1 | 0.8100 (n=1) | +0.0000 (n=1) |  | 0.3000 (n=1) | "
+    assert ("| mrpc | cosreg λ=1 | 0.8100 (n=1) | +0.0000 (n=1) | inconclusive | 0.3000 (n=1) | "
             "+0.1000 (n=1) | 20.0000 (n=1) |") in best
     assert "the I-STAR claims read the best evaluation of each run" in best
 
@@ -431,3 +458,21 @@ def test_a_claim_needs_two_seeds_of_each_task() -> None:
     # the only claim tested: Holm leaves its p as it is; 2 task means of 0.1: p = 1/4
     assert c1.endswith("| 6 of 6 | 0.0156 | 0.0156 | 2 of 2 | 0.25 | 2 / 0 / 0 | – | "
                        "supported |")
+
+
+def test_early_layers_claim_compares_the_rise_of_layer_1_with_the_last(tmp_path: Path) -> None:
+    # λ = +1 raises layer 1's IsoScore* by 0.2 + 0.01·seed and the last layer's by 0.01: the
+    # difference of the rises is 0.19 + 0.01·seed, 0.20 ± t₀.₉₇₅(2) · 0.01 / √3 per task.
+    for task, zeta in (("mrpc", 0.6), ("cola", 0.8)):
+        for seed in range(3):
+            make_run(tmp_path, task=task, seed=seed, iso_first=0.1, iso_last=0.05)
+            make_run(tmp_path, task=task, reg="istar", lam=1.0, zeta=zeta, seed=seed,
+                     iso_first=0.3 + 0.01 * seed, iso_last=0.06)
+    out, why = _claims_lines(tmp_path)
+    assert why is None
+    half = stats.t.ppf(0.975, 2) * 0.01 / np.sqrt(3)
+    assert (f"| mrpc | +0.2100 [{0.21 - half:+.4f}, {0.21 + half:+.4f}] (n=3) | "
+            f"+0.0100 (n=3, no spread) | +0.2000 [{0.2 - half:+.4f}, {0.2 + half:+.4f}] (n=3) | "
+            "supported |") in out
+    assert _row(out, "C9 early layers").startswith("| C9 early layers |")
+    assert "| 2 | 6 of 6 | 0.0156 |" in _row(out, "C9 early layers")

@@ -12,8 +12,8 @@ ISTAR_BEST = {"sst2": (-5.0, 0.2), "rte": (-1.0, 0.8), "mrpc": (-1.0, 0.6),
               "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
 TASKS = ("sst2", "rte", "mrpc", "cola", "stsb")
 ZETAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the paper's Fig. 7 grid
-# The summary's rows: key -> (what is tested, +1 for a predicted direction or 0 for a claim
-# that something does not rise).
+# The summary's rows: key -> (what is tested, +1 for a predicted direction, 0 for a claim
+# that something does not rise, 2 for a claim of no difference either way).
 CLAIMS: dict[str, tuple[str, int]] = {
     "C1 vs none": ("I-STAR (paper's λ < 0) above no regularizer, task metric", +1),
     "C1 vs CosReg": ("I-STAR (paper's λ < 0) above CosReg, task metric", +1),
@@ -25,12 +25,26 @@ CLAIMS: dict[str, tuple[str, int]] = {
     "C4 λ = -0.3": ("λ = -0.3 lowers the TwoNN dimension of [CLS]", +1),
     "C4 λ = +1": ("λ = +1 raises the TwoNN dimension of [CLS]", +1),
     "C5": ("at λ = -1 the best ζ ∈ (0, 1) is above ζ = 0", +1),
+    "C5 ζ = 1": ("at λ = -1 the best ζ ∈ (0, 1) is above ζ = 1 (App. D)", +1),
+    "C6 λ = +1 hurts": ("I-STAR at λ = +1 below no regularizer, task metric (§2, §6: raising "
+                        "isotropy hurts)", +1),
+    "C7 CosReg no gain": ("CosReg does not raise the task metric over no regularizer "
+                          "(Table 1)", 0),
+    "C8": ("Spearman ρ(TwoNN of [CLS], metric) across λ is negative (§6: lower intrinsic "
+           "dimension, better performance; one ρ per seed)", +1),
+    "C9 early layers": ("λ = +1 raises IsoScore* of layer 1 more than of the last layer "
+                        "(Fig. 6)", +1),
     "P1 grows, raw": ("without a regularizer the raw top-1 share grows (per run)", +1),
     "P1 grows, centred": ("without a regularizer the centred top-1 share grows (per run)", +1),
     "P1 held down": ("the entropy loss (selected bars) lowers the raw top-1 share", +1),
+    "P1 held down, centred": ("the entropy loss (selected bars) lowers the centred top-1 "
+                              "share", +1),
     "P2": ("the entropy loss (selected bars) raises the last-30% metric", +1),
     "P3 metric": ("selected bars above all bars, last-30% metric", +1),
     "P3 spectrum": ("selected bars below all bars, raw top-1 share", +1),
+    "P3 spectrum, centred": ("selected bars below all bars, centred top-1 share", +1),
+    "P4 all bars on par": ("the entropy loss with all bars on par with no regularizer, "
+                           "last-30% metric", 2),
 }
 
 
@@ -48,10 +62,18 @@ NEEDS: dict[str, str] = {
     "C4 λ = -0.3": "I-STAR at λ = -0.3 (the paper's ζ) and a base run, same seeds",
     "C4 λ = +1": "I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds",
     "C5": "I-STAR at λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds",
+    "C5 ζ = 1": "I-STAR at λ = -1 with ζ = 1 and with ζ in (0, 1), same seeds",
+    "C6 λ = +1 hurts": "I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds",
+    "C7 CosReg no gain": "CosReg (λ = 1) and a base run, same seeds",
+    "C8": "I-STAR at λ = the paper's, -0.3 and +1 (the paper's ζ), same seeds",
+    "C9 early layers": "I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds",
     "P1 grows, raw": "base runs with at least two evaluations",
     "P1 grows, centred": "base runs with at least two evaluations",
     "P1 held down": "the entropy loss (selected bars) and a base run, same seeds",
+    "P1 held down, centred": "the entropy loss (selected bars) and a base run, same seeds",
     "P2": "the entropy loss (selected bars) and a base run, same seeds",
     "P3 metric": "the entropy loss with selected and with all bars, same seeds",
     "P3 spectrum": "the entropy loss with selected and with all bars, same seeds",
+    "P3 spectrum, centred": "the entropy loss with selected and with all bars, same seeds",
+    "P4 all bars on par": "the entropy loss with all bars and a base run, same seeds",
 }

@@ -13,9 +13,10 @@ Per claim, three tests of its values, each value oriented so that > 0 is the cla
   false verdict among them at 0.05. The verdict word uses the adjusted p.
 
 A claim's deciding p is the smaller of its two one-sided pooled p-values (for a claim that
-something does not rise, that of a rise). A unit comparing a cell that predicted one class at
-the final evaluation on every seed (:func:`constant_predictor`) is shown in its table but left
-out of its claim's counts, and listed.
+something does not rise, that of a rise; for a claim of no difference, "on par", the smaller
+one, and only *contradicted* or *not contradicted* are possible). A unit comparing a cell
+that predicted one class at the final evaluation on every seed (:func:`constant_predictor`)
+is shown in its table but left out of its claim's counts, and listed.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class ClaimRow:
 
 def _word(sign: int, p_for: float, p_against: float, p: float) -> str:
     """The verdict at adjusted p ``p`` (the deciding side is that of the smaller raw p)."""
-    if sign == 0:
+    if sign in (0, 2):
         return "contradicted" if p < ALPHA else "not contradicted"
     if p >= ALPHA:
         return "inconclusive"
@@ -141,7 +142,7 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
         means = task_means(t)
         tk, tn, tp, _ = sign_test(means)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
-        decide = p_for if sign == 0 else min(p_for, p_against)
+        decide = p_for if sign == 0 else min(p_for, p_against)  # 2: a difference either way
         if t.values and min(s for s in t.seeds if s) < MIN_SEEDS:
             verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
         elif not t.values and not t.verdicts:

@@ -76,10 +76,25 @@ class Values:
         m = ((rec or {}).get("last") or {}).get("token_mean")
         return float(np.mean(np.abs(m))) if m else None
 
-    def top1(self, r: Run) -> float | None:
-        """Top-1 share of the raw [CLS] spectrum over the last 30% of training (Table 3)."""
+    def top1(self, r: Run, kind: str = "raw") -> float | None:
+        """Top-1 share of the ``raw`` (or ``centred``) [CLS] spectrum over the last 30% of
+        training (Table 3)."""
         m = spectrum_tail_means(r.spectrum_logs, r.total_steps) if self.spectrum else None
-        return m["cls_spectrum_raw_1"] if m else None
+        return m[f"cls_spectrum_{kind}_1"] if m else None
+
+    def top1_centred(self, r: Run) -> float | None:
+        """:meth:`top1` of the centred spectrum."""
+        return self.top1(r, "centred")
+
+    def iso_first(self, r: Run) -> float | None:
+        """IsoScore* of the first transformer layer's token cloud (Fig. 6's layer 1)."""
+        ok = r.task in self.iso_tasks
+        return r.value("isoscore_star_token_layer1", self.which) if ok else None
+
+    def iso_first_minus_last(self, r: Run) -> float | None:
+        """:meth:`iso_first` minus :meth:`iso_last`."""
+        first, last = self.iso_first(r), self.iso_last(r)
+        return None if first is None or last is None else first - last
 
     def growth(self, r: Run, kind: str = "raw") -> float | None:
         """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum: last-30% mean minus the
