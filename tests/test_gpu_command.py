@@ -28,7 +28,8 @@ def test_gpu_command_cpu_mode(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
     env.pop("OUT", None)
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
-                           "--out", str(out), "--budget", "500", "--workers", "1", "--pack"],
+                           "--out", str(out), "--budget", "500", "--workers", "1", "--pack",
+                           "--seeds", "0"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, proc.stderr + summary
@@ -51,3 +52,12 @@ def test_gpu_command_cpu_mode(tmp_path):
         got = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "results.json.gz", "metrics.jsonl.gz"} <= got, (name, got)
     assert (out / "runs-report" / "table1.csv").is_file()
+
+
+@pytest.mark.parametrize("seeds", ["x", "1,", ",1", "1,,2", "1 2"])
+def test_gpu_command_refuses_bad_seeds(tmp_path, seeds):
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
+                           "--out", str(tmp_path / "out"), "--seeds", seeds],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--seeds takes comma-separated whole numbers" in proc.stderr
+    assert not (tmp_path / "out").exists()  # refused before any work

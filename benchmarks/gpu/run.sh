@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command for a GPU machine: everything into one output folder, within a time budget.
 #
-#   benchmarks/gpu/run.sh [--cpu] [--out DIR] [--budget SECONDS] [--workers N]
+#   benchmarks/gpu/run.sh [--cpu] [--out DIR] [--budget SECONDS] [--workers N] [--seeds LIST]
 #
 #   --out DIR        where everything goes (default: $OUT if set, as on the GPU machine, else
 #                    ./gpu-out)
@@ -10,6 +10,8 @@
 #   --workers N      train runs at once on the one GPU (default 6)
 #   --cpu            CPU and tiny sizes (what CI runs: checks that the script itself works)
 #   --steps LIST     comma-separated subset of tests,bench,runs (default: all three)
+#   --seeds LIST     comma-separated seeds of the train runs, in this order (default: the
+#                    spec's, 0-4): e.g. the seeds an earlier call did not finish
 #   --pack           at the end, put everything but summary.txt and bench.md into one archive,
 #                    DIR/gpu-results.tar.gz (a machine that returns only a few files: the GPU
 #                    machine here returns at most 8, named in letters, digits, '.', '_', '-')
@@ -37,6 +39,7 @@ WORKERS=6
 CPU=0
 STEPS=tests,bench,runs
 PACK=0
+SEEDS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR="$2"; shift 2 ;;
@@ -45,10 +48,15 @@ while [ $# -gt 0 ]; do
         --cpu) CPU=1; shift ;;
         --steps) STEPS="$2"; shift 2 ;;
         --pack) PACK=1; shift ;;
+        --seeds) SEEDS="$2"; shift 2 ;;
         *) echo "run.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
 case "$BUDGET$WORKERS" in *[!0-9]*) echo "run.sh: --budget and --workers take whole numbers" >&2; exit 2 ;; esac
+case "$SEEDS" in
+    "") ;;
+    *[!0-9,]*|,*|*,|*,,*) echo "run.sh: --seeds takes comma-separated whole numbers, got $SEEDS" >&2; exit 2 ;;
+esac
 for step in ${STEPS//,/ }; do
     case "$step" in tests|bench|runs) ;; *) echo "run.sh: unknown step $step" >&2; exit 2 ;; esac
 done
@@ -151,6 +159,10 @@ elif [ "$RUN_TIME" -lt 30 ]; then
     note "runs: skipped (${RUN_TIME}s left)"
 else
     sed "s#@MODEL@#$MODEL#" "$SPEC_IN" > "$SPEC"
+    if [ -n "$SEEDS" ]; then
+        sed -i "s/^seeds: .*/seeds: [${SEEDS//,/, }]/" "$SPEC"
+        grep -q "^seeds: \[${SEEDS//,/, }\]$" "$SPEC" || { note "runs: --seeds not applied"; exit 1; }
+    fi
     MONITOR=""
     if command -v nvidia-smi >/dev/null; then  # is the GPU the bottleneck with this many workers?
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 \
