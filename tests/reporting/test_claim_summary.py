@@ -84,6 +84,11 @@ def test_a_constant_predictor_is_shown_but_left_out(tmp_path: Path) -> None:
     assert data["constant_predictors"] == ["rte: istar λ=-1 ζ=0.8"]
     (c1,) = [r for r in data["claims"] if r["claim"] == "C1 vs none"]
     assert (c1["k"], c1["n"], c1["tasks"]) == (0, 3, 1)
+    # with RTE counted: MRPC's 3 below, RTE's 3 above
+    assert (c1["counted_k"], c1["counted_n"]) == (3, 6)
+    assert row.endswith(f"| 3 of 6, Holm p {c1['counted_p_holm']:.3g}: inconclusive |")
+    rte = [u for u in data["units"] if u["claim"] == "C1 vs none" and u["task"] == "rte"]
+    assert [u["counted"] for u in rte] == [False] and len(rte[0]["values"]) == 3
     # not constant: both tasks count
     _mrpc_and_rte(tmp_path / "varied", rte_majority=0.9)
     out, data = _report(tmp_path / "varied")
@@ -116,7 +121,7 @@ def test_claims_json_is_the_summary_as_data(tmp_path: Path) -> None:
     assert data["generated_by"] == "isotropy report" and data["alpha"] == 0.05
     for row in data["claims"]:
         line = next(ln for ln in md.splitlines() if ln.startswith(f"| {row['claim']} |"))
-        assert line.endswith(f" {row['verdict']} |") or f" {row['verdict']} (unadjusted" in line
+        assert f"| {row['verdict']} |" in line or f"| {row['verdict']} (unadjusted" in line
         assert f"| {row['k']} of {row['n']} |" in line
     units = [u for u in data["units"] if u["claim"] == "C1 vs none"]
     assert {u["task"] for u in units} == {"mrpc", "rte"}

@@ -73,8 +73,8 @@ ALPHA = 0.05  # the claim-level sign test's level
 MIN_SEEDS = 2  # a claim's verdict needs at least this many values from each of its tasks
 
 def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
-    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero values are > 0, and the exact
-    one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero finite values are > 0, and the
+    exact one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
 
     >>> sign_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # 6 of 6: 1/64
     (6, 6, 0.015625, 1.0)
@@ -82,7 +82,7 @@ def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
     >>> (k, n, round(p * 2 ** 15))  # C(15,12) + C(15,13) + C(15,14) + C(15,15) = 576
     (12, 15, 576)
     """
-    nonzero = [v for v in values if v != 0]
+    nonzero = [v for v in values if v != 0 and math.isfinite(v)]  # a NaN decides nothing
     n, k = len(nonzero), sum(v > 0 for v in nonzero)
     if n == 0:
         return 0, 0, 1.0, 1.0
@@ -93,7 +93,8 @@ def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
 
 def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
     """A claim's verdict from its pooled per-seed values (> 0: the claimed direction, or for
-    ``sign`` 0 a rise), by the one-sided sign test at :data:`ALPHA`.
+    ``sign`` 0 a rise), by the two-sided sign test at :data:`ALPHA` (for ``sign`` 0 the
+    one-sided test of a rise), unadjusted for other claims.
 
     >>> claim_verdict([0.1] * 6)
     'supported'
@@ -111,11 +112,9 @@ def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
     _, _, p_for, p_against = sign_test(values)
     if sign == 0:
         return "contradicted" if p_for < ALPHA else "not contradicted"
-    if p_for < ALPHA:
-        return "supported"
-    if p_against < ALPHA:
-        return "contradicted"
-    return "inconclusive"
+    if 2 * min(p_for, p_against) >= ALPHA:  # two-sided: either verdict can be reached
+        return "inconclusive"
+    return "supported" if p_for < p_against else "contradicted"
 
 
 def mean_interval(values: Sequence[float]) -> Diff:
@@ -145,7 +144,8 @@ def paired(a: Sequence[Run], b: Sequence[Run], value: Callable[[Run], float | No
     va = {r.seed: value(r) for r in a}
     vb = {r.seed: value(r) for r in b}
     d = [vb[s] - va[s] for s in sorted(set(va) & set(vb))
-         if va[s] is not None and vb[s] is not None]
+         if va[s] is not None and vb[s] is not None
+         and math.isfinite(va[s]) and math.isfinite(vb[s])]
     return mean_interval(d) if d else None
 
 

@@ -12,11 +12,16 @@ Per claim, three tests of its values, each value oriented so that > 0 is the cla
   the claims of one report that reach a test (the family), which holds the chance of any
   false verdict among them at 0.05. The verdict word uses the adjusted p.
 
-A claim's deciding p is the smaller of its two one-sided pooled p-values (for a claim that
-something does not rise, that of a rise; for a claim of no difference, "on par", the smaller
-one, and only *contradicted* or *not contradicted* are possible). A unit comparing a cell
-that predicted one class at the final evaluation on every seed (:func:`constant_predictor`)
-is shown in its table but left out of its claim's counts, and listed.
+A claim's deciding p is that of a two-sided sign test, twice the smaller of its two one-sided
+pooled p-values (capped at 1), where either verdict can be reached: a claimed direction
+(*supported* or *contradicted*) or "on par" (only *contradicted* or *not contradicted*).
+For a claim that something does not rise only a rise can decide, and the deciding p is the
+one-sided p of a rise. So each claim's chance of a wrong verdict under no effect is at most
+0.05, and Holm's adjustment holds that for the whole family. A unit comparing a cell that
+predicted one class at the final evaluation on every seed (:func:`constant_predictor`) is
+shown in its table but left out of its claim's counts, and listed; since leaving it out can
+change a verdict, the summary also gives each such claim's verdict with those units counted
+(the whole family adjusted again that way).
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from isotropy.reporting.claim_registry import CLAIMS, NEEDS
 from isotropy.reporting.claim_stats import ALPHA, CONFIDENCE, MIN_SEEDS, sign_test
 from isotropy.reporting.runs import Run
 
-__all__ = ["ClaimRow", "Tally", "claim_rows", "claims_json", "constant_predictor", "holm",
-           "summary", "summary_markdown", "task_means"]
+__all__ = ["ClaimRow", "Tally", "claim_rows", "claim_rows_with_left_out", "claims_json",
+           "constant_predictor", "holm", "summary", "summary_markdown", "task_means"]
 
 
 @dataclass
@@ -43,13 +48,27 @@ class Tally:
 
     ``seeds[i]`` is how many values unit ``i`` gave (its values follow one another in
     ``values``); ``tasks[i]`` its task, where known; ``left_out``: the units shown but not
-    counted, as ``"task: why"``."""
+    counted, as ``"task: why"``, and in :attr:`left_out_units` as a Tally of their own."""
 
     verdicts: list[str]
     values: list[float]
     seeds: list[int] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
+    left_out_units: Tally | None = None
+
+    def add(self, verdict: str, values: Sequence[float], task: str) -> None:
+        """Record one task's unit."""
+        self.verdicts.append(verdict)
+        self.values.extend(values)
+        self.seeds.append(len(values))
+        self.tasks.append(task)
+
+    def counting_left_out(self) -> Tally:
+        """This tally with its left-out units counted."""
+        extra = self.left_out_units or Tally([], [])
+        return Tally(self.verdicts + extra.verdicts, self.values + extra.values,
+                     self.seeds + extra.seeds, self.tasks + extra.tasks)
 
 
 def task_means(t: Tally) -> list[float]:
@@ -115,6 +134,11 @@ class ClaimRow:
     left_out: list[str]
     verdict: str
     verdict_unadjusted: str
+    # with the left-out units counted (the whole family adjusted that way), where any
+    counted_k: int | None = None
+    counted_n: int | None = None
+    counted_p_holm: float | None = None
+    counted_verdict: str | None = None
 
 
 def _word(sign: int, p_for: float, p_against: float, p: float) -> str:
@@ -142,7 +166,8 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
         means = task_means(t)
         tk, tn, tp, _ = sign_test(means)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
-        decide = p_for if sign == 0 else min(p_for, p_against)  # 2: a difference either way
+        # two-sided where either verdict can be reached; "no rise": one-sided, a rise
+        decide = p_for if sign == 0 else min(1.0, 2 * min(p_for, p_against))
         if t.values and min(s for s in t.seeds if s) < MIN_SEEDS:
             verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
         elif not t.values and not t.verdicts:
@@ -168,6 +193,22 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
     return rows
 
 
+def claim_rows_with_left_out(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
+    """:func:`claim_rows`, and for the claims with left-out units the verdict with them counted
+    (the family adjusted again with every claim's units counted)."""
+    rows = claim_rows(tally, papers)
+    if not any(t.left_out for t in tally.values()):
+        return rows
+    counted = {r.claim: r for r in claim_rows(
+        {k: t.counting_left_out() for k, t in tally.items()}, papers)}
+    for r in rows:
+        if r.left_out:
+            c = counted[r.claim]
+            r.counted_k, r.counted_n, r.counted_p_holm = c.k, c.n, c.p_holm
+            r.counted_verdict = c.verdict
+    return rows
+
+
 def _p(p: float | None) -> str:
     return "–" if p is None else f"{p:.3g}"
 
@@ -179,33 +220,40 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
     out = ["## Summary: one verdict per claim", "",
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"(see `isotropy.reporting.claim_summary`): *k of n* values move the claimed way "
-           "(for \"no rise\": rise), with its p; then that test's deciding p (the smaller "
-           f"one-sided p) Holm-adjusted across the {family} claims tested here, which the "
-           f"verdict uses at {ALPHA:g}. Beside it, the task-level test: one value per task (its "
+           "(for \"no rise\": rise), with its one-sided p; then the test's deciding p "
+           "(two-sided, twice the smaller one-sided p, where either verdict can be reached; "
+           "for \"no rise\" the one-sided p of a rise) Holm-adjusted across the "
+           f"{family} claims tested here, which the verdict uses at {ALPHA:g}. Beside it, the "
+           "task-level test: one value per task (its "
            "mean over seeds), *k of n* tasks the claimed way and its one-sided p (shown, not "
            "used: with fewer than 5 tasks it cannot reach 0.05). Per task, as in the tables "
            f"above: *supported* when the {CONFIDENCE:.0%} Student-t interval over seeds excludes "
            "0 on the claimed side (P1 growth: of the per-run growth; C2: the exact permutation "
            "test below 2.5% on that side), *contradicted* when it excludes 0 on the other side. "
            "A task comparing a cell that predicted one class on every seed is left out of the "
-           "counts (listed).", "",
+           "counts (listed); the last column gives the claim's verdict with such tasks counted "
+           "(every claim's, adjusted again).", "",
            "| claim | what is tested | tasks | values the claimed way | one-sided p | "
            "Holm-adjusted p | tasks the claimed way (task means) | task-level p | tasks "
-           "supported / contradicted / other | left out | verdict |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "supported / contradicted / other | left out | verdict | with the left-out tasks "
+           "counted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         changed = ("" if r.p_holm is None or r.verdict == r.verdict_unadjusted
                    else f" (unadjusted: {r.verdict_unadjusted})")
+        counted = ("–" if r.counted_verdict is None else
+                   f"{r.counted_k} of {r.counted_n}, Holm p {_p(r.counted_p_holm)}: "
+                   f"{r.counted_verdict}")
         out.append(f"| {r.claim} | {r.tested} | {r.tasks} | {r.k} of {r.n} | {_p(r.p)} | "
                    f"{_p(r.p_holm)} | {r.task_k} of {r.task_n} | {_p(r.task_p)} | "
                    f"{r.supported} / {r.contradicted} / {r.tasks - r.supported - r.contradicted}"
-                   f" | {'; '.join(r.left_out) or '–'} | {r.verdict}{changed} |")
+                   f" | {'; '.join(r.left_out) or '–'} | {r.verdict}{changed} | {counted} |")
     return out
 
 
 def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
-    """:func:`summary_markdown` of :func:`claim_rows`."""
-    return summary_markdown(claim_rows(tally, papers))
+    """:func:`summary_markdown` of :func:`claim_rows_with_left_out`."""
+    return summary_markdown(claim_rows_with_left_out(tally, papers))
 
 
 def claims_json(rows: Sequence[ClaimRow], tally: dict[str, Tally], **context: Any
@@ -215,15 +263,17 @@ def claims_json(rows: Sequence[ClaimRow], tally: dict[str, Tally], **context: An
     exist is ``null``."""
     units = []
     for key, t in tally.items():
-        start = 0
-        for i, n in enumerate(t.seeds):
-            units.append({"claim": key, "task": t.tasks[i] if i < len(t.tasks) else None,
-                          "verdict": t.verdicts[i], "values": t.values[start:start + n]})
-            start += n
+        for counted, tt in ((True, t), (False, t.left_out_units or Tally([], []))):
+            start = 0
+            for i, n in enumerate(tt.seeds):
+                units.append({"claim": key, "task": tt.tasks[i] if i < len(tt.tasks) else None,
+                              "verdict": tt.verdicts[i], "values": tt.values[start:start + n],
+                              "counted": counted})
+                start += n
     data = {"generated_by": "isotropy report", "alpha": ALPHA, "min_seeds": MIN_SEEDS, **context,
             "claims": [asdict(r) for r in rows], "units": units}
     for r in data["claims"]:
-        for name in ("p", "p_decide", "p_holm", "task_p"):
+        for name in ("p", "p_decide", "p_holm", "task_p", "counted_p_holm"):
             if r[name] is not None and not math.isfinite(r[name]):
                 raise ValueError(f"claim {r['claim']}: {name} is not finite")
     return data

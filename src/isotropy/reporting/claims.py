@@ -63,7 +63,7 @@ from isotropy.reporting.claim_stats import (
 )
 from isotropy.reporting.claim_summary import (
     Tally,
-    claim_rows,
+    claim_rows_with_left_out,
     claims_json,
     constant_predictor,
     summary,
@@ -179,11 +179,11 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
         flat = [label for label in cells if (task, label) in constant]
         if flat:
             t.left_out.append(f"{task} ({', '.join(flat)}: one class on every seed)")
+            if t.left_out_units is None:
+                t.left_out_units = Tally([], [])
+            t.left_out_units.add(verdict, values, task)
             return f"{verdict} (left out: constant predictor)"
-        t.verdicts.append(verdict)
-        t.values.extend(values)
-        t.seeds.append(len(values))
-        t.tasks.append(task)
+        t.add(verdict, values, task)
         return verdict
 
     def get(task: str, label: str) -> list[Run]:
@@ -198,7 +198,7 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
                 "on every seed (shown in the tables, left out of their claims' counts): "
                 + "; ".join(f"{t}: {lab}" for t, lab in sorted(constant)) + ".", ""]
     papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
-    rows = claim_rows(tally, papers)
+    rows = claim_rows_with_left_out(tally, papers)
     data = claims_json(rows, tally, which=which, seeds_per_cell=seeds,
                        constant_predictors=[f"{t}: {lab}" for t, lab in sorted(constant)])
     return [*out, *summary_markdown(rows)], data, None
