@@ -248,10 +248,12 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     assert _row(out, "P2").endswith(f"| 2 {against} inconclusive (unadjusted: contradicted) | – |")
     assert _row(out, "P1 grows, raw").endswith(
         "| 2 | 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
-    assert _row(out, "P1 grows, centred").endswith(f"{held} inconclusive (unadjusted: supported) | – |")
-    assert _row(out, "P3 metric").endswith(f"{against} inconclusive (unadjusted: contradicted) | – |")
+    up = "inconclusive (unadjusted: supported) | – |"
+    down = "inconclusive (unadjusted: contradicted) | – |"
+    assert _row(out, "P1 grows, centred").endswith(f"{held} {up}")
+    assert _row(out, "P3 metric").endswith(f"{against} {down}")
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
-    assert _row(out, "P3 spectrum").endswith(f"{against} inconclusive (unadjusted: contradicted) | – |")
+    assert _row(out, "P3 spectrum").endswith(f"{against} {down}")
     for key in ("P1 held down, centred", "P3 spectrum, centred"):
         assert _row(out, key).endswith("| 2 | 0 of 0 | 1 | 1 | 0 of 0 | – | 0 / 0 / 2 | – | "
                                        "inconclusive | – |")
@@ -305,8 +307,9 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
         "(unadjusted: contradicted) | – |")
     assert _row(out, "C3 no rise, union").endswith(
         "| 4 of 6 | 0.344 | 1 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted | – |")
-    assert _row(out, "C3 centres").endswith(f"{one_way} inconclusive (unadjusted: supported) | – |")
-    assert _row(out, "C4 paper's λ").endswith(f"{one_way} inconclusive (unadjusted: supported) | – |")
+    up = "inconclusive (unadjusted: supported) | – |"
+    assert _row(out, "C3 centres").endswith(f"{one_way} {up}")
+    assert _row(out, "C4 paper's λ").endswith(f"{one_way} {up}")
     assert _row(out, "C4 λ = +1").endswith(
         "| 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
     # λ = +1 is 0.01 below the base run on every seed (no spread: no per-task verdict)
