@@ -126,6 +126,11 @@ def test_claims_json_is_the_summary_as_data(tmp_path: Path) -> None:
     units = [u for u in data["units"] if u["claim"] == "C1 vs none"]
     assert {u["task"] for u in units} == {"mrpc", "rte"}
     assert all(len(u["values"]) == 3 for u in units)
+    # MRPC: I-STAR - base = -0.02 + 0.001·seed: mean -0.019, Student's interval by hand
+    (mrpc,) = [u for u in units if u["task"] == "mrpc"]
+    half = 4.302652729749464 * 0.001 / math.sqrt(3)  # t₀.₉₇₅(2) · s / √3, s = 0.001
+    assert mrpc["mean"] == pytest.approx(-0.019)
+    assert mrpc["interval"] == [pytest.approx(-0.019 - half), pytest.approx(-0.019 + half)]
     # a report of runs with no claim removes both of an earlier report's files
     make_run(tmp_path / "other", task="mrpc", seed=0)
     write_report([str(tmp_path / "other")], tmp_path / "report", figures=False)

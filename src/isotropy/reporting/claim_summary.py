@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from isotropy.reporting.claim_registry import CLAIMS, NEEDS
-from isotropy.reporting.claim_stats import ALPHA, CONFIDENCE, MIN_SEEDS, sign_test
+from isotropy.reporting.claim_stats import ALPHA, CONFIDENCE, MIN_SEEDS, mean_interval, sign_test
 from isotropy.reporting.runs import Run
 
 __all__ = ["ClaimRow", "Tally", "claim_rows", "claim_rows_with_left_out", "claims_json",
@@ -259,16 +259,22 @@ def summary(tally: dict[str, Tally], papers: str = "CP") -> list[str]:
 def claims_json(rows: Sequence[ClaimRow], tally: dict[str, Tally], **context: Any
                 ) -> dict[str, Any]:
     """``claims.json``: the summary's rows and every per-task unit behind them, with
-    ``context`` (what the values read, seeds per cell). NaN never occurs: a p that does not
-    exist is ``null``."""
+    ``context`` (what the values read, seeds per cell). A unit's ``values`` are oriented so
+    that > 0 is the claimed direction (for "no rise": a rise), and its ``mean`` and
+    ``interval`` (Student's, 95%; ``null`` without a spread) are of those values. NaN never
+    occurs: what does not exist is ``null``."""
     units = []
     for key, t in tally.items():
         for counted, tt in ((True, t), (False, t.left_out_units or Tally([], []))):
             start = 0
             for i, n in enumerate(tt.seeds):
+                values = tt.values[start:start + n]
+                d = mean_interval(values) if values else None
                 units.append({"claim": key, "task": tt.tasks[i] if i < len(tt.tasks) else None,
-                              "verdict": tt.verdicts[i], "values": tt.values[start:start + n],
-                              "counted": counted})
+                              "verdict": tt.verdicts[i], "values": values, "counted": counted,
+                              "mean": d.mean if d else None,
+                              "interval": (None if d is None or math.isnan(d.low)
+                                           else [d.low, d.high])})
                 start += n
     data = {"generated_by": "isotropy report", "alpha": ALPHA, "min_seeds": MIN_SEEDS, **context,
             "claims": [asdict(r) for r in rows], "units": units}
