@@ -21,11 +21,13 @@ __all__ = [
     "MIN_SEEDS",
     "Diff",
     "claim_verdict",
+    "deciding_p",
     "mean_interval",
     "paired",
     "per_seed_spearman",
     "sign_test",
     "spearman_permutation_p",
+    "verdict_word",
 ]
 
 
@@ -110,11 +112,29 @@ def claim_verdict(values: Sequence[float], sign: int = +1) -> str:
     if not values:
         return "not run"
     _, _, p_for, p_against = sign_test(values)
-    if sign == 0:
-        return "contradicted" if p_for < ALPHA else "not contradicted"
-    if 2 * min(p_for, p_against) >= ALPHA:  # two-sided: either verdict can be reached
+    return verdict_word(sign, p_for, p_against, deciding_p(sign, p_for, p_against))
+
+
+def deciding_p(sign: int, p_for: float, p_against: float) -> float:
+    """The p a claim is decided by, from its two one-sided p-values: two-sided (twice the
+    smaller, capped at 1) where either verdict can be reached (``sign`` +1: a direction, 2: on
+    par); for ``sign`` 0 (does not rise) the one-sided p of a rise.
+
+    >>> deciding_p(+1, 1 / 64, 1.0), deciding_p(0, 1 / 64, 1.0), deciding_p(2, 0.9, 0.6)
+    (0.03125, 0.015625, 1.0)
+    """
+    return p_for if sign == 0 else min(1.0, 2 * min(p_for, p_against))
+
+
+def verdict_word(sign: int, p_for: float, p_against: float, p: float) -> str:
+    """The verdict at a (possibly adjusted) deciding p ``p``: for ``sign`` +1 *supported* or
+    *contradicted* on the side of the smaller one-sided p, else *inconclusive*; for 0 and 2
+    *contradicted* or *not contradicted*."""
+    if sign in (0, 2):
+        return "contradicted" if p < ALPHA else "not contradicted"
+    if p >= ALPHA:
         return "inconclusive"
-    return "supported" if p_for < p_against else "contradicted"
+    return "supported" if p_for <= p_against else "contradicted"
 
 
 def mean_interval(values: Sequence[float]) -> Diff:

@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 
 from isotropy.reporting.claim_registry import CLAIMS, NEEDS
-from isotropy.reporting.claim_stats import ALPHA, CONFIDENCE, MIN_SEEDS, mean_interval, sign_test
+from isotropy.reporting.claim_stats import (
+    ALPHA,
+    CONFIDENCE,
+    MIN_SEEDS,
+    deciding_p,
+    mean_interval,
+    sign_test,
+    verdict_word,
+)
 from isotropy.reporting.runs import Run
 
 __all__ = ["ClaimRow", "Tally", "claim_rows", "claim_rows_with_left_out", "claims_json",
@@ -124,7 +132,7 @@ class ClaimRow:
     k: int
     n: int
     p: float | None  # the pooled test's p in the claimed direction (for "no rise": a rise)
-    p_decide: float | None  # the smaller one-sided p (for "no rise": that of a rise)
+    p_decide: float | None  # deciding_p: two-sided, or for "no rise" the one-sided p of a rise
     p_holm: float | None  # p_decide, Holm-adjusted across the report's tested claims
     task_k: int
     task_n: int
@@ -141,15 +149,6 @@ class ClaimRow:
     counted_verdict: str | None = None
 
 
-def _word(sign: int, p_for: float, p_against: float, p: float) -> str:
-    """The verdict at adjusted p ``p`` (the deciding side is that of the smaller raw p)."""
-    if sign in (0, 2):
-        return "contradicted" if p < ALPHA else "not contradicted"
-    if p >= ALPHA:
-        return "inconclusive"
-    return "supported" if p_for <= p_against else "contradicted"
-
-
 def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
     """The summary's rows as data: per claim of ``papers`` (``C``: I-STAR, ``P``: persistent
     entropy), the pooled and task-level sign tests, Holm's adjustment and the verdict."""
@@ -157,7 +156,7 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
     if unknown:
         raise ValueError(f"units recorded under no claim of CLAIMS: {sorted(unknown)}")
     rows: list[ClaimRow] = []
-    tested: list[int] = []  # rows with a pooled test in the family
+    tested: list[tuple[int, float, float]] = []  # rows in the family, with p_for, p_against
     for key, (what, sign) in CLAIMS.items():
         if key[0] not in papers:
             continue
@@ -166,8 +165,7 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
         means = task_means(t)
         tk, tn, tp, _ = sign_test(means)
         sup, con = t.verdicts.count("supported"), t.verdicts.count("contradicted")
-        # two-sided where either verdict can be reached; "no rise": one-sided, a rise
-        decide = p_for if sign == 0 else min(1.0, 2 * min(p_for, p_against))
+        decide = deciding_p(sign, p_for, p_against)
         if t.values and min(s for s in t.seeds if s) < MIN_SEEDS:
             verdict = f"inconclusive (a task with fewer than {MIN_SEEDS} seeds)"
         elif not t.values and not t.verdicts:
@@ -175,21 +173,19 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
                        if t.left_out else f"not run: needs {NEEDS[key]}")
         elif t.values:
             verdict = ""  # decided below, once the family is known
-            tested.append(len(rows))
+            tested.append((len(rows), p_for, p_against))
         else:
             verdict = "inconclusive"
         has = bool(t.values)  # all ties (n = 0) test too, with p = 1
         rows.append(ClaimRow(key, what, sign, len(t.verdicts), k, n, p_for if has else None,
                              decide if has else None, None, tk, tn, tp if tn else None, sup,
                              con, list(t.left_out), verdict, verdict))
-    adjusted = holm([rows[i].p_decide for i in tested])  # type: ignore[misc]
-    for i, p_adj in zip(tested, adjusted, strict=True):
+    adjusted = holm([rows[i].p_decide for i, _, _ in tested])  # type: ignore[misc]
+    for (i, p_for, p_against), p_adj in zip(tested, adjusted, strict=True):
         r = rows[i]
-        t = tally[r.claim]
-        _, _, p_for, p_against = sign_test(t.values)
         r.p_holm = p_adj
-        r.verdict = _word(r.sign, p_for, p_against, p_adj)
-        r.verdict_unadjusted = _word(r.sign, p_for, p_against, r.p_decide)  # type: ignore[arg-type]
+        r.verdict = verdict_word(r.sign, p_for, p_against, p_adj)
+        r.verdict_unadjusted = verdict_word(r.sign, p_for, p_against, r.p_decide)  # type: ignore[arg-type]
     return rows
 
 
