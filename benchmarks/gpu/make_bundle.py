@@ -48,9 +48,10 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def fp16_safetensors(path: Path, keep: set[int] | None = None) -> bytes:
-    """The checkpoint's floating tensors as float16 (integer buffers kept), same keys; with
-    ``keep``, the word-piece embedding rows of other ids zeroed (:func:`zero_unused_rows`)."""
+def fp16_safetensors(path: Path, keep: set[int]) -> tuple[bytes, bytes]:
+    """The checkpoint's floating tensors as float16 (integer buffers kept), same keys, as
+    safetensors bytes: as they are, and with the word-piece embedding rows of ids not in
+    ``keep`` zeroed (:func:`zero_unused_rows`)."""
     import torch
     from safetensors.torch import load_file, save
 
@@ -66,10 +67,10 @@ def fp16_safetensors(path: Path, keep: set[int] | None = None) -> bytes:
             worst = max(worst, float(rel.max()) if rel.numel() else 0.0)
     print(f"weights to float16: largest relative rounding error {worst:.2e} on entries in "
           f"float16's normal range; {n_small} nonzero entries below it (|w| < {tiny:.1e})")
-    if keep is not None:
-        key, n = zero_unused_rows(half, keep)
-        print(f"{key}: {n} of {half[key].shape[0]} rows zeroed (no bundled example uses them)")
-    return save(half, metadata={"format": "pt"})
+    original = save(half, metadata={"format": "pt"})
+    key, n = zero_unused_rows(half, keep)
+    print(f"{key}: {n} of {half[key].shape[0]} rows zeroed (no bundled example uses them)")
+    return original, save(half, metadata={"format": "pt"})
 
 
 TASK_NAMES = ("cola", "mrpc", "rte", "stsb", "sst2")
@@ -163,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"make_bundle: {args.glue_dir} lacks {', '.join(missing)} (set --glue-dir)")
     weights = (model / "model.safetensors").read_bytes()
     keep = input_token_ids(model, args.glue_dir)
-    half = fp16_safetensors(model / "model.safetensors")
-    pruned = fp16_safetensors(model / "model.safetensors", keep)
+    half, pruned = fp16_safetensors(model / "model.safetensors", keep)
     check_same_outputs(half, pruned, model, args.glue_dir)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
