@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Runs the review phase of docs/results.md (specs/review.yaml: B1 padding, B2 learning rate),
-# resumably, seed by seed: run it again to go on where it stopped.
+# Runs one step of the review phase of docs/results.md, resumably, seed by seed: run it again
+# to go on where it stopped.
 #
-#   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_review.sh
+#   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_review.sh [SPEC]
 #
-# WT, RUNS, WORKERS: as in run.sh. The runs go under $RUNS/review.
+# SPEC: review (specs/review.yaml: B1 padding, B2 learning rate; the default) or dose
+# (specs/dose.yaml: B3, run after review; run_dose.sh). WT, RUNS, WORKERS: as in run.sh. The
+# runs go under $RUNS/SPEC.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
+SPEC="${1:-review}"
+[ -f "$HERE/specs/$SPEC.yaml" ] || { echo "run_review.sh: no spec $HERE/specs/$SPEC.yaml" >&2; exit 2; }
 WT="${WT:?set WT to the pinned worktree}"
 RUNS="${RUNS:-/work/verdict-runs}"
 WORKERS="${WORKERS:-2}"
 export GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}" HF_HUB_OFFLINE=1
 ISO="$WT/.venv/bin/isotropy"
 for seed in 0 1 2; do
-    echo "== $(date -u +%FT%TZ) isotropy sweep review.yaml --seeds $seed"
-    (cd "$WT" && "$ISO" sweep "$HERE/specs/review.yaml" --output-root "$RUNS/review" \
+    echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml --seeds $seed"
+    (cd "$WT" && "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" \
         --seeds "$seed" --workers "$WORKERS") || exit 1
 done
 echo "== $(date -u +%FT%TZ) done"
