@@ -4,9 +4,11 @@
 #
 #   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_review.sh [SPEC]
 #
-# SPEC: review (specs/review.yaml: B1 padding, B2 learning rate; the default) or dose
-# (specs/dose.yaml: B3, run after review; run_dose.sh). WT, RUNS, WORKERS: as in run.sh. The
-# runs go under $RUNS/SPEC.
+# SPEC: review (specs/review.yaml: B1 padding, B2 learning rate; the default), dose
+# (specs/dose.yaml: B3, run after review; run_dose.sh) or readout (specs/readout.yaml: B4;
+# run_readout.sh) or entropy (specs/entropy.yaml, phase B: B5 runs its seeds 3 and 4 with
+# SEEDS="3 4"; run_entropy_seeds.sh). WT, RUNS, WORKERS: as in run.sh; SEEDS: the seeds, in
+# order (default 0 1 2). The runs go under $RUNS/SPEC.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SPEC="${1:-review}"
@@ -14,9 +16,10 @@ SPEC="${1:-review}"
 WT="${WT:?set WT to the pinned worktree}"
 RUNS="${RUNS:-/work/verdict-runs}"
 WORKERS="${WORKERS:-2}"
+SEEDS="${SEEDS:-0 1 2}"
 export GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}" HF_HUB_OFFLINE=1
 ISO="$WT/.venv/bin/isotropy"
-for seed in 0 1 2; do
+for seed in $SEEDS; do
     echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml --seeds $seed"
     (cd "$WT" && "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" \
         --seeds "$seed" --workers "$WORKERS") || exit 1

@@ -47,6 +47,7 @@ _SHORT = {
     "pooling": "pool",
     "shrinkage_tokens": "sT", "entropy_window": "win", "lr_scheduler_type": "sched",
     "entropy_accumulation": "acc", "include_padding": "pad",
+    "classifier_pooling": "head",
 }
 
 

@@ -102,6 +102,10 @@ class IsotropyArguments:
     select_features: bool = field(default=True, metadata={
         "help": "prominent-feature selection of the H0 bars (false: all bars)"})
     pooling: str = field(default="cls", metadata={"help": "entropy pooling: cls or mean"})
+    classifier_pooling: str = field(default="cls", metadata={
+        "help": "what the classification head reads: cls (the model's own head: BERT's pooler "
+                "on [CLS]) or mean (the mean of the last layer's non-padding tokens, the "
+                "readout a sentence-embedding model was trained for; not for SQuAD)"})
     entropy_accumulation: str = field(default="exact", metadata={
         "help": "persistent entropy under gradient accumulation: exact (the authors' "
                 "objective: once per optimizer step on the whole cycle's cloud, weight beta, "
@@ -168,6 +172,12 @@ class IsotropyArguments:
                              "window; with exact the cloud is the accumulation cycle")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"--pooling must be cls or mean, got {self.pooling!r}")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ValueError("--classifier_pooling must be cls or mean, got "
+                             f"{self.classifier_pooling!r}")
+        if span and self.classifier_pooling != "cls":
+            raise ValueError("--classifier_pooling mean is for sequence classification; "
+                             "SQuAD's span head reads every token")
         parse_layers(self.istar_layers)
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
@@ -498,7 +508,8 @@ def default_run_name(settings: Mapping[str, Any]) -> str:
         parts.append("pad")
     model = Path(str(get("model")).rstrip("/")).name or "model"
     task = get_task(str(get("task"))).name
-    return f"{task}-{model}-{'+'.join(parts) or 'none'}-seed{get('seed')}"
+    head = "+meanhead" if get("classifier_pooling") == "mean" else ""
+    return f"{task}-{model}-{'+'.join(parts) or 'none'}{head}-seed{get('seed')}"
 
 
 def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:

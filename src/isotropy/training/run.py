@@ -45,6 +45,7 @@ from isotropy.distributed import is_distributed, on_main_process
 from isotropy.io import write_csv_atomic
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
 from isotropy.models.loading import ensure_pad_token, load_pretrained, resolve_model
+from isotropy.models.mean_pooling import set_classifier_pooling
 from isotropy.models.regularized import (
     RegularizedModel,
 )
@@ -239,9 +240,11 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
     return status, said
 
 
-def _load_model(inputs: _Inputs) -> Any:
-    """``AutoModelForQuestionAnswering`` (SQuAD) or ``AutoModelForSequenceClassification``,
-    without transformers' notes on the freshly initialised head."""
+def _load_model(inputs: _Inputs, classifier_pooling: str = "cls") -> Any:
+    """``AutoModelForQuestionAnswering`` (SQuAD) or ``AutoModelForSequenceClassification``
+    (read through :class:`~isotropy.models.mean_pooling.MeanPooledClassifier` under
+    ``--classifier_pooling mean``), without transformers' notes on the freshly initialised
+    head."""
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
@@ -258,7 +261,7 @@ def _load_model(inputs: _Inputs) -> Any:
         if getattr(model.config, "pad_token_id", None) is None:
             # a decoder's classification head reads the last token before the padding
             model.config.pad_token_id = inputs.tokenizer.pad_token_id
-        return model
+        return set_classifier_pooling(model, classifier_pooling)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar:
@@ -384,7 +387,7 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
 
     set_seed(train_args.seed)
-    model = _load_model(inputs)
+    model = _load_model(inputs, iso_args.classifier_pooling)
     trainer, predictor = _build_trainer(iso_args, train_args, inputs, run_dir, model, callbacks,
                                         resume_state)
     train_out, train_seconds = _train(trainer, train_args, resume_from)
