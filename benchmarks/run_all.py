@@ -44,6 +44,7 @@ BENCHMARKS = (
     Benchmark("bf16_cpu", "bench_bf16_cpu.py", quick=("--repeats", "1")),
     Benchmark("train_throughput", "bench_train_throughput.py"),
     Benchmark("entropy_accumulation", "bench_entropy_accumulation.py"),
+    Benchmark("monitor", "bench_monitor.py"),
 )
 
 

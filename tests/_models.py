@@ -59,3 +59,14 @@ def save_tiny_bert(root, words, *, name: str = "model", dtype: torch.dtype | Non
     (model if dtype is None else model.to(dtype)).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def labelled_rows(n: int, seed: int, *, vocab_size: int, seq: int = 9,
+                  min_length: int = 3) -> list[dict[str, torch.Tensor]]:
+    """``n`` examples (dicts of ``input_ids``, ``attention_mask`` and a 0/1 ``labels``) of
+    :func:`random_inputs`, seeded: a dataset for a ``Trainer`` or a ``DataLoader``."""
+    g = torch.Generator().manual_seed(seed)
+    b = random_inputs(g, batch=n, seq=seq, vocab_size=vocab_size, min_length=min_length)
+    labels = torch.randint(0, 2, (n,), generator=g)
+    return [{"input_ids": b["input_ids"][i], "attention_mask": b["attention_mask"][i],
+             "labels": labels[i]} for i in range(n)]

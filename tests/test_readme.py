@@ -32,6 +32,7 @@ METHODS: dict[str, Callable] = {
     "update": isotropy.IsoScoreMetric.update,
     "compute": isotropy.IsoScoreMetric.compute,
     "reg": Regularizer.forward,
+    "attach": isotropy.GeometryMonitor.attach,
 }
 
 
@@ -64,8 +65,9 @@ def test_command_line_section_says_how_to_reach_the_installed_command():
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_python_block_runs_as_written(index, monkeypatch, one_thread):
+def test_python_block_runs_as_written(index, monkeypatch, one_thread, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # what an example writes goes there
     code = python_blocks()[index]
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from isotropy.measures.spectrum import anisotropy_spectrum
     from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
     from isotropy.measures.twonn import twonn
+    from isotropy.models.mean_pooling import MeanPooledClassifier
     from isotropy.models.regularized import RegularizedModel
     from isotropy.models.shrinkage import (
         ShrinkageRefreshCallback,
@@ -42,6 +43,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         estimate_shrinkage,
         refresh_shrinkage,
     )
+    from isotropy.training.lightning_callbacks import LightningShrinkageRefresh
+    from isotropy.training.monitor import (
+        GeometryMonitor,
+        LightningGeometryMonitor,
+        measure_geometry,
+    )
+    from isotropy.training.regularizer_logs import RegularizedTrainer, RegularizerLogMixin
 
 try:  # the one place the version is read: the installed package's metadata (pyproject.toml)
     __version__ = _metadata.version("isotropy")
@@ -67,6 +75,12 @@ _LAZY = {
                     "isotropy.measures.topology"),
     "twonn": "isotropy.measures.twonn",
     "RegularizedModel": "isotropy.models.regularized",
+    "MeanPooledClassifier": "isotropy.models.mean_pooling",
+    **dict.fromkeys(["RegularizedTrainer", "RegularizerLogMixin"],
+                    "isotropy.training.regularizer_logs"),
+    "LightningShrinkageRefresh": "isotropy.training.lightning_callbacks",
+    **dict.fromkeys(["GeometryMonitor", "LightningGeometryMonitor", "measure_geometry"],
+                    "isotropy.training.monitor"),
     **dict.fromkeys(["refresh_shrinkage", "estimate_shrinkage", "collect_covariance",
                      "ShrinkageRefreshCallback"], "isotropy.models.shrinkage"),
 }
@@ -101,10 +115,16 @@ __all__ = [
     "CosRegLoss",
     "CovarianceStats",
     "IStarLoss",
+    "GeometryMonitor",
     "IsoScoreMetric",
+    "LightningGeometryMonitor",
+    "LightningShrinkageRefresh",
+    "MeanPooledClassifier",
     "PersistentEntropyLoss",
     "RegularizedModel",
+    "RegularizedTrainer",
     "Regularizer",
+    "RegularizerLogMixin",
     "RegularizerOutput",
     "ShrinkageRefreshCallback",
     "anisotropy_spectrum",
@@ -118,6 +138,7 @@ __all__ = [
     "isoscore_star",
     "isoscore_star_compute",
     "isoscore_star_update",
+    "measure_geometry",
     "participation_ratio",
     "participation_ratio_from_covariance",
     "partition_score",

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+from transformers import PretrainedConfig, PreTrainedModel
 
 from isotropy._validation import check_flag
 from isotropy.clouds import get_hidden_states
@@ -84,7 +85,17 @@ def log_value(value: float | torch.Tensor) -> float | torch.Tensor:
     return float(value)
 
 
-class RegularizedModel(torch.nn.Module):
+def _forwarded(name: str) -> property:
+    """A class attribute of ``PreTrainedModel`` read from the wrapped model instead."""
+
+    def get(self: RegularizedModel) -> Any:
+        inner = self.__dict__.get("_modules", {}).get("model")
+        return getattr(inner, name, getattr(PreTrainedModel, name, None))
+
+    return property(get)
+
+
+class RegularizedModel(PreTrainedModel):
     r"""``model`` with regularizers added to its loss: ``loss = task_loss + sum(reg.loss)``.
 
     Args:
@@ -125,6 +136,15 @@ class RegularizedModel(torch.nn.Module):
     """
 
     accepts_loss_kwargs = False
+    base_model_prefix = "model"
+    # what the Trainer reads of a PreTrainedModel's class, taken from the wrapped model
+    main_input_name = _forwarded("main_input_name")
+    supports_gradient_checkpointing = _forwarded("supports_gradient_checkpointing")
+    _no_split_modules = _forwarded("_no_split_modules")
+    _keys_to_ignore_on_save = _forwarded("_keys_to_ignore_on_save")
+    _tied_weights_keys = _forwarded("_tied_weights_keys")
+    _keep_in_fp32_modules = _forwarded("_keep_in_fp32_modules")
+    model_tags = _forwarded("model_tags")
 
     def __init__(
         self,
@@ -133,10 +153,14 @@ class RegularizedModel(torch.nn.Module):
         *,
         regularize_eval: bool = False,
     ) -> None:
-        super().__init__()
+        # PreTrainedModel.__init__ is skipped: it would rewrite the shared config's attention
+        # implementation for this class; what it sets is read from the wrapped model instead
+        torch.nn.Module.__init__(self)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
+        config = getattr(model, "config", None)
+        self.config = config if isinstance(config, PretrainedConfig) else PretrainedConfig()
         self.regularizers = torch.nn.ModuleDict(_named_regularizers(regularizers))
         self.regularize_eval = check_flag(regularize_eval, "regularize_eval")
         self.last_logs: dict[str, float] = {}
@@ -151,14 +175,49 @@ class RegularizedModel(torch.nn.Module):
             return getattr(inner, name)
 
     def save_pretrained(self, save_directory: str, *args: Any, **kwargs: Any) -> Any:
-        """Save the wrapped model (``model.save_pretrained``); the regularizers hold no weights."""
+        """Save the wrapped model (``model.save_pretrained``), as ``from_pretrained`` of its
+        class loads it; the regularizers hold no weights. A ``state_dict`` given (the
+        Trainer's, under FSDP or DeepSpeed) is the wrapper's: it is cut to the wrapped model's
+        keys."""
         save = getattr(self.model, "save_pretrained", None)
         if save is None:
             raise AttributeError(
                 f"the wrapped {type(self.model).__name__} has no save_pretrained; "
                 "save model.state_dict() instead"
             )
+        state = kwargs.get("state_dict")
+        if state is not None:
+            kwargs["state_dict"] = {k[len("model."):]: v for k, v in state.items()
+                                    if k.startswith("model.")}
         return save(save_directory, *args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
+        """``torch.nn.Module.load_state_dict``; a state dict of the wrapped model alone (a
+        checkpoint written by :meth:`save_pretrained`, as the Trainer writes them) is loaded
+        into the wrapped model."""
+        inner_keys = set(self.model.state_dict())
+        if state_dict and set(state_dict) <= inner_keys and not set(state_dict) <= set(
+                self.state_dict()):
+            return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        """The wrapped model's input embeddings."""
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        """The wrapped model's output embeddings."""
+        get = getattr(self.model, "get_output_embeddings", None)
+        return get() if get is not None else None
+
+    def gradient_checkpointing_enable(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's gradient checkpointing."""
+        return self.model.gradient_checkpointing_enable(*args, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> Any:
+        """The wrapped model's gradient checkpointing off."""
+        return self.model.gradient_checkpointing_disable()
 
     def forward(
         self,

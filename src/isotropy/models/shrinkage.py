@@ -22,7 +22,7 @@ stored. If the data runs out first, a warning says how many rows were used. A ba
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,8 @@ __all__ = [
     "collect_layer_shrinkage",
     "LayerShrinkage",
     "estimate_shrinkage",
+    "istar_losses",
+    "refresh_all",
     "refresh_shrinkage",
     "ShrinkageRefreshCallback",
     "DEFAULT_N_TOKENS",
@@ -370,15 +372,8 @@ class ShrinkageRefreshCallback(TrainerCallback):
         dataloader: Iterable[Mapping[str, Any]] | None = None,
         n_tokens: int = DEFAULT_N_TOKENS,
     ) -> None:
-        if losses is None:
-            self.losses: list[IStarLoss] | None = None
-        elif isinstance(losses, IStarLoss):
-            self.losses = [losses]
-        else:
-            self.losses = list(losses)
-            for item in self.losses:
-                if not isinstance(item, IStarLoss):
-                    raise TypeError(f"losses must be IStarLoss modules, got {type(item).__name__}")
+        self.losses: list[IStarLoss] | None = (
+            None if losses is None else istar_losses(torch.nn.Module(), losses, ""))
         self.dataloader = dataloader
         self.n_tokens = _check_n_tokens(n_tokens)
         self.last_shrinkage: dict[int, torch.Tensor] = {}
@@ -394,23 +389,41 @@ class ShrinkageRefreshCallback(TrainerCallback):
         model = kwargs.get("model")
         if model is None:
             raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")
-        losses = self.losses
-        if losses is None:
-            losses = [m for m in model.modules() if isinstance(m, IStarLoss)]
-            if not losses:
-                raise ValueError(
-                    "ShrinkageRefreshCallback found no IStarLoss inside the model; pass losses="
-                )
+        losses = istar_losses(model, self.losses, "ShrinkageRefreshCallback")
         data = self.dataloader if self.dataloader is not None else kwargs.get("train_dataloader")
         if data is None:
             raise ValueError("ShrinkageRefreshCallback has no dataloader: pass dataloader=")
-        done: dict[tuple[str, bool, int, bool], torch.Tensor] = {}
-        for i, loss in enumerate(losses):
-            key = (repr(loss.layers), loss.sync_dist, id(loss.process_group),
-                   loss.include_padding)
-            if key in done:
-                loss.set_shrinkage(done[key])
-            else:
-                done[key] = refresh_shrinkage(model, data, loss, n_tokens=self.n_tokens)
-            self.last_shrinkage[i] = done[key]
+        self.last_shrinkage = dict(enumerate(refresh_all(model, data, losses, self.n_tokens)))
         return control
+
+
+def istar_losses(model: torch.nn.Module, losses: Iterable[IStarLoss] | IStarLoss | None,
+                 who: str) -> list[IStarLoss]:
+    """``losses`` checked, or every :class:`IStarLoss` inside ``model`` (``who`` names the
+    caller in the error when there is none)."""
+    if losses is None:
+        found = [m for m in model.modules() if isinstance(m, IStarLoss)]
+        if not found:
+            raise ValueError(f"{who} found no IStarLoss inside the model; pass losses=")
+        return found
+    items = [losses] if isinstance(losses, IStarLoss) else list(losses)
+    for item in items:
+        if not isinstance(item, IStarLoss):
+            raise TypeError(f"losses must be IStarLoss modules, got {type(item).__name__}")
+    return items
+
+
+def refresh_all(model: torch.nn.Module, data: Iterable[Mapping[str, Any]],
+                losses: Sequence[IStarLoss], n_tokens: int) -> list[torch.Tensor]:
+    r""":func:`refresh_shrinkage` of every loss, one pass per distinct (layers, padding,
+    process group) setting; returns each loss's :math:`\Sigma_S` in order."""
+    done: dict[tuple[str, bool, int, bool], torch.Tensor] = {}
+    out = []
+    for loss in losses:
+        key = (repr(loss.layers), loss.sync_dist, id(loss.process_group), loss.include_padding)
+        if key in done:
+            loss.set_shrinkage(done[key])
+        else:
+            done[key] = refresh_shrinkage(model, data, loss, n_tokens=n_tokens)
+        out.append(done[key])
+    return out

@@ -10,7 +10,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from isotropy.training.callbacks import (
     _write_checkpoint_state,
 )
 from isotropy.training.config import IsotropyArguments, parse_layers
+from isotropy.training.regularizer_logs import RegularizerLogMixin
 
 __all__ = [
     "IsotropyTrainer",
@@ -76,7 +77,7 @@ def build_regularizers(
     return regs
 
 
-class IsotropyTrainer(Trainer):
+class IsotropyTrainer(RegularizerLogMixin, Trainer):
     r"""``Trainer`` that logs the task loss, the regularizers' logs and the top-3 anisotropy
     spectrum of every optimizer step's last-layer [CLS] cloud (all averaged over the logging
     interval), and measures the evaluation set's representations at every evaluation.
@@ -195,12 +196,18 @@ class IsotropyTrainer(Trainer):
         place as its last file (a checkpoint without it is incomplete and never resumed), and
         only then the old checkpoints rotated out: a crash at any point leaves a complete
         checkpoint to resume from."""
+        from transformers.utils import logging as hf_logging
+
         limit = self.args.save_total_limit
         self.args.save_total_limit = None
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # transformers 5's "Writing model shards" bar
         try:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
+            if bar:
+                hf_logging.enable_progress_bar()
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state) are written
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
@@ -234,40 +241,10 @@ class IsotropyTrainer(Trainer):
         elif self._deferred_save_step == step:  # the epoch-end call: evaluate, then save
             self.control.should_save = True
             self._deferred_save_step = None
-        if (self.control.should_log or self.control.should_save or self.control.should_evaluate
-                or self.control.should_training_stop or step >= self.state.max_steps):
-            self._check_regularizer_values()  # before anything is logged, saved or evaluated
+        # the mixin checks the regularizer values before anything is logged, saved or evaluated
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, start_time,
                                          learning_rate=learning_rate)
-
-    def _check_regularizer_values(self) -> None:
-        """Raise if a regularizer value summed on the device since the last log is not finite
-        (one host read; called only at steps that log, save, evaluate or end training, so that
-        no NaN model is saved or evaluated, with or without logging)."""
-        self._raise_if_not_finite(
-            k for k, v in self._log_sums.items()
-            if "/" in k and isinstance(v, torch.Tensor) and not bool(torch.isfinite(v)))
-
-    def _raise_if_not_finite(self, keys: Iterable[str]) -> None:
-        bad = sorted(keys)  # "<regularizer>/<value>"
-        if bad:
-            raise ValueError(
-                f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
-                f"{self.state.global_step}: the hidden states hold NaN or infinity (training "
-                "diverged: lower the learning rate or |lambda|), a token state has norm zero "
-                "(CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
-
-    def _add_logs(self, logs: Mapping[str, float | torch.Tensor]) -> None:
-        """Sum the values of the logging interval; a tensor value (on an accelerator) is summed
-        on its device and read only in :meth:`log`. A non-finite float is left out; a
-        non-finite tensor makes the interval's mean NaN, which :meth:`log` reports."""
-        for key, value in logs.items():
-            if key == "loss":
-                continue
-            if isinstance(value, torch.Tensor) or math.isfinite(value):
-                self._log_sums[key] = self._log_sums.get(key, 0.0) + value
-                self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud
@@ -319,9 +296,7 @@ class IsotropyTrainer(Trainer):
         loss, outputs = super().compute_loss(
             model, {**inputs, "output_hidden_states": True}, return_outputs=True,
             num_items_in_batch=num_items_in_batch)
-        if isinstance(self.model, RegularizedModel):
-            self._add_logs(self.model.last_logs)
-        hs = _hidden_states(outputs)
+        hs = _hidden_states(outputs)  # (the mixin added the regularizers' logs)
         if hs:
             self._cycle_cls.append(pooled_rows(hs[-1], inputs.get("attention_mask"),
                                                self.measure_pooling))
@@ -335,19 +310,13 @@ class IsotropyTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add the interval means of the regularizer and spectrum logs to a training log; in
-        the final summary, ``train_loss`` is the mean over every step of the run, a resumed
-        one included, wherever the checkpoint kept the loss sum (the Trainer's own is the mean
-        over the steps of this process). The dict
-        is changed in place, so the Trainer's ``TrainOutput.metrics`` says the same."""
+        """A training log gets the interval means of the regularizer and spectrum logs (the
+        mixin); in the final summary, ``train_loss`` is the mean over every step of the run, a
+        resumed one included, wherever the checkpoint kept the loss sum (the Trainer's own is
+        the mean over the steps of this process). The dict is changed in place, so the
+        Trainer's ``TrainOutput.metrics`` says the same."""
         if "train_loss" in logs and self.state.global_step > 0 and self._whole_run_loss:
             logs["train_loss"] = self._total_loss_scalar / self.state.global_step
-        if "loss" in logs and self._log_sums:
-            for key, total in self._log_sums.items():
-                logs[key] = float(total) / self._log_counts[key]
-            self._log_sums, self._log_counts = {}, {}
-            self._raise_if_not_finite(k for k, v in logs.items() if "/" in k
-                                      and isinstance(v, float) and not math.isfinite(v))
         super().log(logs, start_time)
 
     def _inner(self) -> torch.nn.Module:

@@ -1,0 +1,212 @@
+r"""A geometry monitor for any training, regularized or not: every ``every_n_steps`` optimizer
+steps, the representations of a fixed probe set, measured and logged through the training
+framework's own loggers.
+
+What is logged (under ``<prefix>/``, default ``geometry/``), from one pass of the probe set in
+eval mode without gradients (so dropout draws nothing and training is unchanged):
+
+- ``isoscore_star_token_layer{i}`` and ``isoscore_star_cls_layer{i}``: IsoScore\* of each
+  layer's token cloud and pooled ([CLS]) cloud,
+  :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)`, :math:`\Sigma_S` of that layer estimated
+  on ``shrinkage_batches`` at the same step (without them, or with ``zeta = 0``, plain
+  IsoScore: ``isoscore_last``, ``isoscore_union``);
+- ``twonn_cls_layer{i}``: the TwoNN intrinsic dimension of each layer's pooled cloud;
+- ``cls_spectrum_{raw,centred}_{k}``: the top-``top_k`` anisotropy spectrum
+  :math:`\sigma_k^2 / \sum_i \sigma_i^2` of the last layer's pooled cloud;
+- ``cosine_last``: the average cosine similarity of the last layer's tokens.
+
+The numbers are those of :class:`~isotropy.probing.eval_measures.EvalMeasures` (the
+measurements of ``isotropy train``'s evaluations) on the probe set. :class:`GeometryMonitor`
+is a ``transformers`` ``TrainerCallback``; :class:`LightningGeometryMonitor` its Lightning
+twin (``lightning`` needed only for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from isotropy.models.forward import hidden_state_batches, unwrap_model
+from isotropy.models.regularized import RegularizedModel
+from isotropy.models.shrinkage import DEFAULT_N_TOKENS, collect_layer_shrinkage
+from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures
+from isotropy.probing.eval_scalars import scalar_metrics
+
+__all__ = ["GeometryMonitor", "LightningGeometryMonitor", "measure_geometry", "model_inside"]
+
+
+def model_inside(module: torch.nn.Module) -> torch.nn.Module:
+    """What turns a batch of model inputs into ``hidden_states`` inside a Lightning module:
+    its first :class:`~isotropy.models.regularized.RegularizedModel`, else its first Hugging
+    Face ``PreTrainedModel``, else the module itself."""
+    from transformers import PreTrainedModel
+
+    for kind in (RegularizedModel, PreTrainedModel):
+        found = next((m for m in module.modules() if isinstance(m, kind)), None)
+        if found is not None:
+            return found
+    return module
+
+
+def measure_geometry(
+    model: torch.nn.Module, probe: Iterable[Mapping[str, Any]], *,
+    shrinkage_batches: Iterable[Mapping[str, Any]] | None = None, zeta: float = 0.2,
+    n_tokens: int = DEFAULT_N_TOKENS, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
+    pooling: str = "cls",
+) -> dict[str, float]:
+    """The monitor's scalars (module docstring) of ``model`` on the batches of ``probe``.
+
+    ``model`` may be a :class:`~isotropy.models.regularized.RegularizedModel` (its wrapped
+    model is run: no regularizer), a DDP wrapper, or any model returning ``hidden_states``.
+    """
+    inner = unwrap_model(model)
+    if isinstance(inner, RegularizedModel):
+        inner = inner.model
+    shrinkage = None
+    use_star = zeta > 0 and shrinkage_batches is not None
+    if use_star:
+        shrinkage = collect_layer_shrinkage(inner, shrinkage_batches, n_tokens=n_tokens,
+                                            pooling=pooling)
+    acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta if use_star else 0.0,
+                       shrinkage=shrinkage, pooling=pooling, sync=False)
+    for hidden, mask in hidden_state_batches(inner, probe):
+        acc.update(hidden, mask)
+    record = acc.compute()
+    out = scalar_metrics(record)
+    last = record.get("last") or {}
+    for name in ("raw", "centred"):
+        for k, value in enumerate(last.get(f"cls_spectrum_{name}") or [], start=1):
+            out[f"cls_spectrum_{name}_{k}"] = float(value)
+    return out
+
+
+class _Settings:
+    """What both monitors share: the probe set, the interval and the measure's options."""
+
+    def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int, *,
+                 shrinkage_batches: Sequence[Mapping[str, Any]] | None, zeta: float,
+                 n_tokens: int, max_tokens: int, top_k: int, pooling: str,
+                 prefix: str) -> None:
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) \
+                or every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
+        probe = list(probe)
+        if not probe:
+            raise ValueError("the probe set has no batch")
+        self.probe = probe
+        self.every_n_steps = every_n_steps
+        self.shrinkage_batches = None if shrinkage_batches is None else list(shrinkage_batches)
+        self.options = {"zeta": zeta, "n_tokens": n_tokens, "max_tokens": max_tokens,
+                        "top_k": top_k, "pooling": pooling}
+        self.prefix = prefix
+        self.history: list[tuple[int, dict[str, float]]] = []
+
+    def due(self, step: int) -> bool:
+        return step > 0 and step % self.every_n_steps == 0
+
+    def measure(self, model: torch.nn.Module, step: int) -> dict[str, float]:
+        values = measure_geometry(model, self.probe, shrinkage_batches=self.shrinkage_batches,
+                                  **self.options)
+        logs = {f"{self.prefix}/{k}": v for k, v in values.items()}
+        self.history.append((step, logs))
+        return logs
+
+
+class GeometryMonitor(TrainerCallback):
+    """``transformers`` callback: the probe set's geometry every ``every_n_steps`` optimizer
+    steps (module docstring), logged by ``trainer.log`` (``log_history`` and every
+    ``report_to`` logger). Attach it with :meth:`attach` (it needs the trainer to log)::
+
+        GeometryMonitor(probe_batches, every_n_steps=500).attach(trainer)
+
+    Args:
+        probe: batches (dicts of model inputs) of a fixed probe set, read at every measurement.
+        every_n_steps: optimizer steps between measurements.
+        shrinkage_batches: batches whose token rows estimate each layer's :math:`\\Sigma_S`
+            at every measurement (e.g. a slice of the training data); ``None``: plain IsoScore.
+        zeta, n_tokens, max_tokens, top_k, pooling: as in
+            :func:`measure_geometry`.
+        prefix: the logged names' prefix.
+
+    ``history`` keeps ``(step, logs)`` of every measurement.
+    """
+
+    def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int = 500, *,
+                 shrinkage_batches: Sequence[Mapping[str, Any]] | None = None,
+                 zeta: float = 0.2, n_tokens: int = DEFAULT_N_TOKENS,
+                 max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K, pooling: str = "cls",
+                 prefix: str = "geometry") -> None:
+        self.settings = _Settings(probe, every_n_steps, shrinkage_batches=shrinkage_batches,
+                                  zeta=zeta, n_tokens=n_tokens, max_tokens=max_tokens,
+                                  top_k=top_k, pooling=pooling, prefix=prefix)
+        self.trainer: Any = None
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, float]]]:
+        return self.settings.history
+
+    def attach(self, trainer: Any) -> GeometryMonitor:
+        """Add this callback to ``trainer`` and log through it; returns ``self``."""
+        self.trainer = trainer
+        trainer.add_callback(self)
+        return self
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
+        if not self.settings.due(state.global_step):
+            return control
+        if self.trainer is None:
+            raise ValueError("GeometryMonitor logs through its trainer: add it with "
+                             "GeometryMonitor(...).attach(trainer)")
+        if model is None:
+            raise ValueError("GeometryMonitor needs the Trainer's model (kwargs['model'])")
+        logs = self.settings.measure(model, state.global_step)
+        if state.is_world_process_zero:
+            self.trainer.log(dict(logs))
+        return control
+
+
+def _lightning_callback_base() -> type:
+    try:
+        import lightning
+    except ImportError:  # the Lightning twin is defined only where lightning is installed
+        return object
+    return lightning.pytorch.Callback
+
+
+class LightningGeometryMonitor(_lightning_callback_base()):  # type: ignore[misc]
+    """Lightning callback: the probe set's geometry every ``every_n_steps`` optimizer steps,
+    logged by every logger of the trainer (``logger.log_metrics``). Arguments as
+    :class:`GeometryMonitor`; ``model``: what turns a batch into ``hidden_states`` (default:
+    :func:`model_inside` the module)."""
+
+    def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int = 500, *,
+                 model: torch.nn.Module | None = None,
+                 shrinkage_batches: Sequence[Mapping[str, Any]] | None = None,
+                 zeta: float = 0.2, n_tokens: int = DEFAULT_N_TOKENS,
+                 max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K, pooling: str = "cls",
+                 prefix: str = "geometry") -> None:
+        if _lightning_callback_base() is object:
+            raise ImportError("LightningGeometryMonitor needs lightning: pip install lightning")
+        super().__init__()
+        self.settings = _Settings(probe, every_n_steps, shrinkage_batches=shrinkage_batches,
+                                  zeta=zeta, n_tokens=n_tokens, max_tokens=max_tokens,
+                                  top_k=top_k, pooling=pooling, prefix=prefix)
+        self.model = model
+        self._last_step = -1
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, float]]]:
+        return self.settings.history
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
+        step = trainer.global_step
+        if step == self._last_step or not self.settings.due(step):
+            return  # (under gradient accumulation several batches end at one step)
+        self._last_step = step
+        model = self.model if self.model is not None else model_inside(pl_module)
+        logs = self.settings.measure(model, step)
+        for logger in trainer.loggers:
+            logger.log_metrics(logs, step=step)

@@ -1,0 +1,119 @@
+r"""The regularizers' values in the Hugging Face ``Trainer``'s logs, for your own ``Trainer``.
+
+A ``Trainer`` training a :class:`~isotropy.models.regularized.RegularizedModel` optimises
+:math:`L = L_\text{task} + \sum_r \text{reg}_r`, but logs only :math:`L`. With
+:class:`RegularizerLogMixin` before ``Trainer`` in its bases (or :class:`RegularizedTrainer`),
+every training log also holds, as means over the micro-batches since the previous log:
+
+- ``task_loss``: :math:`L_\text{task}`;
+- ``<name>/loss``: each regularizer's term, and ``<name>/<key>`` its other values (I-STAR's
+  ``isoscore_star``, CosReg's ``avg_cosine``, ...).
+
+They reach ``trainer.state.log_history`` and every logger of ``report_to`` (TensorBoard, ...)
+alike, because they are added in ``Trainer.log`` before the callbacks see the logs. A value
+that is not finite stops training with an error naming it, before anything is saved or
+evaluated with it. Values kept on an accelerator are summed there and read once per log.
+
+>>> from transformers import Trainer
+>>> class MyTrainer(RegularizerLogMixin, Trainer):
+...     pass
+>>> issubclass(MyTrainer, Trainer)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from transformers import Trainer
+
+from isotropy.models.regularized import RegularizedModel
+
+__all__ = ["RegularizedTrainer", "RegularizerLogMixin"]
+
+
+def _regularized(model: Any) -> RegularizedModel | None:
+    """The :class:`RegularizedModel` inside the Trainer's model (DDP, compiled), if any."""
+    while model is not None and not isinstance(model, RegularizedModel):
+        model = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+    return model
+
+
+class RegularizerLogMixin:
+    """Adds the interval means of ``RegularizedModel.last_logs`` to the ``Trainer``'s
+    training logs (module docstring). Put it before ``Trainer`` in the bases."""
+
+    _log_sums: dict[str, Any]
+    _log_counts: dict[str, int]
+
+    def _add_logs(self, logs: Mapping[str, float | torch.Tensor]) -> None:
+        """Sum the values of the logging interval; a tensor value (on an accelerator) is summed
+        on its device and read only in :meth:`log`. A non-finite regularizer value
+        (``<name>/<key>``, float or tensor) makes the interval's mean NaN, which :meth:`log`
+        and the check before a save or evaluation report; any other non-finite float is left
+        out."""
+        sums = self.__dict__.setdefault("_log_sums", {})
+        counts = self.__dict__.setdefault("_log_counts", {})
+        for key, value in logs.items():
+            if key == "loss":
+                continue
+            if isinstance(value, torch.Tensor) or "/" in key or math.isfinite(value):
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] = counts.get(key, 0) + 1
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The Trainer's loss; in training, the wrapped model's logs of this micro-batch are
+        added to the interval's sums."""
+        out = super().compute_loss(model, inputs, return_outputs=return_outputs,  # type: ignore[misc]
+                                   num_items_in_batch=num_items_in_batch)
+        wrapped = _regularized(model)
+        if wrapped is not None and model.training:
+            self._add_logs(wrapped.last_logs)
+        return out
+
+    def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's log / save / evaluate, after a check that no regularizer value of the
+        interval is NaN or infinite (one host read, at steps that log, save, evaluate or end
+        training only)."""
+        control, state = self.control, self.state  # type: ignore[attr-defined]
+        if (control.should_log or control.should_save or control.should_evaluate
+                or control.should_training_stop or state.global_step >= state.max_steps):
+            self._check_regularizer_values()
+        return super()._maybe_log_save_evaluate(*args, **kwargs)  # type: ignore[misc]
+
+    def _check_regularizer_values(self) -> None:
+        """Raise if a regularizer value summed on the device since the last log is not
+        finite."""
+        self._raise_if_not_finite(
+            k for k, v in self.__dict__.get("_log_sums", {}).items()
+            if "/" in k and not bool(torch.isfinite(torch.as_tensor(v))))
+
+    def _raise_if_not_finite(self, keys: Iterable[str]) -> None:
+        bad = sorted(keys)  # "<regularizer>/<value>"
+        if bad:
+            raise ValueError(
+                f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
+                f"{self.state.global_step}: the hidden states hold NaN or infinity (training "  # type: ignore[attr-defined]
+                "diverged: lower the learning rate or |lambda|), a token state has norm zero "
+                "(CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A training log (one with ``loss``) gets the interval means; the dict is changed in
+        place."""
+        sums = self.__dict__.get("_log_sums")
+        if "loss" in logs and sums:
+            counts = self._log_counts
+            for key, total in sums.items():
+                logs[key] = float(total) / counts[key]
+            self._log_sums, self._log_counts = {}, {}
+            self._raise_if_not_finite(k for k, v in logs.items() if "/" in k
+                                      and isinstance(v, float) and not math.isfinite(v))
+        super().log(logs, start_time)  # type: ignore[misc]
+
+
+class RegularizedTrainer(RegularizerLogMixin, Trainer):
+    """``transformers.Trainer`` with the regularizers' values in its logs
+    (:class:`RegularizerLogMixin`)."""

@@ -1,0 +1,121 @@
+"""A Lightning run with ``RegularizedModel``: ``LightningShrinkageRefresh`` sets Sigma_S at
+every epoch start to the covariance of the current model's token rows (checked against
+``numpy.cov`` of rows gathered by hand), and ``IsoScoreMetric`` is logged through Lightning's
+logger (checked against the IsoScore package on the same rows)."""
+
+from __future__ import annotations
+
+import csv
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _models import labelled_rows, tiny_bert
+
+lightning = pytest.importorskip("lightning")
+
+from isotropy import IsoScoreMetric, IStarLoss, RegularizedModel  # noqa: E402
+from isotropy.training.lightning_callbacks import LightningShrinkageRefresh  # noqa: E402
+
+VOCAB = 30
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+def _rows(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    return labelled_rows(n, seed, vocab_size=VOCAB)
+
+
+class _Module(lightning.LightningModule):
+    def __init__(self, net: RegularizedModel) -> None:
+        super().__init__()
+        self.net, self.iso = net, IsoScoreMetric()
+        self.epoch_weights: list[dict[str, torch.Tensor]] = []
+        self.val_rows: list[torch.Tensor] = []
+
+    def training_step(self, batch, _):
+        out = self.net(**batch)
+        self.log_dict({"task_loss": out.task_loss,
+                       **{f"{k}_loss": v for k, v in out.regularizer_losses.items()}})
+        return out.loss
+
+    def validation_step(self, batch, _):
+        out = self.net(**batch, output_hidden_states=True)
+        h, mask = out.hidden_states[-1], batch["attention_mask"]
+        self.iso.update(h, mask)
+        self.val_rows.append(h[mask.bool()].detach().double())
+
+    def on_validation_epoch_end(self):
+        self.log("val_isoscore", self.iso.compute().float())
+        self.iso.reset()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+class _Snapshot(lightning.pytorch.Callback):
+    """The model's weights at each epoch start (after the refresh: it does not train)."""
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        pl_module.epoch_weights.append({k: v.clone() for k, v in
+                                        pl_module.net.model.state_dict().items()})
+
+
+def _by_hand_sigma(inner, batches) -> np.ndarray:
+    """np.cov of every non-padding token row of layers 1..L (the union), by a plain loop."""
+    rows = []
+    inner.eval()
+    with torch.no_grad():
+        for b in batches:
+            hs = inner(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       output_hidden_states=True).hidden_states
+            keep = b["attention_mask"].bool()
+            for layer in hs[1:]:
+                rows.append(layer[keep].double().numpy())
+    return np.cov(np.concatenate(rows), rowvar=False)
+
+
+def test_lightning_refreshes_sigma_s_each_epoch_and_logs_isoscore(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2)
+    loss = IStarLoss(tuning=-1.0, zeta=0.5)
+    module = _Module(RegularizedModel(inner, loss))
+    train = DataLoader(_rows(24, 0), batch_size=8)  # no shuffling: the pass reads every row
+    val = DataLoader(_rows(16, 1), batch_size=8)
+    refresh = LightningShrinkageRefresh(n_tokens=10**6)
+    trainer = lightning.Trainer(
+        max_epochs=2, accelerator="cpu", devices=1, logger=CSVLogger(str(tmp_path)),
+        callbacks=[refresh, _Snapshot()], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        log_every_n_steps=1, deterministic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, train, val)
+    assert len(module.epoch_weights) == 2
+    sigmas = []
+    for weights in module.epoch_weights:
+        probe = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2)
+        probe.load_state_dict(weights)
+        sigmas.append(_by_hand_sigma(probe, train))
+    assert not np.allclose(sigmas[0], sigmas[1], atol=1e-6)  # training moved the model
+    np.testing.assert_allclose(refresh.last_shrinkage[0].numpy(), sigmas[1], rtol=1e-5,
+                               atol=1e-7)  # float32 forwards
+    np.testing.assert_allclose(loss.shrinkage.double().numpy(), sigmas[1], rtol=1e-5, atol=1e-7)
+
+    with open(next(tmp_path.rglob("metrics.csv")), newline="") as fh:
+        logged = [float(r["val_isoscore"]) for r in csv.DictReader(fh) if r["val_isoscore"]]
+    assert len(logged) == 2
+    from IsoScore.IsoScore import IsoScore as reference  # the authors' package
+
+    last = torch.cat(module.val_rows[-2:]).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = float(reference(last))  # rows are points
+    assert logged[-1] == pytest.approx(theirs, rel=1e-5)

@@ -1,0 +1,161 @@
+"""The geometry monitor: its numbers against hand-gathered clouds (the IsoScore package, an
+SVD), its logs in a plain ``Trainer`` and in Lightning, and a training it leaves unchanged."""
+
+from __future__ import annotations
+
+import csv
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _models import labelled_rows, tiny_bert
+
+from isotropy.training.monitor import GeometryMonitor, measure_geometry
+
+VOCAB = 30
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+def _rows(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    return labelled_rows(n, seed, vocab_size=VOCAB)
+
+
+def _batches(rows, size=8):
+    return [{k: torch.stack([r[k] for r in rows[i:i + size]]) for k in rows[0]}
+            for i in range(0, len(rows), size)]
+
+
+def _model(seed=0):
+    from transformers import BertForSequenceClassification
+
+    return tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=seed, num_labels=2)
+
+
+def test_measures_match_clouds_gathered_by_hand():
+    ref = pytest.importorskip("IsoScore.IsoScore")
+    model, probe = _model().eval(), _batches(_rows(24, 1))
+    got = measure_geometry(model, probe, zeta=0.0)
+    tokens, cls = {1: [], 2: []}, []
+    with torch.no_grad():
+        for b in probe:
+            hs = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       output_hidden_states=True).hidden_states
+            for i in (1, 2):
+                tokens[i].append(hs[i][b["attention_mask"].bool()].double().numpy())
+            cls.append(hs[2][:, 0].double().numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want_last = float(ref.IsoScore(np.concatenate(tokens[2])))
+        want_union = float(ref.IsoScore(np.concatenate(tokens[1] + tokens[2])))
+    assert got["isoscore_last"] == pytest.approx(want_last, abs=1e-6)
+    assert got["isoscore_union"] == pytest.approx(want_union, abs=1e-6)
+    x = np.concatenate(cls)
+    s2 = np.linalg.svd(x, compute_uv=False) ** 2
+    assert got["cls_spectrum_raw_1"] == pytest.approx(s2[0] / s2.sum(), rel=1e-5)
+    c2 = np.linalg.svd(x - x.mean(0), compute_uv=False) ** 2
+    assert got["cls_spectrum_centred_2"] == pytest.approx(c2[1] / c2.sum(), rel=1e-5)
+    assert np.isfinite(got["twonn_cls_layer2"])
+
+
+def test_isoscore_star_uses_each_layers_sigma_s_when_given_shrinkage_batches():
+    model, probe = _model().eval(), _batches(_rows(24, 1))
+    plain = measure_geometry(model, probe, zeta=0.0)
+    star = measure_geometry(model, probe, shrinkage_batches=_batches(_rows(32, 2)), zeta=0.2)
+    for i in (1, 2):
+        assert 0.0 <= star[f"isoscore_star_token_layer{i}"] <= 1.0
+    assert star["isoscore_star_token_layer2"] != pytest.approx(plain["isoscore_last"], abs=1e-6)
+    # zeta = 1: the batch covariance drops out, so IsoScore* is that of Sigma_S alone
+    only_s = measure_geometry(model, probe, shrinkage_batches=_batches(_rows(32, 2)), zeta=1.0)
+    other_probe = measure_geometry(model, _batches(_rows(16, 7)),
+                                   shrinkage_batches=_batches(_rows(32, 2)), zeta=1.0)
+    assert only_s["isoscore_star_token_layer2"] == pytest.approx(
+        other_probe["isoscore_star_token_layer2"], abs=1e-9)
+
+
+def _args(out, **kw):
+    from transformers import TrainingArguments
+
+    base = {"output_dir": str(out), "per_device_train_batch_size": 8, "learning_rate": 1e-3,
+            "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
+            "use_cpu": True, "disable_tqdm": True, "seed": 0}
+    base.update(kw)
+    return TrainingArguments(**base)
+
+
+def test_trainer_logs_the_geometry_at_its_interval_and_trains_the_same(tmp_path):
+    from transformers import Trainer
+
+    runs = {}
+    for name in ("without", "with"):
+        model = _model()
+        trainer = Trainer(model=model, args=_args(tmp_path / name), train_dataset=_rows(32, 0))
+        monitor = GeometryMonitor(_batches(_rows(16, 1)), every_n_steps=2, zeta=0.0)
+        if name == "with":
+            monitor.attach(trainer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        runs[name] = (model, trainer, monitor)
+    model, trainer, monitor = runs["with"]
+    logged = [r for r in trainer.state.log_history if "geometry/isoscore_last" in r]
+    assert [r["step"] for r in logged] == [2, 4]
+    assert [s for s, _ in monitor.history] == [2, 4]
+    assert logged[-1]["geometry/isoscore_last"] == monitor.history[-1][1]["geometry/isoscore_last"]
+    # measured in eval mode without gradients: the training itself is unchanged
+    for key, value in runs["without"][0].state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    # and the last measurement is the final model's
+    assert logged[-1]["geometry/isoscore_last"] == pytest.approx(
+        measure_geometry(model, _batches(_rows(16, 1)), zeta=0.0)["isoscore_last"], abs=1e-12)
+
+
+def test_bad_monitor_settings_are_refused():
+    with pytest.raises(ValueError, match="every_n_steps"):
+        GeometryMonitor(_batches(_rows(8, 1)), every_n_steps=0)
+    with pytest.raises(ValueError, match="no batch"):
+        GeometryMonitor([], every_n_steps=5)
+    monitor = GeometryMonitor(_batches(_rows(8, 1)), every_n_steps=1)
+    from transformers import TrainerControl, TrainerState
+
+    with pytest.raises(ValueError, match="attach"):
+        monitor.on_step_end(None, TrainerState(global_step=1), TrainerControl(), model=_model())
+
+
+def test_lightning_monitor_logs_through_the_loggers(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from isotropy.training.monitor import LightningGeometryMonitor
+
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _model()
+
+        def training_step(self, batch, _):
+            return self.net(**batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    monitor = LightningGeometryMonitor(_batches(_rows(16, 1)), every_n_steps=2, zeta=0.0,
+                                       model=None)
+    trainer = lightning.Trainer(max_steps=4, accelerator="cpu", devices=1,
+                                logger=CSVLogger(str(tmp_path)), callbacks=[monitor],
+                                enable_checkpointing=False, enable_progress_bar=False,
+                                enable_model_summary=False, log_every_n_steps=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Module(), DataLoader(_rows(32, 0), batch_size=8))
+    with open(next(tmp_path.rglob("metrics.csv")), newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("geometry/isoscore_last")]
+    assert [int(r["step"]) for r in rows] == [2, 4]
+    assert [s for s, _ in monitor.history] == [2, 4]
+    assert float(rows[-1]["geometry/isoscore_last"]) == pytest.approx(
+        monitor.history[-1][1]["geometry/isoscore_last"], rel=1e-6)

@@ -1,0 +1,165 @@
+"""The user's own ``transformers.Trainer`` with ``RegularizedModel``: what it saves loads as the
+wrapped model would, checkpoints resume into the wrapper, and ``RegularizedTrainer`` (the
+``RegularizerLogMixin``) puts the regularizers' values in ``log_history`` and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _models import labelled_rows, tiny_bert
+
+from isotropy import CosRegLoss, IStarLoss, RegularizedModel, RegularizedTrainer
+
+VOCAB = 30
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Tiny models: one thread avoids oversubscription."""
+
+
+def _data(n: int = 32) -> list[dict[str, torch.Tensor]]:
+    return labelled_rows(n, 0, vocab_size=VOCAB, seq=10)
+
+
+def _wrapped(seed: int = 0) -> RegularizedModel:
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=seed, num_labels=2)
+    return RegularizedModel(inner, [IStarLoss(tuning=-1.0, zeta=0.0), CosRegLoss(tuning=1.0)])
+
+
+def _args(out, **kw):
+    from transformers import TrainingArguments
+
+    base = {"output_dir": str(out), "per_device_train_batch_size": 8, "learning_rate": 1e-3,
+            "max_steps": 4, "logging_steps": 1, "save_steps": 2, "report_to": "none",
+            "use_cpu": True, "disable_tqdm": True, "seed": 0, "save_total_limit": None}
+    base.update(kw)
+    return TrainingArguments(**base)
+
+
+def _train(trainer_cls, out, **kw):
+    model = _wrapped()
+    trainer = trainer_cls(model=model, args=_args(out, **kw), train_dataset=_data())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    return trainer, model
+
+
+def test_a_plain_trainer_saves_what_from_pretrained_loads(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification, Trainer
+
+    trainer, model = _train(Trainer, tmp_path / "run")
+    trainer.save_model(str(tmp_path / "final"))
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["model_type"] == "bert"
+    keys = load_file(tmp_path / "final" / "model.safetensors")
+    assert not any(k.startswith("model.") for k in keys)  # the wrapped model's own keys
+    loaded = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "final"))
+    for name, value in model.model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0)
+    # a checkpoint, too, is a model directory of the wrapped model
+    step2 = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "run" /
+                                                                   "checkpoint-2"))
+    assert not torch.equal(step2.classifier.weight, loaded.classifier.weight)
+
+
+def test_a_checkpoint_loads_back_into_a_fresh_wrapper(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import Trainer
+
+    _train(Trainer, tmp_path / "run")
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    fresh = _wrapped(seed=5)
+    trainer = Trainer(model=fresh, args=_args(tmp_path / "again"), train_dataset=_data())
+    trainer._load_from_checkpoint(str(checkpoint))
+    saved = load_file(checkpoint / "model.safetensors")
+    for name, value in saved.items():
+        torch.testing.assert_close(fresh.model.state_dict()[name], value, rtol=0, atol=0)
+    # the wrapper's own state dict loads too (strict: every key matched)
+    other = _wrapped(seed=6)
+    result = other.load_state_dict(fresh.state_dict())
+    assert not result.missing_keys and not result.unexpected_keys
+
+
+def test_a_resumed_plain_trainer_ends_with_the_uninterrupted_weights(tmp_path):
+    from transformers import Trainer
+
+    _, full = _train(Trainer, tmp_path / "full")
+    model = _wrapped()
+    trainer = Trainer(model=model, args=_args(tmp_path / "full"), train_dataset=_data())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    for name, value in full.model.state_dict().items():
+        torch.testing.assert_close(model.model.state_dict()[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_regularized_trainer_logs_each_term_and_they_add_up_to_the_loss(tmp_path):
+    trainer, _ = _train(RegularizedTrainer, tmp_path / "run")
+    logs = [r for r in trainer.state.log_history if "loss" in r]
+    assert [r["step"] for r in logs] == [1, 2, 3, 4]
+    for r in logs:
+        for key in ("task_loss", "istar/loss", "istar/isoscore_star", "cosreg/loss",
+                    "cosreg/avg_cosine"):
+            assert np.isfinite(r[key]), key
+        # the Trainer's own loss (logging every step, no accumulation) is the sum of ours
+        assert r["loss"] == pytest.approx(r["task_loss"] + r["istar/loss"] + r["cosreg/loss"],
+                                          rel=1e-4, abs=1e-5)
+        # I-STAR: lambda (1 - IsoScore*), lambda = -1
+        assert r["istar/loss"] == pytest.approx(-(1.0 - r["istar/isoscore_star"]), rel=1e-5)
+
+
+def test_regularized_trainer_means_over_the_logging_interval(tmp_path):
+    every, _ = _train(RegularizedTrainer, tmp_path / "every")
+    pairs, _ = _train(RegularizedTrainer, tmp_path / "pairs", logging_steps=2)
+    one = {r["step"]: r for r in every.state.log_history if "loss" in r}
+    two = {r["step"]: r for r in pairs.state.log_history if "loss" in r}
+    assert sorted(two) == [2, 4]
+    for step in (2, 4):
+        for key in ("task_loss", "istar/isoscore_star", "cosreg/avg_cosine"):
+            want = (one[step - 1][key] + one[step][key]) / 2
+            assert two[step][key] == pytest.approx(want, rel=1e-5), (step, key)
+
+
+def test_regularized_trainer_values_reach_tensorboard(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    trainer, _ = _train(RegularizedTrainer, tmp_path / "run", report_to="tensorboard")
+    events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    assert events
+    acc = EventAccumulator(str(events[0].parent), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"train/istar/isoscore_star", "train/task_loss", "train/cosreg/loss"} <= set(tags)
+    logged = {r["step"]: r["istar/isoscore_star"] for r in trainer.state.log_history
+              if "istar/isoscore_star" in r}
+    written = {e.step: e.value for e in acc.Scalars("train/istar/isoscore_star")}
+    assert sorted(written) == sorted(logged)
+    for step, value in logged.items():
+        assert written[step] == pytest.approx(value, rel=1e-6)  # events store float32
+
+
+def test_a_non_finite_regularizer_value_stops_training_naming_it(tmp_path):
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2)
+    model = RegularizedModel(inner, CosRegLoss(tuning=1.0, eager_checks=False))
+    data = _data()
+    for row in data:  # every token the padding id, with its embedding zeroed: norm zero
+        row["input_ids"] = torch.zeros_like(row["input_ids"])
+    with torch.no_grad():
+        for p in inner.parameters():
+            p.zero_()
+    trainer = RegularizedTrainer(model=model, args=_args(tmp_path / "run"), train_dataset=data)
+    with pytest.raises(ValueError, match="cosreg/.*not finite"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
