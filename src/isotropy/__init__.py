@@ -32,9 +32,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         isoscore_star_update,
     )
     from isotropy.measures.partition import partition_score
+    from isotropy.measures.rank import (
+        effective_rank,
+        effective_rank_from_stats,
+        rankme,
+        rankme_from_stats,
+    )
     from isotropy.measures.spectrum import anisotropy_spectrum
     from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
     from isotropy.measures.twonn import twonn
+    from isotropy.measures.uniformity import alignment, uniformity
     from isotropy.models.mean_pooling import MeanPooledClassifier
     from isotropy.models.regularized import RegularizedModel
     from isotropy.models.shrinkage import (
@@ -74,6 +81,9 @@ _LAZY = {
     **dict.fromkeys(["h0_barcode", "persistent_entropy", "prominent_features"],
                     "isotropy.measures.topology"),
     "twonn": "isotropy.measures.twonn",
+    **dict.fromkeys(["effective_rank", "effective_rank_from_stats", "rankme",
+                     "rankme_from_stats"], "isotropy.measures.rank"),
+    **dict.fromkeys(["alignment", "uniformity"], "isotropy.measures.uniformity"),
     "RegularizedModel": "isotropy.models.regularized",
     "MeanPooledClassifier": "isotropy.models.mean_pooling",
     **dict.fromkeys(["RegularizedTrainer", "RegularizerLogMixin"],
@@ -114,8 +124,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "CosRegLoss",
     "CovarianceStats",
-    "IStarLoss",
     "GeometryMonitor",
+    "IStarLoss",
     "IsoScoreMetric",
     "LightningGeometryMonitor",
     "LightningShrinkageRefresh",
@@ -127,10 +137,13 @@ __all__ = [
     "RegularizerLogMixin",
     "RegularizerOutput",
     "ShrinkageRefreshCallback",
+    "alignment",
     "anisotropy_spectrum",
     "avg_cosine_similarity",
     "collect_covariance",
     "cosine_regularization_term",
+    "effective_rank",
+    "effective_rank_from_stats",
     "estimate_shrinkage",
     "h0_barcode",
     "isoscore",
@@ -144,6 +157,9 @@ __all__ = [
     "partition_score",
     "persistent_entropy",
     "prominent_features",
+    "rankme",
+    "rankme_from_stats",
     "refresh_shrinkage",
     "twonn",
+    "uniformity",
 ]

@@ -1,0 +1,116 @@
+r"""Rank measures of a point cloud :math:`X` (``(n_points, dim)``): effective rank and RankMe.
+
+Both are the exponential of an entropy of the **singular values** :math:`\sigma_1 \ge \dots
+\ge \sigma_r` of :math:`X` itself (:math:`r = \min(n, d)`; not of its covariance's
+eigenvalues :math:`\sigma_k^2/(n-1)`, which give another number; ``center=True`` takes the
+singular values of :math:`X - \bar x`):
+
+- **effective rank** (Roy & Vetterli 2007): :math:`\exp H(p)`, :math:`p_k = \sigma_k /
+  \sum_i \sigma_i`, :math:`H(p) = -\sum_k p_k \log p_k` with :math:`0 \log 0 = 0`. It is 1 for
+  a rank-one cloud and :math:`r` when all singular values are equal.
+- **RankMe** (Garrido et al. 2023, Eq. 1): the same with :math:`p_k = \sigma_k / \lVert\sigma
+  \rVert_1 + \varepsilon`, :math:`\varepsilon = 10^{-7}` (the paper's value for float32
+  embeddings; it keeps :math:`\log p_k` finite for zero singular values). The paper applies it
+  to the raw (uncentred) embedding matrix.
+
+The squared singular values are the eigenvalues of the Gram matrix :math:`X^\top X`, so
+:class:`~isotropy.measures.covariance.CovarianceStats` (count :math:`n`, mean :math:`\mu`,
+co-moment :math:`M`) is a sufficient statistic: :math:`X^\top X = M + n\mu\mu^\top`, and
+:math:`M` for the centred cloud. The ``*_from_stats`` twins give the score of every row
+streamed so far, whatever the batching. Everything is computed in float64: half-precision
+inputs never reach an eigensolver in half precision.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy.measures.covariance import CovarianceStats
+
+__all__ = [
+    "RANKME_EPSILON",
+    "effective_rank",
+    "effective_rank_from_stats",
+    "rankme",
+    "rankme_from_stats",
+]
+
+RANKME_EPSILON = 1e-7
+
+
+def _singular_values(X: ArrayLike, center: bool) -> torch.Tensor:
+    """The ``min(n, d)`` singular values of ``X`` (centred with ``center``), float64."""
+    x = as_point_cloud(X, min_points=1).detach().to(torch.float64)
+    if center:
+        x = x - x.mean(0)
+    return torch.linalg.svdvals(x)
+
+
+def _stats_singular_values(stats: CovarianceStats, center: bool) -> torch.Tensor:
+    """Singular values of the streamed rows, from the eigenvalues of their Gram matrix."""
+    if not isinstance(stats, CovarianceStats):
+        raise TypeError(f"stats must be a CovarianceStats, got {type(stats).__name__}")
+    if stats.count < 1:
+        raise ValueError("the statistics hold no row")
+    m = stats.comoment.to(torch.float64)
+    if not center:
+        mu = stats.mean.to(torch.float64)
+        m = m + stats.count * torch.outer(mu, mu)
+    eig = torch.linalg.eigvalsh((m + m.T) / 2).flip(0)[: min(stats.count, stats.dim)]
+    return eig.clamp(min=0.0).sqrt()
+
+
+def _entropy_rank(sigma: torch.Tensor, eps: float) -> torch.Tensor:
+    total = sigma.sum()
+    if not bool(total > 0):
+        raise ValueError("every singular value is 0 (a cloud of zeros, or of one point "
+                         "centred): the rank is undefined")
+    p = sigma / total + eps
+    terms = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))),
+                        torch.zeros_like(p))
+    return torch.exp(-terms.sum())
+
+
+def effective_rank(X: ArrayLike, *, center: bool = False) -> torch.Tensor:
+    r"""Effective rank :math:`\exp H(\sigma / \sum\sigma)` of ``X`` (module docstring), a
+    float64 0-d tensor in :math:`[1, \min(n, d)]`.
+
+    >>> round(float(effective_rank(torch.eye(4))), 6)  # four equal singular values
+    4.0
+    >>> round(float(effective_rank(torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]))), 6)
+    1.0
+    """
+    return _entropy_rank(_singular_values(X, center), 0.0)
+
+
+def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -> torch.Tensor:
+    r"""RankMe :math:`\exp(-\sum_k p_k \log p_k)`, :math:`p_k = \sigma_k/\lVert\sigma\rVert_1
+    + \varepsilon`, of ``X`` (module docstring), a float64 0-d tensor.
+
+    >>> round(float(rankme(torch.eye(3))), 5)
+    3.0
+    """
+    eps = check_finite_float(eps, "eps", allow_bool=False)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    return _entropy_rank(_singular_values(X, center), eps)
+
+
+def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -> torch.Tensor:
+    """:func:`effective_rank` of the rows summarised by ``stats``.
+
+    >>> s = CovarianceStats.from_batch(torch.eye(4)).merge(CovarianceStats.from_batch(torch.eye(4)))
+    >>> round(float(effective_rank_from_stats(s)), 6)  # the 8 x 4 cloud [I; I]
+    4.0
+    """
+    return _entropy_rank(_stats_singular_values(stats, center), 0.0)
+
+
+def rankme_from_stats(stats: CovarianceStats, *, eps: float = RANKME_EPSILON,
+                      center: bool = False) -> torch.Tensor:
+    """:func:`rankme` of the rows summarised by ``stats``."""
+    eps = check_finite_float(eps, "eps", allow_bool=False)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    return _entropy_rank(_stats_singular_values(stats, center), eps)

@@ -1,0 +1,148 @@
+"""Effective rank, RankMe, alignment and uniformity against numpy/scipy routes written from the
+papers' formulas, on known cases, in their streaming twins and on half-precision input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import pdist
+from scipy.stats import entropy
+
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.rank import (
+    effective_rank,
+    effective_rank_from_stats,
+    rankme,
+    rankme_from_stats,
+)
+from isotropy.measures.uniformity import alignment, uniformity
+
+
+def cloud(n: int, d: int, seed: int, spread: float = 3.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)) * np.exp(-spread * np.arange(d) / d) + rng.normal(size=d)
+
+
+def np_erank(x: np.ndarray, center: bool = False) -> float:
+    s = np.linalg.svd(x - x.mean(0) if center else x, compute_uv=False)
+    return float(np.exp(entropy(s / s.sum())))  # scipy: natural log, 0 log 0 = 0
+
+
+def np_rankme(x: np.ndarray, eps: float = 1e-7) -> float:
+    s = np.linalg.svd(x, compute_uv=False)
+    p = s / np.abs(s).sum() + eps
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+SHAPES = [(50, 8), (8, 50), (300, 32), (3, 3)]
+
+
+@pytest.mark.parametrize("n,d", SHAPES)
+@pytest.mark.parametrize("center", [False, True])
+def test_effective_rank_matches_numpy_and_scipy_entropy(n, d, center):
+    x = cloud(n, d, seed=n * d)
+    assert float(effective_rank(torch.tensor(x), center=center)) == pytest.approx(
+        np_erank(x, center), rel=1e-10)
+
+
+@pytest.mark.parametrize("n,d", SHAPES)
+def test_rankme_matches_the_papers_formula(n, d):
+    x = cloud(n, d, seed=n + d)
+    assert float(rankme(torch.tensor(x))) == pytest.approx(np_rankme(x), rel=1e-10)
+    assert float(rankme(torch.tensor(x), eps=0.0)) == pytest.approx(np_erank(x), rel=1e-10)
+
+
+def test_rank_known_cases():
+    assert float(effective_rank(torch.eye(5))) == pytest.approx(5.0, abs=1e-12)
+    line = torch.arange(1.0, 7.0)[:, None] * torch.tensor([[1.0, -2.0, 0.5]])
+    assert float(effective_rank(line)) == pytest.approx(1.0, abs=1e-12)
+    # two singular values in ratio 3:1 -> p = (3/4, 1/4)
+    x = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
+    h = -(0.75 * np.log(0.75) + 0.25 * np.log(0.25))
+    assert float(effective_rank(x)) == pytest.approx(np.exp(h), rel=1e-12)
+    # singular values, not eigenvalues: the eigenvalue route would give p = (9/10, 1/10)
+    assert float(effective_rank(x)) != pytest.approx(np.exp(entropy([0.9, 0.1])), rel=1e-3)
+    # a constant shift is rank one uncentred; centring removes it
+    assert float(effective_rank(torch.ones(4, 3) * 2.0)) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_streaming_twins_equal_the_whole_cloud(center):
+    x = torch.tensor(cloud(240, 16, seed=4))
+    stats = CovarianceStats.empty(16)
+    for part in torch.split(x, [7, 100, 33, 100]):
+        stats = stats.merge(CovarianceStats.from_batch(part))
+    assert float(effective_rank_from_stats(stats, center=center)) == pytest.approx(
+        float(effective_rank(x, center=center)), rel=1e-9)
+    assert float(rankme_from_stats(stats, center=center)) == pytest.approx(
+        float(rankme(x, center=center)), rel=1e-9)
+
+
+def test_streaming_twin_with_fewer_rows_than_dimensions_keeps_min_n_d_values():
+    x = torch.tensor(cloud(5, 12, seed=9))
+    stats = CovarianceStats.from_batch(x)
+    assert float(rankme_from_stats(stats)) == pytest.approx(float(rankme(x)), rel=1e-7)
+
+
+def test_half_precision_inputs_are_measured_in_float64():
+    x = torch.tensor(cloud(64, 16, seed=2), dtype=torch.float32)
+    for dtype in (torch.float16, torch.bfloat16):
+        h = x.to(dtype)
+        assert float(effective_rank(h)) == float(effective_rank(h.to(torch.float64)))
+        assert float(rankme(h)) == float(rankme(h.to(torch.float64)))
+        assert effective_rank(h).dtype == torch.float64
+        assert float(uniformity(h)) == float(uniformity(h.to(torch.float64)))
+
+
+def _unit(a: np.ndarray) -> np.ndarray:
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("t", [2.0, 0.5])
+def test_uniformity_matches_pdist(t):
+    x = cloud(120, 10, seed=1)
+    want = np.log(np.mean(np.exp(-t * pdist(_unit(x), "sqeuclidean"))))
+    assert float(uniformity(torch.tensor(x), t=t)) == pytest.approx(want, rel=1e-10)
+    # the blocks only change how the pairs are visited
+    assert float(uniformity(torch.tensor(x), t=t, block=7)) == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.0])
+def test_alignment_matches_numpy_and_combines_over_batches(alpha):
+    x, y = cloud(40, 6, seed=1), cloud(40, 6, seed=2)
+    want = np.mean(np.linalg.norm(_unit(x) - _unit(y), axis=1) ** alpha)
+    assert float(alignment(torch.tensor(x), torch.tensor(y), alpha=alpha)) == pytest.approx(
+        want, rel=1e-12)
+    s1, n1 = alignment(torch.tensor(x[:15]), torch.tensor(y[:15]), alpha=alpha, reduction="sum")
+    s2, n2 = alignment(torch.tensor(x[15:]), torch.tensor(y[15:]), alpha=alpha, reduction="sum")
+    assert float((s1 + s2) / (n1 + n2)) == pytest.approx(want, rel=1e-12)
+
+
+def test_alignment_and_uniformity_known_cases():
+    assert float(uniformity(torch.eye(4))) == pytest.approx(-4.0, abs=1e-12)
+    assert float(uniformity(torch.ones(5, 3))) == pytest.approx(0.0, abs=1e-12)
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert float(alignment(x, 3 * x)) == pytest.approx(0.0, abs=1e-12)  # scale is normalised
+    assert float(alignment(x, -x)) == pytest.approx(4.0, abs=1e-12)  # antipodal: |2u|^2
+
+
+def test_bad_inputs_are_refused_clearly():
+    with pytest.raises(ValueError, match="every singular value is 0"):
+        effective_rank(torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="every singular value is 0"):
+        effective_rank(torch.ones(1, 4), center=True)
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        rankme(torch.eye(2), eps=-1.0)
+    with pytest.raises(ValueError, match="no row"):
+        effective_rank_from_stats(CovarianceStats.empty(3))
+    with pytest.raises(ValueError, match="norm zero"):
+        uniformity(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match="at least 2"):
+        uniformity(torch.eye(2)[:1])
+    with pytest.raises(ValueError, match="same shape"):
+        alignment(torch.eye(3), torch.eye(2))
+    with pytest.raises(ValueError, match="reduction"):
+        alignment(torch.eye(2), torch.eye(2), reduction="max")
+    with pytest.raises(ValueError, match="finite"):
+        effective_rank(torch.tensor([[1.0, float("nan")]]))
