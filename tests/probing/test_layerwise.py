@@ -222,9 +222,28 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
         assert row["log_partition"] == pytest.approx(
             float(partition_score(x, log=True)), rel=1e-3, abs=1e-4)
         assert row["twonn"] == pytest.approx(float(twonn(torch.unique(x, dim=0))), rel=1e-3)
+        _check_rank_rows(row, x.numpy())
     for layer in (1, 2):
         row = result.row(layer, "cls")
         assert row["isoscore"] == pytest.approx(float(isoscore(cls[layer].double())), rel=1e-4)
+        _check_rank_rows(row, cls[layer].double().numpy())
+
+
+def _check_rank_rows(row, x) -> None:
+    """Effective rank, RankMe (eps 1e-7) and uniformity (t = 2) of a row, by numpy and scipy
+    (to 1e-4, as the other measures: the row's batches of 5 and this one forward of every text
+    differ in float32 rounding)."""
+    import numpy as np
+    from scipy.spatial.distance import pdist
+    from scipy.stats import entropy
+
+    s = np.linalg.svd(x, compute_uv=False)
+    assert row["effective_rank"] == pytest.approx(np.exp(entropy(s / s.sum())), rel=1e-4)
+    p = s / s.sum() + 1e-7
+    assert row["rankme"] == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-4)
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert row["uniformity"] == pytest.approx(
+        np.log(np.mean(np.exp(-2 * pdist(u, "sqeuclidean")))), rel=1e-4, abs=1e-6)
 
 
 def test_padding_does_not_change_results(tiny, result) -> None:

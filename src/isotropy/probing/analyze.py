@@ -288,11 +288,14 @@ def _rows(record: dict[str, Any], pooling: str) -> list[dict[str, Any]]:
             rec = entry[cloud]
             rows.append({"layer": entry["layer"], "cloud": name, "n_points": rec["n_points"],
                          "isoscore": rec["isoscore"], "isoscore_star": rec["isoscore_star"],
-                         "avg_cosine": rec["avg_cosine"], "twonn": rec.get("twonn")})
+                         "avg_cosine": rec["avg_cosine"], "twonn": rec.get("twonn"),
+                         "effective_rank": rec.get("effective_rank"),
+                         "rankme": rec.get("rankme")})
     u = record["union"]
     rows.append({"layer": "union", "cloud": "token", "n_points": u["n_points"],
                  "isoscore": u["isoscore"], "isoscore_star": u["isoscore_star"],
-                 "avg_cosine": u["avg_cosine"], "twonn": None})
+                 "avg_cosine": u["avg_cosine"], "twonn": None,
+                 "effective_rank": u.get("effective_rank"), "rankme": u.get("rankme")})
     mark_twonn_reliability(rows)
     return rows
 
@@ -419,6 +422,7 @@ _TABLE = [  # (key, header, width, format)
     ("isoscore_star", "IsoScore*", 9, ".4f"),
     ("avg_cosine", "avg cos", 7, ".3f"),
     ("twonn", "TwoNN", 6, ".1f"),
+    ("effective_rank", "eff. rank", 9, ".1f"),
 ]
 
 

@@ -18,11 +18,13 @@ where :math:`\Sigma_S` is, given a :class:`~isotropy.models.shrinkage.LayerShrin
 layer's own (token clouds: the layer's training token covariance; pooled clouds: its pooled
 one; the union: the union's), as the I-STAR authors' per-layer analysis does -- shrinking a
 layer toward the union's :math:`\Sigma_S` would mostly measure the union -- or, given one
-matrix, that matrix for every cloud; the average cosine over all pairs; TwoNN of the [CLS]
-cloud; for the last layer the top-``top_k`` raw and centred anisotropy spectrum
-:math:`\sigma_i^2/\sum_j\sigma_j^2` of the [CLS] cloud, and the mean and standard deviation
-(``ddof=1``) of every dimension of the *token* cloud (the I-STAR paper's Fig. 4 plots the mean
-activation per dimension of the last layer's token representations, where CosReg acts).
+matrix, that matrix for every cloud; the average cosine over all pairs; the effective rank
+and RankMe (:mod:`isotropy.measures.rank`: singular values of the uncentred cloud, from its
+statistics); TwoNN of the [CLS] cloud; for the last layer the top-``top_k`` raw and centred
+anisotropy spectrum :math:`\sigma_i^2/\sum_j\sigma_j^2` of the [CLS] cloud, and the mean
+and standard deviation (``ddof=1``) of every dimension of the *token* cloud (the I-STAR
+paper's Fig. 4 plots the mean activation per dimension of the last layer's token
+representations, where CosReg acts).
 
 A measure that is undefined (zero variance up to float32 rounding, too few points, a row of
 norm zero, NaN/inf hidden states: the whole layer is then left out, its ``n_points`` still
@@ -65,6 +67,7 @@ from isotropy.measures.cosine import avg_cosine_similarity
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
+from isotropy.measures.rank import effective_rank_from_stats, rankme_from_stats
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.models.shrinkage import LayerShrinkage
 from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
@@ -348,12 +351,25 @@ class EvalMeasures:
                                           why or self._star_reason(sigma)),
         }
 
+    @staticmethod
+    def _ranks(where: str, st: CovarianceStats | None, why: str | None,
+               errors: list[str]) -> dict[str, float | None]:
+        """Effective rank and RankMe (singular values of the uncentred cloud) of a cloud's
+        statistics."""
+        return {
+            "effective_rank": safe_measure(errors, f"{where} effective_rank",
+                                           lambda: float(effective_rank_from_stats(st)), why),
+            "rankme": safe_measure(errors, f"{where} rankme",
+                                   lambda: float(rankme_from_stats(st)), why),
+        }
+
     def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
                       errors: list[str], sigma: torch.Tensor | None) -> dict[str, Any]:
         return {
             "n_points": n_points,
             **self._isoscores(where, acc.stats, bad or acc.reason(), errors, sigma),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
+            **self._ranks(where, acc.stats, bad or (None if acc.count else "no token"), errors),
         }
 
     def _cls_record(self, where: str, x: torch.Tensor, n: int, bad: str | None,
@@ -371,6 +387,8 @@ class EvalMeasures:
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
+            **self._ranks(where, CovarianceStats.from_batch(x) if not bad and n else None,
+                          bad or (None if n else "no example"), errors),
         }
 
     def _union_record(self, tokens: list[TokenCloudStats], bad: list[str | None],
@@ -379,7 +397,8 @@ class EvalMeasures:
         n_layers = len(tokens) - 1
         if n_layers < 1:
             errors.append("union token: no transformer layer (only the embedding output)")
-            return {"n_points": 0, "isoscore": None, "isoscore_star": None, "avg_cosine": None}
+            return {"n_points": 0, "isoscore": None, "isoscore_star": None, "avg_cosine": None,
+                    "effective_rank": None, "rankme": None}
         union = tokens[1]
         for acc in tokens[2:]:
             union = union.merge(acc)

@@ -6,9 +6,10 @@ clouds are measured:
 * ``token``: every non-padding token (padding is excluded with the attention mask). IsoScore,
   the participation ratio and the anisotropy spectra come from streamed covariance statistics
   over *all* tokens (no token matrix is kept), and the average cosine similarity from the
-  streamed sum of unit vectors (exact over all pairs). TwoNN and the partition score use a
-  uniform random sample of at most ``max_tokens`` tokens (the same token positions in every
-  layer; seeded).
+  streamed sum of unit vectors (exact over all pairs), the effective rank and RankMe from the
+  streamed Gram matrix (singular values of the uncentred cloud, all tokens). TwoNN, the
+  partition score and the uniformity (Wang & Isola, :math:`t = 2`) use a uniform random
+  sample of at most ``max_tokens`` tokens (the same token positions in every layer; seeded).
 * ``cls``: the first token of every text ([CLS] for BERT-style models), all texts; every
   measure is computed with the library's functions, plus the persistent entropy of the H0
   barcode.
@@ -52,8 +53,15 @@ from isotropy.measures.isoscore import (
     participation_ratio_from_covariance,
 )
 from isotropy.measures.partition import partition_score
+from isotropy.measures.rank import (
+    effective_rank,
+    effective_rank_from_stats,
+    rankme,
+    rankme_from_stats,
+)
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.measures.topology import h0_barcode, persistent_entropy
+from isotropy.measures.uniformity import uniformity
 from isotropy.models.forward import hidden_state_batches
 from isotropy.models.loading import default_model_path, load_model
 from isotropy.probing.batches import capped_max_length, longest_first_batches
@@ -244,6 +252,11 @@ def _token_row(
         row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
     row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(sample),
                          _cloud_reason(acc.lo, acc.hi))
+    row["effective_rank"] = _safe(errors, f"{where} effective_rank",
+                                  lambda: float(effective_rank_from_stats(st)))
+    row["rankme"] = _safe(errors, f"{where} rankme", lambda: float(rankme_from_stats(st)))
+    row["uniformity"] = _safe(errors, f"{where} uniformity",
+                              lambda: float(uniformity(sample)))
     row["ph0_entropy"] = None
     return row
 
@@ -272,6 +285,10 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     for i in range(k):
         row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
     row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(x), why)
+    row["effective_rank"] = _safe(errors, f"{where} effective_rank",
+                                  lambda: float(effective_rank(x)))
+    row["rankme"] = _safe(errors, f"{where} rankme", lambda: float(rankme(x)))
+    row["uniformity"] = _safe(errors, f"{where} uniformity", lambda: float(uniformity(x)))
     row["ph0_entropy"] = _safe(errors, f"{where} ph0_entropy",
                                lambda: float(persistent_entropy(h0_barcode(x))), why)
     return row
@@ -479,6 +496,8 @@ _TABLE = [  # (key, header, width, format)
     ("spectrum_raw_1", "spec1 raw", 9, ".3f"),
     ("spectrum_centered_1", "spec1 ctr", 9, ".3f"),
     ("twonn", "TwoNN", 6, ".1f"),
+    ("effective_rank", "eff. rank", 9, ".1f"),
+    ("uniformity", "uniform", 7, ".3f"),
     ("ph0_entropy", "PH0 H", 6, ".3f"),
 ]
 

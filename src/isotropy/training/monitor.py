@@ -11,6 +11,8 @@ eval mode without gradients (so dropout draws nothing and training is unchanged)
   on ``shrinkage_batches`` at the same step (without them, or with ``zeta = 0``, plain
   IsoScore: ``isoscore_last``, ``isoscore_union``);
 - ``twonn_cls_layer{i}``: the TwoNN intrinsic dimension of each layer's pooled cloud;
+- ``effective_rank_{token,cls}_layer{i}`` and ``rankme_{token,cls}_layer{i}``: the effective
+  rank and RankMe (:mod:`isotropy.measures.rank`) of each layer's clouds;
 - ``cls_spectrum_{raw,centred}_{k}``: the top-``top_k`` anisotropy spectrum
   :math:`\sigma_k^2 / \sum_i \sigma_i^2` of the last layer's pooled cloud;
 - ``cosine_last``: the average cosine similarity of the last layer's tokens.
@@ -76,6 +78,12 @@ def measure_geometry(
         acc.update(hidden, mask)
     record = acc.compute()
     out = scalar_metrics(record)
+    for row in record.get("layers") or []:
+        for cloud in ("token", "cls"):
+            for name in ("effective_rank", "rankme"):
+                value = row[cloud].get(name)
+                if value is not None:
+                    out[f"{name}_{cloud}_layer{row['layer']}"] = float(value)
     last = record.get("last") or {}
     for name in ("raw", "centred"):
         for k, value in enumerate(last.get(f"cls_spectrum_{name}") or [], start=1):
