@@ -163,3 +163,10 @@ def test_a_non_finite_regularizer_value_stops_training_naming_it(tmp_path):
     with pytest.raises(ValueError, match="cosreg/.*not finite"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
+
+
+def test_weights_of_another_model_are_refused_rather_than_loaded_as_nothing():
+    model = _wrapped()
+    with pytest.raises(ValueError, match="none of the 2 weights"):
+        model.load_state_dict({"encoder.w": torch.zeros(2), "head.b": torch.zeros(1)},
+                              strict=False)  # what the Trainer passes

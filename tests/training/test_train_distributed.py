@@ -361,7 +361,10 @@ def _assert_same(a, b, where: str = "record", rel: float = 1e-9, abs_: float = 1
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _assert_same(x, y, f"{where}[{i}]", rel, abs_)
     elif isinstance(a, float) and not isinstance(b, bool):
-        assert b == pytest.approx(a, rel=rel, abs=abs_), where
+        # the rank measures take square roots of the Gram matrix's eigenvalues: the smallest
+        # carry the rounding of the merge order (2e-8 relative on layer 0 of the tiny model)
+        tol = max(rel, 1e-6) if where.endswith((".effective_rank", ".rankme")) else rel
+        assert b == pytest.approx(a, rel=tol, abs=abs_), where
     else:
         assert a == b, where
 

@@ -196,11 +196,24 @@ class RegularizedModel(PreTrainedModel):
         """``torch.nn.Module.load_state_dict``; a state dict of the wrapped model alone (a
         checkpoint written by :meth:`save_pretrained`, as the Trainer writes them) is loaded
         into the wrapped model."""
-        inner_keys = set(self.model.state_dict())
-        if state_dict and set(state_dict) <= inner_keys and not set(state_dict) <= set(
-                self.state_dict()):
-            return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+        given, own = set(state_dict), set(self.state_dict())
+        saved = self._saved_module()
+        if given and given <= set(saved.state_dict()) and not given <= own:
+            return saved.load_state_dict(state_dict, strict=strict, assign=assign)
+        if given and not given & own:  # strict=False (the Trainer's) would load nothing
+            raise ValueError(
+                f"none of the {len(given)} weights given (e.g. {sorted(given)[0]!r}) belongs to "
+                f"this {type(self).__name__} or to the {type(saved).__name__} it saves")
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _saved_module(self) -> torch.nn.Module:
+        """The module whose weights :meth:`save_pretrained` writes: the wrapped model, or the
+        ``PreTrainedModel`` inside a wrapper of it (e.g. a ``MeanPooledClassifier``)."""
+        module = self.model
+        while not isinstance(module, PreTrainedModel) and isinstance(
+                getattr(module, "model", None), torch.nn.Module):
+            module = module.model
+        return module
 
     def get_input_embeddings(self) -> torch.nn.Module:
         """The wrapped model's input embeddings."""
