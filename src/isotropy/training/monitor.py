@@ -25,6 +25,7 @@ twin (``lightning`` needed only for it).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -56,13 +57,15 @@ def model_inside(module: torch.nn.Module) -> torch.nn.Module:
 def measure_geometry(
     model: torch.nn.Module, probe: Iterable[Mapping[str, Any]], *,
     shrinkage_batches: Iterable[Mapping[str, Any]] | None = None, zeta: float = 0.2,
-    n_tokens: int = DEFAULT_N_TOKENS, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
+    n_tokens: int | None = None, max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K,
     pooling: str = "cls",
 ) -> dict[str, float]:
-    """The monitor's scalars (module docstring) of ``model`` on the batches of ``probe``.
+    r"""The monitor's scalars (module docstring) of ``model`` on the batches of ``probe``.
 
     ``model`` may be a :class:`~isotropy.models.regularized.RegularizedModel` (its wrapped
     model is run: no regularizer), a DDP wrapper, or any model returning ``hidden_states``.
+    :math:`\Sigma_S` is estimated from ``n_tokens`` rows of the union of layers of
+    ``shrinkage_batches`` (``None``: all of them).
     """
     inner = unwrap_model(model)
     if isinstance(inner, RegularizedModel):
@@ -70,8 +73,12 @@ def measure_geometry(
     shrinkage = None
     use_star = zeta > 0 and shrinkage_batches is not None
     if use_star:
-        shrinkage = collect_layer_shrinkage(inner, shrinkage_batches, n_tokens=n_tokens,
-                                            pooling=pooling)
+        with warnings.catch_warnings():
+            if n_tokens is None:  # every row of the batches: their running out is expected
+                warnings.filterwarnings("ignore", message="the data ran out")
+            shrinkage = collect_layer_shrinkage(
+                inner, shrinkage_batches, pooling=pooling,
+                n_tokens=DEFAULT_N_TOKENS * 1000 if n_tokens is None else n_tokens)
     acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta if use_star else 0.0,
                        shrinkage=shrinkage, pooling=pooling, sync=False)
     for hidden, mask in hidden_state_batches(inner, probe):
@@ -96,7 +103,7 @@ class _Settings:
 
     def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int, *,
                  shrinkage_batches: Sequence[Mapping[str, Any]] | None, zeta: float,
-                 n_tokens: int, max_tokens: int, top_k: int, pooling: str,
+                 n_tokens: int | None, max_tokens: int, top_k: int, pooling: str,
                  prefix: str) -> None:
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) \
                 or every_n_steps < 1:
@@ -144,7 +151,7 @@ class GeometryMonitor(TrainerCallback):
 
     def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int = 500, *,
                  shrinkage_batches: Sequence[Mapping[str, Any]] | None = None,
-                 zeta: float = 0.2, n_tokens: int = DEFAULT_N_TOKENS,
+                 zeta: float = 0.2, n_tokens: int | None = None,
                  max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K, pooling: str = "cls",
                  prefix: str = "geometry") -> None:
         self.settings = _Settings(probe, every_n_steps, shrinkage_batches=shrinkage_batches,
@@ -193,7 +200,7 @@ class LightningGeometryMonitor(_lightning_callback_base()):  # type: ignore[misc
     def __init__(self, probe: Sequence[Mapping[str, Any]], every_n_steps: int = 500, *,
                  model: torch.nn.Module | None = None,
                  shrinkage_batches: Sequence[Mapping[str, Any]] | None = None,
-                 zeta: float = 0.2, n_tokens: int = DEFAULT_N_TOKENS,
+                 zeta: float = 0.2, n_tokens: int | None = None,
                  max_tokens: int = 20_000, top_k: int = DEFAULT_TOP_K, pooling: str = "cls",
                  prefix: str = "geometry") -> None:
         if _lightning_callback_base() is object:
