@@ -146,3 +146,24 @@ def test_bad_inputs_are_refused_clearly():
         alignment(torch.eye(2), torch.eye(2), reduction="max")
     with pytest.raises(ValueError, match="finite"):
         effective_rank(torch.tensor([[1.0, float("nan")]]))
+
+
+@pytest.mark.parametrize("rank", [1, 5])
+def test_streamed_float32_low_rank_clouds_keep_their_rank(rank):
+    """float32 batches are accumulated in float32: their rounding must not read as rank."""
+    g = torch.Generator().manual_seed(rank)
+    x = (torch.randn(2000, rank, generator=g) @ torch.randn(rank, 384, generator=g)).float()
+    stats = CovarianceStats.empty(384)
+    for part in torch.split(x, 256):
+        stats = stats.merge(CovarianceStats.from_batch(part))
+    direct = float(effective_rank(x))
+    assert direct <= rank * (1 + 1e-4)
+    assert float(effective_rank_from_stats(stats)) == pytest.approx(direct, rel=1e-3)
+    assert float(rankme_from_stats(stats)) == pytest.approx(float(rankme(x)), rel=1e-3)
+
+
+def test_a_centred_stream_of_n_points_counts_the_zero_singular_value_as_rankme_does():
+    x = torch.tensor(cloud(4, 10, seed=3))  # centred: 3 nonzero of min(n, d) = 4 values
+    stats = CovarianceStats.from_batch(x)
+    assert float(rankme_from_stats(stats, center=True)) == pytest.approx(
+        float(rankme(x, center=True)), rel=1e-6)

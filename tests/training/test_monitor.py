@@ -159,3 +159,17 @@ def test_lightning_monitor_logs_through_the_loggers(tmp_path):
     assert [s for s, _ in monitor.history] == [2, 4]
     assert float(rows[-1]["geometry/isoscore_last"]) == pytest.approx(
         monitor.history[-1][1]["geometry/isoscore_last"], rel=1e-6)
+
+
+def test_a_measurement_at_a_logging_step_keeps_the_training_log(tmp_path):
+    from transformers import Trainer
+
+    trainer = Trainer(model=_model(), args=_args(tmp_path / "run", logging_steps=2),
+                      train_dataset=_rows(32, 0))
+    GeometryMonitor(_batches(_rows(16, 1)), every_n_steps=2, zeta=0.0).attach(trainer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    history = trainer.state.log_history
+    assert [r["step"] for r in history if "loss" in r] == [2, 4]
+    assert [r["step"] for r in history if "geometry/isoscore_last" in r] == [2, 4]

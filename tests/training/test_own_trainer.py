@@ -170,3 +170,35 @@ def test_weights_of_another_model_are_refused_rather_than_loaded_as_nothing():
     with pytest.raises(ValueError, match="none of the 2 weights"):
         model.load_state_dict({"encoder.w": torch.zeros(2), "head.b": torch.zeros(1)},
                               strict=False)  # what the Trainer passes
+
+
+def test_a_plain_torch_module_inside_is_saved_as_its_state_dict(tmp_path):
+    from safetensors.torch import load_file
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(VOCAB, 4)
+
+        def forward(self, input_ids, attention_mask=None, labels=None,
+                    output_hidden_states=False, return_dict=True):
+            e = self.emb(input_ids)
+            return {"loss": e.pow(2).mean(), "hidden_states": (e, e.tanh())}
+
+    model = RegularizedModel(Toy(), CosRegLoss(tuning=1.0))
+    model.save_pretrained(str(tmp_path / "toy"))
+    saved = load_file(tmp_path / "toy" / "model.safetensors")
+    assert list(saved) == ["emb.weight"]
+    torch.testing.assert_close(saved["emb.weight"], model.model.emb.weight.detach())
+
+
+def test_embedding_methods_reach_the_wrapped_model():
+    from transformers import BertForMaskedLM
+
+    inner = tiny_bert(BertForMaskedLM, vocab_size=VOCAB)
+    model = RegularizedModel(inner, CosRegLoss(tuning=1.0))
+    model.resize_token_embeddings(VOCAB + 5)
+    model.tie_weights()
+    assert inner.get_input_embeddings().weight.shape[0] == VOCAB + 5
+    assert inner.get_output_embeddings().weight is inner.get_input_embeddings().weight
+    assert model.get_input_embeddings() is inner.get_input_embeddings()

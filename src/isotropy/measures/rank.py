@@ -17,8 +17,16 @@ The squared singular values are the eigenvalues of the Gram matrix :math:`X^\top
 :class:`~isotropy.measures.covariance.CovarianceStats` (count :math:`n`, mean :math:`\mu`,
 co-moment :math:`M`) is a sufficient statistic: :math:`X^\top X = M + n\mu\mu^\top`, and
 :math:`M` for the centred cloud. The ``*_from_stats`` twins give the score of every row
-streamed so far, whatever the batching. Everything is computed in float64: half-precision
-inputs never reach an eigensolver in half precision.
+streamed so far, whatever the batching. ``CovarianceStats`` computes each float32 (or half)
+batch's co-moment in float32, so the streamed Gram matrix carries rounding of about
+:math:`\varepsilon_{32}\lambda_\max`; its eigenvalues below :math:`\varepsilon_{32}
+\lambda_\max` are taken as 0 (a numerical-rank cut), which resolves singular values down to
+:math:`\sqrt{\varepsilon_{32}}\,\sigma_\max \approx 3.5\cdot10^{-4}\,\sigma_\max`.
+Without the cut, the rounding of a rank-one float32 cloud of 2,000 rows in 384 dimensions
+reads as an effective rank of 1.06; with it, 1.00, and MiniLM's layer-1 and layer-6 token
+clouds keep the exact SVD's value to 4 decimals (24.3383 and 25.4103 on 496 tokens).
+:func:`effective_rank` and :func:`rankme` take the singular values of ``X`` itself, in
+float64 (half-precision inputs never reach a solver in half precision).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ __all__ = [
 ]
 
 RANKME_EPSILON = 1e-7
+_F32_EPS = torch.finfo(torch.float32).eps
 
 
 def _singular_values(X: ArrayLike, center: bool) -> torch.Tensor:
@@ -57,8 +66,11 @@ def _stats_singular_values(stats: CovarianceStats, center: bool) -> torch.Tensor
     if not center:
         mu = stats.mean.to(torch.float64)
         m = m + stats.count * torch.outer(mu, mu)
+    # min(n, d) values, as the SVD of the n x d cloud gives (a centred cloud's last is 0)
     eig = torch.linalg.eigvalsh((m + m.T) / 2).flip(0)[: min(stats.count, stats.dim)]
-    return eig.clamp(min=0.0).sqrt()
+    if eig.numel():  # the numerical-rank cut of float32-accumulated batches (module docstring)
+        eig = torch.where(eig > _F32_EPS * eig[0], eig, torch.zeros_like(eig))
+    return eig.sqrt()
 
 
 def _entropy_rank(sigma: torch.Tensor, eps: float) -> torch.Tensor:

@@ -11,10 +11,12 @@ never fed a classifier. :class:`MeanPooledClassifier` gives such a model its nat
 
 with :math:`m` the attention mask. :math:`W, b` and the dropout are those of the wrapped
 ``AutoModelForSequenceClassification``: a BERT-kind head (``dropout`` and a linear
-``classifier``) takes :math:`\bar h` where it took the pooler's output (the pooler is not
-used); a RoBERTa-kind head (``classifier.dense`` and ``classifier.out_proj``, which reads
-position 0 of its input) takes :math:`\bar h` where it took the [CLS] row. The loss is the
-Hugging Face one: mean squared error for one output (regression), cross-entropy otherwise.
+``classifier``) takes :math:`\bar h` where it took the pooler's output (the pooler, unused,
+is removed from the encoder); a RoBERTa-kind head (``classifier.dense`` and
+``classifier.out_proj``, which reads position 0 of its input) takes :math:`\bar h` where it
+took the [CLS] row. The loss is the Hugging Face one for single-label tasks: mean squared
+error for one output (regression), cross-entropy otherwise (multi-label ``problem_type`` is
+refused).
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ class MeanPooledClassifier(torch.nn.Module):
         self.head_kind = _head_kind(model)
         if getattr(model, "base_model", None) is None or model.base_model is model:
             raise ValueError(f"{type(model).__name__} has no base model (encoder) to pool")
+        if getattr(model.config, "problem_type", None) == "multi_label_classification":
+            raise ValueError("mean-pooled classification computes single-label cross-entropy "
+                             "or, for one output, mean squared error; multi-label "
+                             "classification is not supported")
+        if isinstance(getattr(model.base_model, "pooler", None), torch.nn.Module):
+            # the pooler reads [CLS] and would hold weights without a gradient (DDP refuses
+            # them with gradient checkpointing): the encoder runs without it
+            model.base_model.pooler = None
         self.model = model
 
     def __getattr__(self, name: str) -> Any:

@@ -110,10 +110,15 @@ class RegularizedModel(PreTrainedModel):
     The returned output is the model's own output class with ``loss`` replaced, plus the
     attributes ``task_loss`` (tensor or ``None``), ``regularizer_losses`` (name -> tensor) and
     ``regularizer_logs`` (``"name/key"`` -> float); ``hidden_states`` is kept only if the
-    caller asked for it. ``last_logs`` holds the floats of the latest call. Attributes the
-    wrapper lacks (``config``, ``save_pretrained``, ``gradient_checkpointing_enable``, ...)
-    come from the wrapped model; ``save_pretrained`` writes the wrapped model only, which
-    ``AutoModelFor....from_pretrained`` loads back. For the ``Trainer`` the wrapper declares no
+    caller asked for it. ``last_logs`` holds the floats of the latest call.
+
+    The wrapper is a ``transformers.PreTrainedModel``, so that a plain ``Trainer`` saves it
+    with ``save_pretrained``: that writes the wrapped model only (a plain torch module: its
+    state dict as ``model.safetensors``), which ``AutoModelFor....from_pretrained`` loads
+    back, and :meth:`load_state_dict` takes such a checkpoint back into the wrapped model.
+    ``config``, the embeddings' getters and setters, ``resize_token_embeddings``,
+    ``tie_weights`` and gradient checkpointing are the wrapped model's; other attributes the
+    wrapper lacks come from the wrapped model too. For the ``Trainer`` the wrapper declares no
     loss kwargs (the Trainer scales the loss for gradient accumulation itself); question
     answering needs ``TrainingArguments(label_names=["start_positions", "end_positions"])``.
 
@@ -179,17 +184,27 @@ class RegularizedModel(PreTrainedModel):
         class loads it; the regularizers hold no weights. A ``state_dict`` given (the
         Trainer's, under FSDP or DeepSpeed) is the wrapper's: it is cut to the wrapped model's
         keys."""
-        save = getattr(self.model, "save_pretrained", None)
-        if save is None:
-            raise AttributeError(
-                f"the wrapped {type(self.model).__name__} has no save_pretrained; "
-                "save model.state_dict() instead"
-            )
+        saved = self._saved_module()
         state = kwargs.get("state_dict")
-        if state is not None:
-            kwargs["state_dict"] = {k[len("model."):]: v for k, v in state.items()
-                                    if k.startswith("model.")}
-        return save(save_directory, *args, **kwargs)
+        if state is not None:  # cut to the keys of the module that writes its weights
+            prefix = next(name for name, m in self.named_modules() if m is saved) + "."
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            kwargs["state_dict"] = state
+        save = getattr(self.model, "save_pretrained", None)
+        if save is not None:
+            return save(save_directory, *args, **kwargs)
+        # a plain torch module: its state dict, as the Trainer writes one for such a model
+        import os
+
+        import safetensors.torch
+
+        if kwargs.get("is_main_process", True):
+            os.makedirs(save_directory, exist_ok=True)
+            weights = state if state is not None else self.model.state_dict()
+            safetensors.torch.save_file({k: v.contiguous() for k, v in weights.items()},
+                                        os.path.join(save_directory, "model.safetensors"),
+                                        metadata={"format": "pt"})
+        return None
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
                         assign: bool = False) -> Any:
@@ -223,6 +238,23 @@ class RegularizedModel(PreTrainedModel):
         """The wrapped model's output embeddings."""
         get = getattr(self.model, "get_output_embeddings", None)
         return get() if get is not None else None
+
+    def set_input_embeddings(self, value: torch.nn.Module) -> None:
+        """The wrapped model's ``set_input_embeddings``."""
+        self.model.set_input_embeddings(value)
+
+    def set_output_embeddings(self, value: torch.nn.Module) -> None:
+        """The wrapped model's ``set_output_embeddings``."""
+        self.model.set_output_embeddings(value)
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's ``resize_token_embeddings``."""
+        return self.model.resize_token_embeddings(*args, **kwargs)
+
+    def tie_weights(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's ``tie_weights`` (nothing for a model without one)."""
+        tie = getattr(self.model, "tie_weights", None)
+        return tie(*args, **kwargs) if tie is not None else None
 
     def gradient_checkpointing_enable(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped model's gradient checkpointing."""

@@ -67,7 +67,12 @@ from isotropy.measures.cosine import avg_cosine_similarity
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
-from isotropy.measures.rank import effective_rank_from_stats, rankme_from_stats
+from isotropy.measures.rank import (
+    effective_rank,
+    effective_rank_from_stats,
+    rankme,
+    rankme_from_stats,
+)
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.models.shrinkage import LayerShrinkage
 from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
@@ -352,15 +357,17 @@ class EvalMeasures:
         }
 
     @staticmethod
-    def _ranks(where: str, st: CovarianceStats | None, why: str | None,
+    def _ranks(where: str, cloud: CovarianceStats | torch.Tensor, why: str | None,
                errors: list[str]) -> dict[str, float | None]:
-        """Effective rank and RankMe (singular values of the uncentred cloud) of a cloud's
-        statistics."""
+        """Effective rank and RankMe (singular values of the uncentred cloud): of the rows
+        themselves when given, else from their statistics."""
+        rows = isinstance(cloud, torch.Tensor)
+        erank = effective_rank if rows else effective_rank_from_stats
+        rme = rankme if rows else rankme_from_stats
         return {
             "effective_rank": safe_measure(errors, f"{where} effective_rank",
-                                           lambda: float(effective_rank_from_stats(st)), why),
-            "rankme": safe_measure(errors, f"{where} rankme",
-                                   lambda: float(rankme_from_stats(st)), why),
+                                           lambda: float(erank(cloud)), why),
+            "rankme": safe_measure(errors, f"{where} rankme", lambda: float(rme(cloud)), why),
         }
 
     def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
@@ -387,8 +394,7 @@ class EvalMeasures:
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine",
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
-            **self._ranks(where, CovarianceStats.from_batch(x) if not bad and n else None,
-                          bad or (None if n else "no example"), errors),
+            **self._ranks(where, x, bad or (None if n else "no example"), errors),
         }
 
     def _union_record(self, tokens: list[TokenCloudStats], bad: list[str | None],

@@ -76,8 +76,8 @@ def measure_geometry(
         with warnings.catch_warnings():
             if n_tokens is None:  # every row of the batches: their running out is expected
                 warnings.filterwarnings("ignore", message="the data ran out")
-            shrinkage = collect_layer_shrinkage(
-                inner, shrinkage_batches, pooling=pooling,
+            shrinkage = collect_layer_shrinkage(  # every rank reads the same batches
+                inner, shrinkage_batches, pooling=pooling, sync_dist=False,
                 n_tokens=DEFAULT_N_TOKENS * 1000 if n_tokens is None else n_tokens)
     acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta if use_star else 0.0,
                        shrinkage=shrinkage, pooling=pooling, sync=False)
@@ -178,8 +178,13 @@ class GeometryMonitor(TrainerCallback):
         if model is None:
             raise ValueError("GeometryMonitor needs the Trainer's model (kwargs['model'])")
         logs = self.settings.measure(model, state.global_step)
+        # Trainer.log hands the logs to the callbacks, which clears should_log: the training
+        # log due at this step must still be written
+        should_log = control.should_log
         if state.is_world_process_zero:
             self.trainer.log(dict(logs))
+        control.should_log = should_log
+        self.trainer.control.should_log = should_log
         return control
 
 
