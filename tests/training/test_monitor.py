@@ -173,3 +173,24 @@ def test_a_measurement_at_a_logging_step_keeps_the_training_log(tmp_path):
     history = trainer.state.log_history
     assert [r["step"] for r in history if "loss" in r] == [2, 4]
     assert [r["step"] for r in history if "geometry/isoscore_last" in r] == [2, 4]
+
+
+def test_monitor_values_reach_tensorboard(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import Trainer
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    trainer = Trainer(model=_model(), args=_args(tmp_path / "run", report_to="tensorboard"),
+                      train_dataset=_rows(32, 0))
+    monitor = GeometryMonitor(_batches(_rows(16, 1)), every_n_steps=2, zeta=0.0).attach(trainer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    acc = EventAccumulator(str(events[0].parent), size_guidance={"scalars": 0})
+    acc.Reload()
+    written = {e.step: e.value for e in acc.Scalars("train/geometry/twonn_cls_layer2")}
+    assert sorted(written) == [2, 4]
+    for step, logs in monitor.history:
+        assert written[step] == pytest.approx(logs["geometry/twonn_cls_layer2"], rel=1e-6)
