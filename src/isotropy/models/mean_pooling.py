@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from isotropy.clouds import pool
+from isotropy.models.wrapping import ReadsWrappedAttributes
 
 __all__ = ["CLASSIFIER_POOLINGS", "MeanPooledClassifier", "set_classifier_pooling"]
 
@@ -47,7 +48,7 @@ def _head_kind(model: torch.nn.Module) -> str:
     )
 
 
-class MeanPooledClassifier(torch.nn.Module):
+class MeanPooledClassifier(ReadsWrappedAttributes, torch.nn.Module):
     r"""``model`` (an ``AutoModelFor SequenceClassification``) reading :math:`\bar h`, the
     masked mean of the last layer, instead of [CLS] (module docstring).
 
@@ -84,15 +85,6 @@ class MeanPooledClassifier(torch.nn.Module):
             # them with gradient checkpointing): the encoder runs without it
             model.base_model.pooler = None
         self.model = model
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            inner = self.__dict__.get("_modules", {}).get("model")
-            if inner is None or name.startswith("__"):
-                raise
-            return getattr(inner, name)
 
     def forward(
         self,

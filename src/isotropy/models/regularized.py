@@ -24,6 +24,7 @@ from isotropy._validation import check_flag
 from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
+from isotropy.models.wrapping import ReadsWrappedAttributes
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
 __all__ = ["RegularizedModel", "exact_cycle_losses", "prepare_exact_cycle"]
@@ -95,7 +96,7 @@ def _forwarded(name: str) -> property:
     return property(get)
 
 
-class RegularizedModel(PreTrainedModel):
+class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
     r"""``model`` with regularizers added to its loss: ``loss = task_loss + sum(reg.loss)``.
 
     Args:
@@ -169,15 +170,6 @@ class RegularizedModel(PreTrainedModel):
         self.regularizers = torch.nn.ModuleDict(_named_regularizers(regularizers))
         self.regularize_eval = check_flag(regularize_eval, "regularize_eval")
         self.last_logs: dict[str, float] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            inner = self.__dict__.get("_modules", {}).get("model")
-            if inner is None or name.startswith("__"):
-                raise
-            return getattr(inner, name)
 
     def save_pretrained(self, save_directory: str, *args: Any, **kwargs: Any) -> Any:
         """Save the wrapped model (``model.save_pretrained``), as ``from_pretrained`` of its
