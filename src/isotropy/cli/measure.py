@@ -64,7 +64,7 @@ def add_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
                         "they are shown only when stderr is a terminal)")
 
 
-FILES = ("measure.json", "measure.csv")
+FILES = ("measure.json", "measure.csv", "outliers.png")
 
 
 def compute(args: argparse.Namespace, inputs: Any, output_dir: Path) -> dict[str, Path]:

@@ -3,7 +3,8 @@ r"""Streamed token-cloud statistics, and undefined measures as ``None`` with a r
 :class:`TokenCloudStats` streams what the covariance-based measures and the average cosine of
 a token cloud need without keeping the tokens: covariance statistics
 (:class:`~isotropy.measures.covariance.CovarianceStats`), the coordinate-wise minima and
-maxima, and the sum :math:`s = \sum_i x_i/\lVert x_i\rVert` of unit rows, from which the
+maxima, and the outlier-dimension sums (:class:`~isotropy.measures.outliers.OutlierStats`),
+among them the sum :math:`s = \sum_i x_i/\lVert x_i\rVert` of unit rows, from which the
 average cosine over all :math:`n(n-1)` ordered pairs is :math:`(\lVert s\rVert^2 - n)/(n(n-1))`.
 
 A cloud whose points are all identical up to float32 rounding (every coordinate's range
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.outliers import OutlierStats
 from isotropy.measures.twonn import twonn
 
 __all__ = [
@@ -48,14 +50,22 @@ class TokenCloudStats:
 
     def __init__(self, dim: int) -> None:
         self.stats = CovarianceStats.empty(dim)
-        self.unit_sum = torch.zeros(dim, dtype=torch.float64)
+        self.outliers = OutlierStats.empty(dim)
         self.lo = torch.full((dim,), float("inf"))
         self.hi = torch.full((dim,), float("-inf"))
-        self.n_zero_norm = 0
 
     @property
     def count(self) -> int:
         return self.stats.count
+
+    @property
+    def unit_sum(self) -> torch.Tensor:
+        r""":math:`s = \sum_i x_i/\lVert x_i\rVert` over the rows of nonzero norm."""
+        return self.outliers.unit_sum
+
+    @property
+    def n_zero_norm(self) -> int:
+        return self.outliers.n_zero_norm
 
     def update(self, rows: torch.Tensor) -> None:
         """Add the rows of ``rows`` (``(n, dim)``)."""
@@ -64,22 +74,15 @@ class TokenCloudStats:
         self.stats.update(rows)
         self.lo = torch.minimum(self.lo, rows.amin(0).float().cpu())
         self.hi = torch.maximum(self.hi, rows.amax(0).float().cpu())
-        r64 = rows.double()
-        norms = torch.linalg.vector_norm(r64, dim=1)
-        zero = norms == 0
-        if bool(zero.any()):
-            self.n_zero_norm += int(zero.sum())
-            r64, norms = r64[~zero], norms[~zero]
-        self.unit_sum += (r64 / norms.unsqueeze(1)).sum(0).cpu()
+        self.outliers.update(rows.cpu())
 
     def merge(self, other: TokenCloudStats) -> TokenCloudStats:
         """The statistics of the union of both clouds (a new object)."""
         out = TokenCloudStats(self.stats.dim)
         out.stats = self.stats.merge(other.stats)
-        out.unit_sum = self.unit_sum + other.unit_sum
+        out.outliers = self.outliers.merge(other.outliers)
         out.lo = torch.minimum(self.lo, other.lo)
         out.hi = torch.maximum(self.hi, other.hi)
-        out.n_zero_norm = self.n_zero_norm + other.n_zero_norm
         return out
 
     def reason(self) -> str | None:
@@ -118,7 +121,7 @@ def constant_reason(lo: torch.Tensor, hi: torch.Tensor) -> str | None:
 def _finite(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return bool(torch.isfinite(value).all())
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return all(_finite(v) for v in value)
     return value is None or math.isfinite(value)
 

@@ -61,6 +61,8 @@ from isotropy.probing.batches import capped_max_length, ordered_batches
 from isotropy.probing.checkpoint import is_decoder, load_checkpoint_model, locate_checkpoint
 from isotropy.probing.eval_measures import POOLINGS, EvalMeasures
 from isotropy.probing.inputs import check_max_length, check_positive, check_texts
+from isotropy.probing.outlier_columns import OUTLIER_KEYS, layernorm_summary
+from isotropy.probing.outlier_figure import model_label, plot_outliers
 from isotropy.probing.results import (
     find_row,
     mark_twonn_reliability,
@@ -95,7 +97,7 @@ DEFAULT_BATCH_SIZE = 32
 DEFAULT_MAX_LENGTH = 128
 DEFAULT_SPAN_MAX_LENGTH = 384
 DEFAULT_DOC_STRIDE = 128
-FILES = ("analyze.json", "analyze.csv", "analyze_dims.csv")
+FILES = ("analyze.json", "analyze.csv", "analyze_dims.csv", "outliers.png")
 
 Text = str | tuple[str, str]
 
@@ -290,12 +292,14 @@ def _rows(record: dict[str, Any], pooling: str) -> list[dict[str, Any]]:
                          "isoscore": rec["isoscore"], "isoscore_star": rec["isoscore_star"],
                          "avg_cosine": rec["avg_cosine"], "twonn": rec.get("twonn"),
                          "effective_rank": rec.get("effective_rank"),
-                         "rankme": rec.get("rankme")})
+                         "rankme": rec.get("rankme"),
+                         **{key: rec.get(key) for key in OUTLIER_KEYS}})
     u = record["union"]
     rows.append({"layer": "union", "cloud": "token", "n_points": u["n_points"],
                  "isoscore": u["isoscore"], "isoscore_star": u["isoscore_star"],
                  "avg_cosine": u["avg_cosine"], "twonn": None,
-                 "effective_rank": u.get("effective_rank"), "rankme": u.get("rankme")})
+                 "effective_rank": u.get("effective_rank"), "rankme": u.get("rankme"),
+                 **{key: u.get(key) for key in OUTLIER_KEYS}})
     mark_twonn_reliability(rows)
     return rows
 
@@ -353,6 +357,7 @@ def analyze_model(
         "zeta": zeta, "shrinkage": shrinkage_info, "max_tokens": max_tokens,
         "top_k": top_k, "batch_size": batch_size, "max_length": inputs.max_length,
         "device": str(device), "clouds": record["clouds"],
+        "layernorm_outliers": layernorm_summary(model),
     }
     return AnalyzeResult(config, record, _rows(record, inputs.pooling), record["errors"],
                          time.perf_counter() - t0)
@@ -443,8 +448,8 @@ def format_analyze_table(result: AnalyzeResult) -> str:
 
 def write_analyze(result: AnalyzeResult, output_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``analyze.json`` (config, errors, rows, last-layer spectra and per-dimension
-    mean/std), ``analyze.csv`` (rows) and ``analyze_dims.csv`` (dimension, mean, std of the
-    last layer's token cloud) atomically."""
+    mean/std), ``analyze.csv`` (rows), ``analyze_dims.csv`` (dimension, mean, std of the
+    last layer's token cloud) and the outlier figure ``outliers.png`` atomically."""
     last = result.record["last"]
     mean, std = last["token_mean"] or [], last["token_std"] or []
     dims = [{"dim": i, "mean": m, "std": std[i] if i < len(std) else None}
@@ -452,4 +457,6 @@ def write_analyze(result: AnalyzeResult, output_dir: str | os.PathLike[str]) -> 
     written = write_json_and_csv(output_dir, "analyze", result.to_dict(), result.rows)
     written["dims"] = write_csv_atomic(Path(output_dir) / FILES[2], dims,
                                        fieldnames=["dim", "mean", "std"])
+    written["figure"] = plot_outliers(result.rows, Path(output_dir) / FILES[3],
+                                      f"{model_label(result.config.get('model'))}: token clouds")
     return written

@@ -67,6 +67,7 @@ from isotropy.measures.cosine import avg_cosine_similarity
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
+from isotropy.measures.outliers import OutlierStats
 from isotropy.measures.rank import (
     effective_rank,
     effective_rank_from_stats,
@@ -76,6 +77,11 @@ from isotropy.measures.rank import (
 from isotropy.measures.spectrum import anisotropy_spectrum
 from isotropy.models.shrinkage import LayerShrinkage
 from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
+from isotropy.probing.outlier_columns import (
+    OUTLIER_KEYS,
+    outlier_columns,
+    outlier_columns_of_rows,
+)
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -279,12 +285,8 @@ class EvalMeasures:
             return self._tokens, cls, [_BAD[b] for b in self._bad], counts
         dev = _comm_device()
         n_states = len(self._tokens)
-        sums = torch.cat([
-            torch.stack([t.unit_sum for t in self._tokens]).flatten(),
-            torch.tensor([float(t.n_zero_norm) for t in self._tokens], dtype=torch.float64),
-            torch.tensor([float(c) for c in counts], dtype=torch.float64),
-        ]).to(dev)
-        sums = all_reduce_sum(sums).cpu()
+        sums = all_reduce_sum(torch.tensor([float(c) for c in counts], dtype=torch.float64,
+                                           device=dev)).cpu()
         highs = torch.cat([
             -torch.stack([t.lo for t in self._tokens]).double().flatten(),
             torch.stack([t.hi for t in self._tokens]).double().flatten(),
@@ -297,14 +299,12 @@ class EvalMeasures:
             local = CovarianceStats(acc.stats.count, acc.stats.mean.to(dev),
                                     acc.stats.comoment.to(dev))
             out.stats = local.all_reduce()
-            out.unit_sum = sums[i * dim:(i + 1) * dim].clone()
-            out.n_zero_norm = int(sums[n_states * dim + i])
+            out.outliers = acc.outliers.to(dev).all_reduce().to("cpu")
             out.lo = -highs[i * dim:(i + 1) * dim].float()
             out.hi = highs[(n_states + i) * dim:(n_states + i + 1) * dim].float()
             tokens.append(out)
         bad = [_BAD[int(c)] for c in highs[2 * n_states * dim:]]
-        tail = sums[n_states * (dim + 1):]
-        counts = (int(tail[0]), int(tail[1]), int(tail[2]))
+        counts = (int(sums[0]), int(sums[1]), int(sums[2]))
         good = [i for i, why in enumerate(bad) if why is None]
         synced = [torch.empty(0, dim) for _ in range(n_states)]
         if good:
@@ -370,6 +370,24 @@ class EvalMeasures:
             "rankme": safe_measure(errors, f"{where} rankme", lambda: float(rme(cloud)), why),
         }
 
+    @staticmethod
+    def _outliers(where: str, stats: CovarianceStats, out: OutlierStats, bad: str | None,
+                  why: str | None, errors: list[str]) -> dict[str, Any]:
+        """The outlier-dimension columns (:mod:`isotropy.probing.outlier_columns`); all
+        ``None`` for a layer left out (``bad``)."""
+        if bad:
+            errors.append(f"{where} outliers: {bad}")
+            return dict.fromkeys(OUTLIER_KEYS)
+        return outlier_columns(where, stats, out, why, errors)
+
+    @staticmethod
+    def _outliers_of_rows(where: str, x: torch.Tensor, bad: str | None, why: str | None,
+                          errors: list[str]) -> dict[str, Any]:
+        if bad:
+            errors.append(f"{where} outliers: {bad}")
+            return dict.fromkeys(OUTLIER_KEYS)
+        return outlier_columns_of_rows(where, x, why, errors)
+
     def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
                       errors: list[str], sigma: torch.Tensor | None) -> dict[str, Any]:
         return {
@@ -377,6 +395,7 @@ class EvalMeasures:
             **self._isoscores(where, acc.stats, bad or acc.reason(), errors, sigma),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
             **self._ranks(where, acc.stats, bad or (None if acc.count else "no token"), errors),
+            **self._outliers(where, acc.stats, acc.outliers, bad, bad or acc.reason(), errors),
         }
 
     def _cls_record(self, where: str, x: torch.Tensor, n: int, bad: str | None,
@@ -395,6 +414,7 @@ class EvalMeasures:
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
             **self._ranks(where, x, bad or (None if n else "no example"), errors),
+            **self._outliers_of_rows(where, x, bad, why, errors),
         }
 
     def _union_record(self, tokens: list[TokenCloudStats], bad: list[str | None],
@@ -404,7 +424,7 @@ class EvalMeasures:
         if n_layers < 1:
             errors.append("union token: no transformer layer (only the embedding output)")
             return {"n_points": 0, "isoscore": None, "isoscore_star": None, "avg_cosine": None,
-                    "effective_rank": None, "rankme": None}
+                    "effective_rank": None, "rankme": None, **dict.fromkeys(OUTLIER_KEYS)}
         union = tokens[1]
         for acc in tokens[2:]:
             union = union.merge(acc)

@@ -77,6 +77,12 @@ from isotropy.probing.inputs import (
     min_max_length,
     resolve_device,
 )
+from isotropy.probing.outlier_columns import (
+    layernorm_summary,
+    outlier_columns,
+    outlier_columns_of_rows,
+)
+from isotropy.probing.outlier_figure import model_label, plot_outliers
 from isotropy.probing.results import (
     find_row,
     mark_twonn_reliability,
@@ -258,6 +264,7 @@ def _token_row(
     row["uniformity"] = _safe(errors, f"{where} uniformity",
                               lambda: float(uniformity(sample)))
     row["ph0_entropy"] = None
+    row.update(outlier_columns(where, st, acc.outliers, why, errors))
     return row
 
 
@@ -291,6 +298,7 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     row["uniformity"] = _safe(errors, f"{where} uniformity", lambda: float(uniformity(x)))
     row["ph0_entropy"] = _safe(errors, f"{where} ph0_entropy",
                                lambda: float(persistent_entropy(h0_barcode(x))), why)
+    row.update(outlier_columns_of_rows(where, x, why, errors))
     return row
 
 
@@ -387,6 +395,7 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
         "layer_0": "embedding output",
         "pooling": pooling,
         "cls_cloud": _POOLED[pooling],
+        "layernorm_outliers": layernorm_summary(model),
     }
     if config:
         cfg.update(config)
@@ -509,5 +518,10 @@ def format_measure_table(result: MeasureResult) -> str:
 
 
 def write_measure(result: MeasureResult, output_dir: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write ``measure.json`` (config, errors, rows) and ``measure.csv`` (rows) atomically."""
-    return write_json_and_csv(output_dir, "measure", result.to_dict(), result.rows)
+    """Write ``measure.json`` (config, errors, rows), ``measure.csv`` (rows) and the outlier
+    figure ``outliers.png`` (:func:`~isotropy.probing.outlier_figure.plot_outliers`)
+    atomically."""
+    written = write_json_and_csv(output_dir, "measure", result.to_dict(), result.rows)
+    written["figure"] = plot_outliers(result.rows, Path(output_dir) / "outliers.png",
+                                      f"{model_label(result.config.get('model'))}: token clouds")
+    return written

@@ -13,6 +13,10 @@ eval mode without gradients (so dropout draws nothing and training is unchanged)
 - ``twonn_cls_layer{i}``: the TwoNN intrinsic dimension of each layer's pooled cloud;
 - ``effective_rank_{token,cls}_layer{i}`` and ``rankme_{token,cls}_layer{i}``: the effective
   rank and RankMe (:mod:`isotropy.measures.rank`) of each layer's clouds;
+- ``outliers_variance_*``, ``outliers_activation_*``, ``massive_activations_*`` and
+  ``rogue_share_1_*`` (``{token,cls}_layer{i}``): each layer's outlier-dimension counts under
+  each published definition, and the share of its average cosine held by its top rogue
+  dimension (:mod:`isotropy.measures.outliers`);
 - ``cls_spectrum_{raw,centred}_{k}``: the top-``top_k`` anisotropy spectrum
   :math:`\sigma_k^2 / \sum_i \sigma_i^2` of the last layer's pooled cloud;
 - ``cosine_last``: the average cosine similarity of the last layer's tokens.
@@ -37,6 +41,9 @@ from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import DEFAULT_N_TOKENS, collect_layer_shrinkage
 from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures
 from isotropy.probing.eval_scalars import scalar_metrics
+
+_OUTLIER_SCALARS = ("outliers_variance", "outliers_activation", "massive_activations",
+                    "rogue_share_1")
 
 __all__ = ["GeometryMonitor", "LightningGeometryMonitor", "measure_geometry", "model_inside"]
 
@@ -87,7 +94,7 @@ def measure_geometry(
     out = scalar_metrics(record)
     for row in record.get("layers") or []:
         for cloud in ("token", "cls"):
-            for name in ("effective_rank", "rankme"):
+            for name in ("effective_rank", "rankme", *_OUTLIER_SCALARS):
                 value = row[cloud].get(name)
                 if value is not None:
                     out[f"{name}_{cloud}_layer{row['layer']}"] = float(value)

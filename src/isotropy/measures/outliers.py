@@ -1,0 +1,410 @@
+r"""Outlier dimensions of a point cloud :math:`X` (``(n_points, dim)``), one published
+definition per measure, never blended.
+
+- **Variance outliers** (Rudman, Chen & Eickhoff 2023, "Outlier dimensions encode
+  task-specific knowledge"): dimension :math:`j` is an outlier when its variance is at least
+  5 times the mean variance of all dimensions, :math:`\operatorname{Var}(x_j) \ge 5\,
+  \frac{1}{d}\sum_k \operatorname{Var}(x_k)` (the authors' code: ``np.var(states, axis=0) >=
+  5 * mean``). The authors apply it to the last layer's sentence embeddings ([CLS], or the last
+  position of a decoder); here it is applied to whatever cloud is given, every layer.
+- **Activation outliers** (the 3σ rule of Kovaleva et al. 2021, "BERT busters", and Puccetti
+  et al. 2022, "Outlier dimensions that disrupt transformers are driven by frequency", applied
+  to activations): with :math:`m_j = \frac{1}{n}\sum_i |x_{ij}|` each dimension's mean
+  magnitude, :math:`j` is an outlier when :math:`m_j - \bar m > 3\,s_m` (:math:`\bar m`,
+  :math:`s_m`: mean and standard deviation, ``ddof=0``, of the :math:`d` values :math:`m_j`).
+  Both papers state the 3σ rule on the output LayerNorm's weights, not on activations: that
+  test is :func:`isotropy.measures.layernorm_outliers.layernorm_outliers`. The activation
+  form, its one-sidedness (a dimension far *below* the mean magnitude is not counted) and the
+  ``ddof`` are this library's choices.
+- **Rogue dimensions** (Timkey & van Schijndel 2021, "All bark and no bite", Eq. 3): the
+  contribution of dimension :math:`j` to the average cosine similarity,
+  :math:`CC_j = \mathbb{E}_{a\ne b}[\hat x_{aj}\hat x_{bj}]` over pairs of unit rows
+  :math:`\hat x = x/\lVert x\rVert`, so that :math:`\sum_j CC_j` is the average cosine. The
+  authors estimate it from 500,000 random token pairs; here it is exact over all
+  :math:`n(n-1)` ordered pairs of distinct rows, :math:`CC_j = (S_j^2 - Q_j)/(n(n-1))` with
+  :math:`S_j = \sum_a \hat x_{aj}` and :math:`Q_j = \sum_a \hat x_{aj}^2`, in :math:`O(nd)`.
+  The paper sets no threshold (it reports the top 1, 3 or 5 dimensions and calls rogue
+  dimensions "often just 1-3"), so this measure gives each dimension's share
+  :math:`CC_j / \sum_k CC_k` and no count.
+- **Massive activations** (Sun, Chen, Kolter & Liu 2024, "Massive activations in large language
+  models", §2): a single activation :math:`x_{ij}` with :math:`|x_{ij}| > 100` and
+  :math:`|x_{ij}| \ge 1000\cdot\operatorname{median}_k |x_{ik}|` ("at least or around 1,000
+  times", a loose cut in the paper; taken here as a hard one). The median is over the hidden
+  state of the token :math:`i` (its :math:`d` values); the authors' plotting code takes it over
+  a whole sequence. The unit is an activation, not a dimension: the measure counts them per
+  dimension.
+
+The post-hoc view :func:`isoscore_without` measures IsoScore with the :math:`k` dimensions of
+largest variance removed or standardised, to show how much of a layer's anisotropy a handful
+of dimensions carry.
+
+Streaming: :class:`OutlierStats` holds sums over rows (count, :math:`\sum_i |x_{ij}|`,
+:math:`S`, :math:`Q`, the per-dimension count of massive activations) that merge by addition
+(and so all-reduce as sums); the variances come from
+:class:`~isotropy.measures.covariance.CovarianceStats`. Everything is computed in float64
+(half-precision input included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore_from_covariance
+
+__all__ = [
+    "MASSIVE_MIN_MAGNITUDE",
+    "MASSIVE_RATIO",
+    "OutlierStats",
+    "activation_outliers",
+    "cosine_contributions",
+    "isoscore_without",
+    "massive_activations",
+    "rogue_dimensions",
+    "top_variance_dimensions",
+    "variance_outliers",
+    "variance_outliers_from_stats",
+]
+
+VARIANCE_FACTOR = 5.0
+ACTIVATION_SIGMAS = 3.0
+MASSIVE_MIN_MAGNITUDE = 100.0
+MASSIVE_RATIO = 1000.0
+
+
+def _cloud(X: ArrayLike, min_points: int = 1) -> torch.Tensor:
+    return as_point_cloud(X, min_points=min_points).detach().to(torch.float64)
+
+
+def _positive(value: float, name: str) -> float:
+    v = check_finite_float(value, name, allow_bool=False)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def _descending(dims: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
+    """``dims`` ordered by ``score`` from largest to smallest (ties: lower index first)."""
+    order = torch.sort(-score[dims], stable=True).indices
+    return dims[order]
+
+
+# ------------------------------------------------------------------ variance (Rudman et al.)
+
+
+def _variance_outliers(var: torch.Tensor, factor: float) -> torch.Tensor:
+    mean = var.mean()
+    if not bool(mean > 0):
+        raise ValueError("every dimension has zero variance: no dimension stands out")
+    return _descending(torch.nonzero(var >= factor * mean).flatten(), var)
+
+
+def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR) -> torch.Tensor:
+    r"""Dimensions whose variance is at least ``factor`` (5) times the mean variance (Rudman
+    et al. 2023; module doc), largest variance first. At least 2 points.
+
+    >>> X = torch.tensor([[0.0, 0, 0, 0, 0, 0, 0], [10, 1, 1, 1, 1, 1, 1]])
+    >>> variance_outliers(X).tolist()  # variance 25 against a mean of 31/7
+    [0]
+    """
+    x = _cloud(X, min_points=2)
+    return _variance_outliers(x.var(0, unbiased=False), _positive(factor, "factor"))
+
+
+def variance_outliers_from_stats(stats: CovarianceStats, *,
+                                 factor: float = VARIANCE_FACTOR) -> torch.Tensor:
+    """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2)."""
+    if stats.count < 2:
+        raise ValueError(f"the variance needs at least 2 rows, have {stats.count}")
+    return _variance_outliers(stats.comoment.diagonal().to(torch.float64),
+                              _positive(factor, "factor"))
+
+
+def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, k: int) -> torch.Tensor:
+    """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
+
+    >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), 2).tolist()
+    [1, 2]
+    """
+    var = _variances(cloud)
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= var.shape[0]:
+        raise ValueError(f"k must be an integer in [0, {var.shape[0]}], got {k!r}")
+    return _descending(torch.arange(var.shape[0], device=var.device), var)[:k]
+
+
+def _variances(cloud: ArrayLike | CovarianceStats) -> torch.Tensor:
+    if isinstance(cloud, CovarianceStats):
+        return cloud.comoment.diagonal().to(torch.float64)
+    return _cloud(cloud, min_points=2).var(0, unbiased=False)
+
+
+# ------------------------------------------------------------------ activation (3 sigma)
+
+
+def _activation_outliers(mean_abs: torch.Tensor, sigmas: float) -> torch.Tensor:
+    centre, spread = mean_abs.mean(), mean_abs.std(unbiased=False)
+    return _descending(torch.nonzero(mean_abs - centre > sigmas * spread).flatten(), mean_abs)
+
+
+def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
+    r"""Dimensions whose mean magnitude :math:`m_j` exceeds the mean of all :math:`m_k` by more
+    than ``sigmas`` (3) standard deviations (module doc), largest first.
+
+    >>> X = torch.ones(4, 20); X[:, 7] = 50.0
+    >>> activation_outliers(X).tolist()
+    [7]
+    """
+    return _activation_outliers(_cloud(X).abs().mean(0), _positive(sigmas, "sigmas"))
+
+
+# ------------------------------------------------------------------ rogue (Timkey & van Schijndel)
+
+
+def _unit_rows(x: torch.Tensor) -> torch.Tensor:
+    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    if bool((norms == 0).any()):
+        raise ValueError("X has a row of norm zero: its cosine similarity is undefined")
+    return x / norms
+
+
+def _contributions(s: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
+    if n < 2:
+        raise ValueError(f"the cosine contributions need at least 2 rows, have {n}")
+    return (s * s - q) / (n * (n - 1))
+
+
+def cosine_contributions(X: ArrayLike) -> torch.Tensor:
+    r"""Each dimension's exact contribution :math:`CC_j` to the average cosine similarity over
+    all pairs of distinct rows (module doc); they sum to
+    :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Float64, shape ``(dim,)``.
+
+    >>> cosine_contributions(torch.tensor([[1.0, 1.0], [1.0, -1.0]]))  # cos = 0 = 1/2 - 1/2
+    tensor([ 0.5000, -0.5000], dtype=torch.float64)
+    """
+    u = _unit_rows(_cloud(X, min_points=2))
+    return _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
+
+
+def _shares(cc: torch.Tensor) -> torch.Tensor:
+    total = cc.sum()
+    if not bool(total != 0):
+        raise ValueError("the average cosine similarity is 0: no dimension has a share of it")
+    return cc / total
+
+
+def rogue_dimensions(X: ArrayLike | OutlierStats, k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The ``k`` dimensions contributing most to the average cosine similarity (Timkey &
+    van Schijndel 2021), largest first, and their shares :math:`CC_j/\sum_k CC_k` (module doc),
+    of a cloud or of its :class:`OutlierStats`.
+
+    >>> dims, share = rogue_dimensions(torch.tensor([[3.0, 1.0], [3.0, -1.0], [3.0, 0.0]]), 1)
+    >>> dims.tolist(), round(float(share[0]), 4)  # dimension 1 pulls the cosine down
+    ([0], 1.0371)
+    """
+    cc = X.cosine_contributions() if isinstance(X, OutlierStats) else cosine_contributions(X)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= cc.shape[0]:
+        raise ValueError(f"k must be an integer in [1, {cc.shape[0]}], got {k!r}")
+    share = _shares(cc)
+    dims = _descending(torch.arange(cc.shape[0], device=cc.device), cc)[:k]
+    return dims, share[dims]
+
+
+# ------------------------------------------------------------------ massive (Sun et al.)
+
+
+def _massive_mask(x: torch.Tensor, min_magnitude: float, ratio: float) -> torch.Tensor:
+    mag = x.abs()
+    median = mag.median(dim=1, keepdim=True).values  # the lower median for even d
+    return (mag > min_magnitude) & (mag >= ratio * median)
+
+
+def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGNITUDE,
+                        ratio: float = MASSIVE_RATIO) -> torch.Tensor:
+    r"""How many massive activations (Sun et al. 2024: :math:`|x_{ij}| > 100` and
+    :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc) each dimension
+    holds, an int64 tensor of shape ``(dim,)``. For an even ``dim`` the median is the lower of
+    the two middle values (``torch.median``).
+
+    >>> X = torch.ones(3, 5); X[0, 2] = 2000.0; X[1, 2] = 500.0
+    >>> massive_activations(X).tolist()  # 500 is not 1000 times the median 1
+    [0, 0, 1, 0, 0]
+    """
+    return _massive_mask(_cloud(X), _positive(min_magnitude, "min_magnitude"),
+                         _positive(ratio, "ratio")).sum(0)
+
+
+# ------------------------------------------------------------------ the post-hoc view
+
+
+def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *,
+                     dims: Sequence[int] | torch.Tensor | None = None,
+                     how: str = "remove") -> torch.Tensor:
+    r"""IsoScore of a cloud (or its statistics) with some dimensions taken out of its
+    anisotropy: the ``k`` of largest variance, or the given ``dims``.
+
+    ``how="remove"`` drops them (IsoScore of the remaining :math:`d - k` dimensions, i.e. of
+    the covariance's principal submatrix); ``how="standardise"`` rescales each of them to the
+    mean variance of the other dimensions (:math:`x_j \mapsto x_j\,\sqrt{\bar v/v_j}`, so
+    :math:`\Sigma \mapsto D\Sigma D` with :math:`D` diagonal), keeping :math:`d`. ``k = 0``
+    gives the IsoScore itself. The rescaling target is this library's choice; none of the
+    outlier papers defines one.
+
+    >>> X = torch.tensor([[0.0, 0, 0], [10, 1, 0], [0, 0, 1], [10, 1, 1]])
+    >>> round(float(isoscore_without(X, 1)), 4)  # without dimension 0: two equal variances
+    1.0
+    """
+    if how not in ("remove", "standardise"):
+        raise ValueError(f"how must be 'remove' or 'standardise', got {how!r}")
+    cov = _covariance(cloud)
+    d = cov.shape[0]
+    if (k is None) == (dims is None):
+        raise ValueError("give exactly one of k and dims")
+    if dims is None:
+        chosen = top_variance_dimensions(cloud, k)  # type: ignore[arg-type]
+    else:
+        chosen = torch.as_tensor(dims, dtype=torch.long).flatten()
+        if chosen.numel() and (int(chosen.min()) < 0 or int(chosen.max()) >= d):
+            raise ValueError(f"dims must lie in [0, {d - 1}], got {chosen.tolist()}")
+        if torch.unique(chosen).numel() != chosen.numel():
+            raise ValueError(f"dims must not repeat, got {chosen.tolist()}")
+    keep = torch.ones(d, dtype=torch.bool, device=cov.device)
+    keep[chosen.to(cov.device)] = False
+    if int(keep.sum()) < 2:
+        raise ValueError(f"{int(keep.sum())} dimension(s) would remain: IsoScore needs 2")
+    if how == "remove":
+        return isoscore_from_covariance(cov[keep][:, keep])
+    var = cov.diagonal()
+    target = var[keep].mean()
+    scale = torch.ones(d, dtype=cov.dtype, device=cov.device)
+    if not bool((var[~keep] > 0).all()):
+        raise ValueError("a dimension to standardise has zero variance")
+    scale[~keep] = torch.sqrt(target / var[~keep])
+    return isoscore_from_covariance(cov * scale[:, None] * scale[None, :])
+
+
+def _covariance(cloud: ArrayLike | CovarianceStats) -> torch.Tensor:
+    if isinstance(cloud, CovarianceStats):
+        return cloud.covariance()
+    return CovarianceStats.from_batch(_cloud(cloud, min_points=2)).covariance()
+
+
+# ------------------------------------------------------------------ streaming
+
+
+@dataclass
+class OutlierStats:
+    r"""Sums over rows that the activation, rogue and massive measures need (module doc):
+    ``count``, ``abs_sum`` :math:`\sum_i|x_{ij}|`, ``unit_sum`` :math:`S_j`, ``unit_sq_sum``
+    :math:`Q_j`, ``massive`` (massive activations per dimension, at the thresholds given to
+    :meth:`empty`) and ``n_zero_norm`` (rows of norm zero, left out of :math:`S` and :math:`Q`).
+    Float64; merging is addition.
+
+    >>> s = OutlierStats.empty(2).update(torch.tensor([[1.0, 1.0]]))
+    >>> s.update(torch.tensor([[1.0, -1.0]])).cosine_contributions()
+    tensor([ 0.5000, -0.5000], dtype=torch.float64)
+    """
+
+    count: int
+    abs_sum: torch.Tensor
+    unit_sum: torch.Tensor
+    unit_sq_sum: torch.Tensor
+    massive: torch.Tensor
+    n_zero_norm: int = 0
+    min_magnitude: float = MASSIVE_MIN_MAGNITUDE
+    ratio: float = MASSIVE_RATIO
+
+    @classmethod
+    def empty(cls, dim: int, device: torch.device | str | None = None, *,
+              min_magnitude: float = MASSIVE_MIN_MAGNITUDE,
+              ratio: float = MASSIVE_RATIO) -> OutlierStats:
+        """Statistics of zero rows in dimension ``dim``."""
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+
+        def z() -> torch.Tensor:
+            return torch.zeros(dim, dtype=torch.float64, device=device)
+
+        return cls(0, z(), z(), z(), z(), 0, _positive(min_magnitude, "min_magnitude"),
+                   _positive(ratio, "ratio"))
+
+    @property
+    def dim(self) -> int:
+        return self.abs_sum.shape[0]
+
+    def update(self, rows: ArrayLike) -> OutlierStats:
+        """Add the rows of ``rows`` (``(n, dim)``, finite) in place; returns ``self``."""
+        x = as_point_cloud(rows, min_points=0).detach().to(torch.float64)
+        if x.shape[1] != self.dim:
+            raise ValueError(f"rows have dimension {x.shape[1]}, the statistics {self.dim}")
+        if x.shape[0] == 0:
+            return self
+        x = x.to(self.abs_sum.device)
+        self.count += x.shape[0]
+        self.abs_sum += x.abs().sum(0)
+        self.massive += _massive_mask(x, self.min_magnitude, self.ratio).sum(0)
+        norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+        zero = (norms == 0).flatten()
+        n_zero = int(zero.sum())
+        if n_zero:
+            self.n_zero_norm += n_zero
+            x, norms = x[~zero], norms[~zero]
+        u = x / norms
+        self.unit_sum += u.sum(0)
+        self.unit_sq_sum += (u * u).sum(0)
+        return self
+
+    def merge(self, other: OutlierStats) -> OutlierStats:
+        """The statistics of both samples (a new object)."""
+        if other.dim != self.dim:
+            raise ValueError(f"cannot merge dimension {self.dim} with {other.dim}")
+        if (other.min_magnitude, other.ratio) != (self.min_magnitude, self.ratio):
+            raise ValueError("cannot merge statistics of different massive-activation cuts")
+        dev = self.abs_sum.device
+        return OutlierStats(
+            self.count + other.count, self.abs_sum + other.abs_sum.to(dev),
+            self.unit_sum + other.unit_sum.to(dev), self.unit_sq_sum + other.unit_sq_sum.to(dev),
+            self.massive + other.massive.to(dev), self.n_zero_norm + other.n_zero_norm,
+            self.min_magnitude, self.ratio)
+
+    def all_reduce(self, group: object | None = None) -> OutlierStats:
+        """The statistics of every rank of ``torch.distributed`` (sums; a new object)."""
+        if not is_distributed(group):
+            return self.merge(OutlierStats.empty(self.dim, self.abs_sum.device,
+                                                 min_magnitude=self.min_magnitude,
+                                                 ratio=self.ratio))
+        flat = torch.cat([self.abs_sum.new_tensor([self.count, self.n_zero_norm]),
+                          self.abs_sum, self.unit_sum, self.unit_sq_sum, self.massive])
+        flat = all_reduce_sum(flat, group)
+        d = self.dim
+        parts = flat[2:].split(d)
+        return OutlierStats(int(round(float(flat[0]))), *parts[:4],
+                            int(round(float(flat[1]))), self.min_magnitude, self.ratio)
+
+    def to(self, device: torch.device | str) -> OutlierStats:
+        """The same statistics with their tensors on ``device`` (a new object)."""
+        return OutlierStats(self.count, self.abs_sum.to(device), self.unit_sum.to(device),
+                            self.unit_sq_sum.to(device), self.massive.to(device),
+                            self.n_zero_norm, self.min_magnitude, self.ratio)
+
+    def activation_outliers(self, *, sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
+        """:func:`activation_outliers` of the rows so far."""
+        if self.count < 1:
+            raise ValueError("the statistics hold no row")
+        return _activation_outliers(self.abs_sum / self.count, _positive(sigmas, "sigmas"))
+
+    def cosine_contributions(self) -> torch.Tensor:
+        """:func:`cosine_contributions` of the rows so far (``ValueError`` if a row had norm
+        zero)."""
+        if self.n_zero_norm:
+            raise ValueError(f"{self.n_zero_norm} row(s) have norm zero: their cosine "
+                             "similarity is undefined")
+        return _contributions(self.unit_sum, self.unit_sq_sum, self.count)
+
+    def massive_activations(self) -> torch.Tensor:
+        """:func:`massive_activations` of the rows so far (int64, per dimension)."""
+        return self.massive.round().to(torch.int64)
