@@ -187,6 +187,7 @@ def test_bert_layers_match_numpy_on_per_text_states(bert_dir, glue_dir):
                 sv = sv[sv > 0]
             assert row["effective_rank"] == pytest.approx(
                 np.exp(-(sv / sv.sum() * np.log(sv / sv.sum())).sum()), rel=1e-4)
+            _check_outlier_columns(row, x.astype(np.float64))
     dev_union = np.concatenate([s[i] for s in dev for i in (1, 2)])
     assert res.row("union", "token")["isoscore_star"] == pytest.approx(
         _star(dev_union, zeta, np.cov(union, rowvar=False)), abs=1e-5)
@@ -200,6 +201,28 @@ def test_bert_layers_match_numpy_on_per_text_states(bert_dir, glue_dir):
     assert res.row(0, "cls")["isoscore"] is None and res.errors
     u = res.row("union", "token")
     assert u["n_points"] == 2 * len(tokens)
+
+
+def _check_outlier_columns(row, x):
+    """The outlier columns of a row against NumPy on the cloud's own rows (the papers'
+    definitions, :mod:`isotropy.measures.outliers`)."""
+    var = x.var(axis=0)
+    top_var = sorted(np.where(var >= 5 * var.mean())[0], key=lambda j: (-var[j], j))
+    assert row["outliers_variance"] == len(top_var)
+    assert row["outlier_dims_variance"] == " ".join(map(str, top_var))
+    m = np.abs(x).mean(axis=0)
+    act = sorted(np.where(m - m.mean() > 3 * m.std())[0], key=lambda j: (-m[j], j))
+    assert row["outlier_dims_activation"] == " ".join(map(str, act))
+    assert row["massive_activations"] == 0  # a tiny random BERT has none
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    n = len(u)
+    cc = (u.sum(0) ** 2 - (u * u).sum(0)) / (n * (n - 1))
+    order = sorted(range(len(cc)), key=lambda j: (-cc[j], j))
+    assert row["rogue_dims"] == " ".join(map(str, order[:3]))
+    assert row["rogue_share_1"] == pytest.approx(cc[order[0]] / cc.sum(), rel=1e-6)
+    keep = [j for j in range(x.shape[1]) if j not in np.argsort(-var, kind="stable")[:3]]
+    assert row["isoscore_without_top3"] == pytest.approx(_iota(np.cov(x[:, keep], rowvar=False)),
+                                                         abs=1e-6)
 
 
 # --------------------------------------------------------------------------- decoders

