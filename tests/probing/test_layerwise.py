@@ -223,10 +223,39 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
             float(partition_score(x, log=True)), rel=1e-3, abs=1e-4)
         assert row["twonn"] == pytest.approx(float(twonn(torch.unique(x, dim=0))), rel=1e-3)
         _check_rank_rows(row, x.numpy())
+        _check_outlier_rows(row, x)
     for layer in (1, 2):
         row = result.row(layer, "cls")
         assert row["isoscore"] == pytest.approx(float(isoscore(cls[layer].double())), rel=1e-4)
         _check_rank_rows(row, cls[layer].double().numpy())
+        _check_outlier_rows(row, cls[layer].double())
+
+
+def _check_outlier_rows(row, x) -> None:
+    """The outlier columns of a streamed row against the library's functions on the whole
+    cloud (each tested against NumPy in tests/measures/test_outliers.py)."""
+    from isotropy.measures.outliers import (
+        activation_outliers,
+        isoscore_without,
+        massive_activations,
+        rogue_dimensions,
+        variance_outliers,
+    )
+
+    def joined(t):
+        return " ".join(str(int(i)) for i in t)
+
+    assert row["outlier_dims_variance"] == joined(variance_outliers(x))
+    assert row["outliers_variance"] == len(variance_outliers(x))
+    assert row["outlier_dims_activation"] == joined(activation_outliers(x))
+    assert row["massive_activations"] == int(massive_activations(x).sum())
+    dims, share = rogue_dimensions(x, 3)
+    assert row["rogue_dims"] == joined(dims)
+    assert row["rogue_share_3"] == pytest.approx(float(share.sum()), rel=1e-4)
+    for key, k, how in (("isoscore_without_top1", 1, "remove"),
+                        ("isoscore_without_top3", 3, "remove"),
+                        ("isoscore_standardised_top3", 3, "standardise")):
+        assert row[key] == pytest.approx(float(isoscore_without(x, k, how=how)), rel=1e-4)
 
 
 def _check_rank_rows(row, x) -> None:
@@ -355,6 +384,11 @@ def test_write_outputs(result, tmp_path: Path) -> None:
     assert len(rows) == 6 and rows[0]["cloud"] == "token" and rows[1]["isoscore"] == ""
     table = format_measure_table(result)
     assert "IsoScore" in table and len(table.splitlines()) == 2 + 6 + 1
+    # the outlier figure: a PNG, with the LayerNorm outliers in the configuration
+    assert paths["figure"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(doc["config"]["layernorm_outliers"]["weight"]) == {"flagged_per_layer",
+                                                                  "outlier_dims"}
+    assert "outlier_dims_variance" in rows[0] and "rogue_share_1" in rows[0]
     # 12 texts: the [CLS] clouds' TwoNN rests on 12 points, flagged in the files and the table
     cls = [r for r in doc["rows"] if r["cloud"] == "cls" and r["twonn"] is not None]
     assert cls and all(r["twonn_reliable"] is False for r in cls)

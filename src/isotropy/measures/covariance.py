@@ -18,13 +18,15 @@ from isotropy._validation import (
     as_tensor,
     check_finite,
     max_abs,
+    pow2_tensor,
     rescale_exponent,
     scale_pow2,
+    window,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.runtime import autocast_off
 
-__all__ = ["CovarianceStats"]
+__all__ = ["CovarianceStats", "merge_packed", "packed_batch"]
 
 
 def _rows(x: ArrayLike, mask: ArrayLike | None) -> torch.Tensor:
@@ -164,3 +166,83 @@ class CovarianceStats:
         delta = self.mean - mean
         local = self.comoment + torch.outer(delta, delta) * self.count
         return CovarianceStats(n, mean, all_reduce_sum(local, group))
+
+
+# ----------------------------------------------------------------------------- device route
+
+
+def _times_pow2(t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    r""":math:`t\,2^k` for an integer tensor ``k``, exactly, in two normal factors."""
+    half = torch.div(k, 2, rounding_mode="floor")
+    return t * pow2_tensor(half, t.dtype) * pow2_tensor(k - half, t.dtype)
+
+
+def packed_batch(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    r"""The statistics of the rows of ``x`` (``(..., d)``) where ``mask`` is true, packed as
+    one float64 vector ``[n, mu (d), M (d*d)]`` on ``x``'s device, with no host read of a
+    value: :meth:`CovarianceStats.from_batch`'s arithmetic (fp32 accumulation of a
+    power-of-two-scaled, first-row-shifted batch) with the row count, the scale and the first
+    kept row found on the device. Masked-out rows are replaced by zeros before any
+    arithmetic; a NaN or infinity in a kept row is not raised here but makes the statistics
+    non-finite (the caller checks them when it reads them).
+
+    >>> p = packed_batch(torch.tensor([[0.0, 0.0], [2.0, 0.0], [9.0, 9.0]]),
+    ...                  torch.tensor([True, True, False]))
+    >>> p.tolist()  # n = 2, mean (1, 0), M = [[2, 0], [0, 0]]
+    [2.0, 1.0, 0.0, 2.0, 0.0, 0.0, 0.0]
+    """
+    if x.ndim < 2:
+        raise ValueError(f"expected shape (..., dim) with at least 2 axes, got {tuple(x.shape)}")
+    d = x.shape[-1]
+    rows = x.detach().reshape(-1, d)
+    if mask is None:
+        keep = torch.ones(rows.shape[0], dtype=torch.bool, device=x.device)
+    else:
+        if tuple(mask.shape) != tuple(x.shape[:-1]):
+            raise ValueError(
+                f"mask shape {tuple(mask.shape)} must equal the leading shape "
+                f"{tuple(x.shape[:-1])}")
+        keep = mask.to(x.device).reshape(-1).bool()
+    acc = torch.float64 if rows.dtype == torch.float64 else torch.float32
+    with torch.no_grad(), autocast_off():
+        kept = keep.unsqueeze(1)
+        z = torch.where(kept, rows.to(acc), torch.zeros((), dtype=acc, device=x.device))
+        n = keep.sum().to(torch.float64)
+        e = torch.frexp(z.abs().amax() if z.numel() else z.new_zeros(())).exponent
+        e = torch.where(e.abs() <= window(acc), torch.zeros_like(e), e)
+        r = _times_pow2(z, -e)
+        # (select / narrow rather than [] indexing, which a fake CUDA tensor refuses in tests)
+        first = (r.index_select(0, keep.to(torch.int8).argmax().reshape(1)).select(0, 0)
+                 if r.shape[0] else r.new_zeros(d))
+        y = torch.where(kept, r - first, torch.zeros((), dtype=acc, device=x.device))
+        shift = y.sum(0) / n.clamp(min=1.0).to(acc)
+        y = torch.where(kept, y - shift, torch.zeros((), dtype=acc, device=x.device))
+        comoment = _times_pow2(_times_pow2((y.T @ y).double(), e), e)
+        mean = _times_pow2(first.double() + shift.double(), e)
+    return torch.cat([n.reshape(1), mean, comoment.reshape(-1)])
+
+
+def merge_packed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    r"""The merge of two packed statistics (:func:`packed_batch`), Chan et al.'s update of
+    :meth:`CovarianceStats.merge` on the device: no host read; an empty side returns the
+    other's values exactly.
+
+    >>> a = packed_batch(torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
+    >>> b = packed_batch(torch.tensor([[0.0, 2.0], [2.0, 2.0]]))
+    >>> merge_packed(a, b).tolist()  # n = 4, mean (1, 1), M = 4 I
+    [4.0, 1.0, 1.0, 4.0, 0.0, 0.0, 4.0]
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"cannot merge packed statistics of shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    d = int(round((-1.0 + (4.0 * a.numel() - 3.0) ** 0.5) / 2.0))
+    b = b.to(a.device)
+    na, nb = a.narrow(0, 0, 1), b.narrow(0, 0, 1)
+    n = na + nb
+    safe = torch.where(n > 0, n, torch.ones_like(n))
+    ma, mb = a.narrow(0, 1, d), b.narrow(0, 1, d)
+    delta = mb - ma
+    mean = torch.where(na > 0, ma + delta * (nb / safe), mb)
+    comoment = (a.narrow(0, 1 + d, d * d).reshape(d, d) + b.narrow(0, 1 + d, d * d).reshape(d, d)
+                + torch.outer(delta, delta) * (na * nb / safe))
+    return torch.cat([n.reshape(1), mean, comoment.reshape(-1)])

@@ -25,8 +25,14 @@ from __future__ import annotations
 import torch
 from torchmetrics import Metric
 
-from isotropy._validation import ArrayLike, as_covariance, as_square_matrix, check_zeta
-from isotropy.measures.covariance import CovarianceStats
+from isotropy._validation import (
+    ArrayLike,
+    as_covariance,
+    as_square_matrix,
+    as_tensor,
+    check_zeta,
+)
+from isotropy.measures.covariance import CovarianceStats, merge_packed, packed_batch
 from isotropy.measures.isoscore import _trace_and_frobenius
 
 __all__ = ["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"]
@@ -139,6 +145,11 @@ class IsoScoreMetric(Metric):
     once, here: symmetric positive semi-definite (``ValueError`` naming its smallest
     eigenvalue otherwise).
 
+    ``eager_checks``: ``True`` checks every batch's values at once (a host read per
+    ``update``); ``False`` accumulates on the device with no host read
+    (:func:`~isotropy.measures.covariance.packed_batch`), and ``compute`` raises if a kept
+    row held NaN or infinity; ``None`` (default): eager on CPU, on the device elsewhere.
+
     A ``torchmetrics.Metric``: other keyword arguments go to it. ``compute()`` scores this
     rank's rows unless asked (``compute(sync_dist=True)``, :meth:`sync`, or
     ``sync_on_compute=True``, which Lightning's logging uses): then the rows of every rank.
@@ -160,8 +171,11 @@ class IsoScoreMetric(Metric):
 
     def __init__(
         self, zeta: float = 0.0, shrinkage: ArrayLike | None = None, *, dim: int | None = None,
-        **kwargs: object,
+        eager_checks: bool | None = None, **kwargs: object,
     ) -> None:
+        if eager_checks is not None and not isinstance(eager_checks, bool):
+            raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
+        self.eager_checks = eager_checks
         kwargs.setdefault("sync_on_compute", False)
         kwargs.setdefault("compute_with_cache", False)  # compute(sync_dist=...) differs per call
         super().__init__(**kwargs)
@@ -218,7 +232,35 @@ class IsoScoreMetric(Metric):
         >>> m.stats.count
         4
         """
-        self._add(isoscore_star_update(x, mask))
+        if self._device_route(x):
+            self._add_on_device(x, mask)
+        else:
+            self._add(isoscore_star_update(x, mask))
+
+    def _device_route(self, x: ArrayLike) -> bool:
+        """Whether :meth:`update` takes the route without host reads: ``eager_checks=False``,
+        or ``None`` (the default) with ``x`` off the CPU."""
+        if self.eager_checks is not None:
+            return not self.eager_checks
+        return isinstance(x, torch.Tensor) and x.device.type != "cpu"
+
+    def _add_on_device(self, x: ArrayLike, mask: ArrayLike | None) -> None:
+        """Merge the batch's statistics into the state on the device (:func:`packed_batch`,
+        :func:`merge_packed`): shape checks only; NaN or infinity is raised by ``compute``."""
+        if self.synced:
+            raise RuntimeError("IsoScoreMetric is synced: call unsync() or reset() before adding")
+        t = as_tensor(x, name="x")
+        m = None if mask is None else torch.as_tensor(mask, device=t.device)
+        if t.ndim < 2:
+            raise ValueError(f"expected shape (..., dim) with at least 2 axes, got "
+                             f"{tuple(t.shape)}")
+        if self.dim is not None and t.shape[-1] != self.dim:
+            raise ValueError(f"the rows have dimension {t.shape[-1]}, the metric {self.dim}")
+        if self.dim is None:
+            self.dim = t.shape[-1]
+            self._defaults["packed"] = self._empty()
+            self.packed = self._empty().to(t.device)
+        self.packed = merge_packed(self.packed.to(t.device), packed_batch(t, m))
 
     def compute(
         self, sync_dist: bool = False, process_group: object | None = None
@@ -233,6 +275,9 @@ class IsoScoreMetric(Metric):
         >>> m.compute()
         tensor(1., dtype=torch.float64)
         """
+        if not bool(torch.isfinite(self.packed).all()):
+            raise ValueError("the accumulated statistics are not finite: an update received "
+                             "NaN or infinity in a kept row (or values too large for float64)")
         stats = self.stats
         if sync_dist and not self.synced:
             stats = stats.all_reduce(process_group)

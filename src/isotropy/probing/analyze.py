@@ -428,6 +428,8 @@ _TABLE = [  # (key, header, width, format)
     ("avg_cosine", "avg cos", 7, ".3f"),
     ("twonn", "TwoNN", 6, ".1f"),
     ("effective_rank", "eff. rank", 9, ".1f"),
+    ("outliers_variance", "var outl", 8, "d"),
+    ("rogue_share_1", "rogue1", 6, ".2f"),
 ]
 
 

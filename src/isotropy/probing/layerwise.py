@@ -507,13 +507,17 @@ _TABLE = [  # (key, header, width, format)
     ("twonn", "TwoNN", 6, ".1f"),
     ("effective_rank", "eff. rank", 9, ".1f"),
     ("uniformity", "uniform", 7, ".3f"),
+    ("outliers_variance", "var outl", 8, "d"),
+    ("rogue_share_1", "rogue1", 6, ".2f"),
     ("ph0_entropy", "PH0 H", 6, ".3f"),
 ]
 
 
 def format_measure_table(result: MeasureResult) -> str:
     """A plain-text table of the main measures, one line per layer and cloud (``-``: undefined
-    or not computed; ``spec1``: top anisotropy-spectrum share, raw and centred)."""
+    or not computed; ``spec1``: top anisotropy-spectrum share, raw and centred; ``var outl``:
+    variance outlier dimensions; ``rogue1``: the top rogue dimension's share of the average
+    cosine)."""
     return "\n".join([*text_table(result.rows, _TABLE), *twonn_footnote(result.rows)])
 
 
