@@ -60,6 +60,16 @@ def test_measures_match_clouds_gathered_by_hand():
     c2 = np.linalg.svd(x - x.mean(0), compute_uv=False) ** 2
     assert got["cls_spectrum_centred_2"] == pytest.approx(c2[1] / c2.sum(), rel=1e-5)
     assert np.isfinite(got["twonn_cls_layer2"])
+    # outlier dimensions of the last layer's tokens, by NumPy on the gathered cloud
+    t2 = np.concatenate(tokens[2])
+    var = t2.var(0)
+    assert got["outliers_variance_token_layer2"] == int((var >= 5 * var.mean()).sum())
+    m = np.abs(t2).mean(0)
+    assert got["outliers_activation_token_layer2"] == int((m - m.mean() > 3 * m.std()).sum())
+    assert got["massive_activations_token_layer2"] == 0
+    u = t2 / np.linalg.norm(t2, axis=1, keepdims=True)
+    cc = (u.sum(0) ** 2 - (u * u).sum(0)) / (len(u) * (len(u) - 1))
+    assert got["rogue_share_1_token_layer2"] == pytest.approx(cc.max() / cc.sum(), rel=1e-6)
 
 
 def test_isoscore_star_uses_each_layers_sigma_s_when_given_shrinkage_batches():
