@@ -295,3 +295,55 @@ def test_bad_input_is_refused_clearly():
         OutlierStats.empty(3).merge(OutlierStats.empty(3, ratio=10.0))
     with pytest.raises(ValueError, match="shape"):
         layernorm_outliers(torch.ones(3))
+
+
+def test_rogue_shares_are_refused_where_the_average_cosine_is_noise():
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(1000, 8, generator=g, dtype=torch.float64)  # centred: cosine near 0
+    with pytest.raises(ValueError, match="within 3 standard deviations"):
+        rogue_dimensions(x, 3)
+    with pytest.raises(ValueError, match="within 3 standard deviations"):
+        rogue_dimensions(OutlierStats.empty(8).update(x), 3)
+    # the contributions themselves stay defined, and sum to the (small) average cosine
+    assert float(cosine_contributions(x).sum()) == pytest.approx(
+        float(avg_cosine_similarity(x)), abs=1e-15)
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e-160])
+def test_extreme_float64_rows_keep_their_directions(scale):
+    x = _cloud(n=30, d=6, seed=11)
+    want = cosine_contributions(x)
+    torch.testing.assert_close(cosine_contributions(x * scale), want, rtol=1e-12, atol=1e-15)
+    s = OutlierStats.empty(6).update(x * scale)
+    torch.testing.assert_close(s.cosine_contributions(), want, rtol=1e-12, atol=1e-15)
+
+
+def test_dims_must_be_integer_indices():
+    x = _cloud()
+    with pytest.raises(ValueError, match="integer dimension indices"):
+        isoscore_without(x, dims=[1.7])
+    with pytest.raises(ValueError, match="integer dimension indices"):
+        isoscore_without(x, dims=torch.zeros(x.shape[1], dtype=torch.bool))
+
+
+def test_two_stacks_of_output_layernorms_are_refused():
+    from isotropy.models.layernorms import output_layernorm_weights
+
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for part in ("encoder", "decoder"):
+                stack = torch.nn.Module()
+                stack.layer = torch.nn.ModuleList()
+                for _ in range(2):
+                    block = torch.nn.Module()
+                    block.output = torch.nn.Module()
+                    block.output.LayerNorm = torch.nn.LayerNorm(4)
+                    stack.layer.append(block)
+                setattr(self, part, stack)
+
+    with pytest.raises(ValueError, match="2 stacks of layers"):
+        output_layernorm_weights(Two())
+    one = Two()
+    del one.decoder
+    assert output_layernorm_weights(one)["weight"].shape == (2, 4)

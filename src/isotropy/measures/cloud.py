@@ -74,7 +74,9 @@ class TokenCloudStats:
         self.stats.update(rows)
         self.lo = torch.minimum(self.lo, rows.amin(0).float().cpu())
         self.hi = torch.maximum(self.hi, rows.amax(0).float().cpu())
-        self.outliers.update(rows.cpu())
+        if self.outliers.abs_sum.device != rows.device:  # the sums stay where the rows are
+            self.outliers = self.outliers.to(rows.device)
+        self.outliers.update(rows)
 
     def merge(self, other: TokenCloudStats) -> TokenCloudStats:
         """The statistics of the union of both clouds (a new object)."""

@@ -54,6 +54,7 @@ import torch
 
 from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
 from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.measures.cosine import _unit_rows as cosine_unit_rows
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 
@@ -166,10 +167,10 @@ def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS) -> t
 
 
 def _unit_rows(x: torch.Tensor) -> torch.Tensor:
-    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    if bool((norms == 0).any()):
-        raise ValueError("X has a row of norm zero: its cosine similarity is undefined")
-    return x / norms
+    """Rows scaled to unit length (float64; rows of extreme norm first scaled by a power of
+    two, exactly: :func:`isotropy.measures.cosine` does the same); ``ValueError`` for a row
+    of norm zero."""
+    return cosine_unit_rows(x)
 
 
 def _contributions(s: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
@@ -190,10 +191,15 @@ def cosine_contributions(X: ArrayLike) -> torch.Tensor:
     return _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
 
 
-def _shares(cc: torch.Tensor) -> torch.Tensor:
+def _shares(cc: torch.Tensor, n: int) -> torch.Tensor:
     total = cc.sum()
-    if not bool(total != 0):
-        raise ValueError("the average cosine similarity is 0: no dimension has a share of it")
+    d = cc.shape[0]
+    floor = 3.0 * (2.0 / (d * n * (n - 1))) ** 0.5
+    if not bool(total > floor):
+        raise ValueError(
+            f"the average cosine similarity ({float(total):.3g}) is within 3 standard "
+            f"deviations ({floor:.3g}) of 0, its spread for {n} random directions in {d} "
+            "dimensions: no dimension has a meaningful share of it")
     return cc / total
 
 
@@ -202,14 +208,24 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, k: int = 3) -> tuple[torch.Ten
     van Schijndel 2021), largest first, and their shares :math:`CC_j/\sum_k CC_k` (module doc),
     of a cloud or of its :class:`OutlierStats`.
 
-    >>> dims, share = rogue_dimensions(torch.tensor([[3.0, 1.0], [3.0, -1.0], [3.0, 0.0]]), 1)
+    A share exceeds 1 when other dimensions contribute negatively. The shares are undefined
+    (``ValueError``) unless the average cosine exceeds 3 times its standard deviation under
+    :math:`n` independent uniformly random directions, :math:`\sqrt{2/(d\,n(n-1))}`: near 0
+    they are ratios of noise (this floor is this library's choice).
+
+    >>> X = torch.tensor([[3.0, 1.0], [3.0, -1.0]]).repeat(3, 1)
+    >>> dims, share = rogue_dimensions(X, 1)
     >>> dims.tolist(), round(float(share[0]), 4)  # dimension 1 pulls the cosine down
-    ([0], 1.0371)
+    ([0], 1.0227)
     """
-    cc = X.cosine_contributions() if isinstance(X, OutlierStats) else cosine_contributions(X)
+    if isinstance(X, OutlierStats):
+        cc, n = X.cosine_contributions(), X.count
+    else:
+        x = _cloud(X, min_points=2)
+        cc, n = cosine_contributions(x), x.shape[0]
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= cc.shape[0]:
         raise ValueError(f"k must be an integer in [1, {cc.shape[0]}], got {k!r}")
-    share = _shares(cc)
+    share = _shares(cc, n)
     dims = _descending(torch.arange(cc.shape[0], device=cc.device), cc)[:k]
     return dims, share[dims]
 
@@ -267,7 +283,10 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     if dims is None:
         chosen = top_variance_dimensions(cloud, k)  # type: ignore[arg-type]
     else:
-        chosen = torch.as_tensor(dims, dtype=torch.long).flatten()
+        given = torch.as_tensor(dims)
+        if given.is_floating_point() or given.dtype == torch.bool or given.is_complex():
+            raise ValueError(f"dims must be integer dimension indices, got {given.tolist()}")
+        chosen = given.to(torch.long).flatten()
         if chosen.numel() and (int(chosen.min()) < 0 or int(chosen.max()) >= d):
             raise ValueError(f"dims must lie in [0, {d - 1}], got {chosen.tolist()}")
         if torch.unique(chosen).numel() != chosen.numel():
@@ -347,13 +366,12 @@ class OutlierStats:
         self.count += x.shape[0]
         self.abs_sum += x.abs().sum(0)
         self.massive += _massive_mask(x, self.min_magnitude, self.ratio).sum(0)
-        norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-        zero = (norms == 0).flatten()
+        zero = (x == 0).all(1)
         n_zero = int(zero.sum())
         if n_zero:
             self.n_zero_norm += n_zero
-            x, norms = x[~zero], norms[~zero]
-        u = x / norms
+            x = x[~zero]
+        u = _unit_rows(x) if x.shape[0] else x
         self.unit_sum += u.sum(0)
         self.unit_sq_sum += (u * u).sum(0)
         return self

@@ -10,7 +10,7 @@ import torch
 
 __all__ = ["output_layernorm_weights"]
 
-_NAME = re.compile(r"(?:^|\.)layer\.(\d+)\.output\.LayerNorm\.(weight|bias)$")
+_NAME = re.compile(r"^(.*?)(?:^|\.)?layer\.(\d+)\.output\.LayerNorm\.(weight|bias)$")
 
 
 def output_layernorm_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -18,13 +18,18 @@ def output_layernorm_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     layers ``0..L-1``, in layer order (float64 copies). ``ValueError`` when the model has no
     such LayerNorm (decoder-only models normalise before each block, not after it)."""
     found: dict[str, dict[int, torch.Tensor]] = {"weight": {}, "bias": {}}
+    stacks = set()
     for name, param in model.named_parameters():
-        m = _NAME.search(name)
+        m = _NAME.match(name)
         if m:
-            found[m.group(2)][int(m.group(1))] = param.detach().to("cpu", torch.float64)
+            stacks.add(m.group(1))
+            found[m.group(3)][int(m.group(2))] = param.detach().to("cpu", torch.float64)
     if not found["weight"]:
         raise ValueError("the model has no BERT-style output LayerNorm "
                          "(parameters named '...layer.<i>.output.LayerNorm.weight')")
+    if len(stacks) > 1:
+        raise ValueError(f"the model has {len(stacks)} stacks of layers with output LayerNorms "
+                         f"({', '.join(sorted(repr(p) for p in stacks))}): pass one of them")
     out = {}
     for kind, by_layer in found.items():
         layers = sorted(by_layer)

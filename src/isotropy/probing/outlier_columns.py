@@ -61,7 +61,7 @@ def outlier_columns(where: str, cov: CovarianceStats, out: OutlierStats, why: st
     rogue = safe_measure(errors, f"{where} rogue_dims", lambda: rogue_dimensions(out, k))
     row["rogue_dims"] = None if rogue is None else _dims(rogue[0])
     row["rogue_share_1"] = None if rogue is None else float(rogue[1][0])
-    row["rogue_share_3"] = None if rogue is None else float(rogue[1].sum())
+    row["rogue_share_3"] = None if rogue is None or k < 3 else float(rogue[1].sum())
     for name, kk, how in (("isoscore_without_top1", 1, "remove"),
                           ("isoscore_without_top3", 3, "remove"),
                           ("isoscore_standardised_top3", 3, "standardise")):
