@@ -2,8 +2,9 @@
 ``isotropy train`` run directory, a local model directory or a hub id, encoder or decoder-only
 language model) on a task split: layer-wise IsoScore and IsoScore* (Sigma_S from the task's
 training split), TwoNN and average cosine of the pooled cloud, the last layer's anisotropy
-spectrum and per-dimension mean/std. Writes analyze.json, analyze.csv and analyze_dims.csv to
---output-dir and prints a table.
+spectrum and per-dimension mean/std, effective rank, RankMe and the outlier dimensions of
+every published definition. Writes analyze.json, analyze.csv, analyze_dims.csv and the
+outlier figure outliers.png to --output-dir and prints a table.
 """
 
 from __future__ import annotations

@@ -123,13 +123,17 @@ def register(sub: Any) -> argparse.ArgumentParser:
             "(first-token) embeddings of the texts.",
             "Measures: IsoScore, participation ratio, average cosine similarity, partition "
             "score (printed as its log), top-k anisotropy spectrum (raw and centred), TwoNN "
-            "intrinsic dimension, and for [CLS] the persistent entropy of the H0 barcode. "
+            "intrinsic dimension, effective rank, RankMe, uniformity, the outlier dimensions "
+            "of each published definition (variance, activation 3-sigma, rogue shares of the "
+            "average cosine, massive activations; the output LayerNorm's in the "
+            "configuration) and IsoScore without the top-variance dimensions, and for [CLS] "
+            "the persistent entropy of the H0 barcode. "
             "Token-cloud IsoScore, participation ratio, cosine and spectra are exact over all "
             "tokens (streamed statistics); TwoNN and the partition score use a seeded sample "
             "of at most --max-tokens tokens. A measure that is undefined on a cloud (e.g. on "
             "the identical layer-0 [CLS] vectors) is recorded as null, with the reason.",
-            "Writes measure.json (configuration, rows, undefined measures) and measure.csv to "
-            "--output-dir, and prints a table.",
+            "Writes measure.json (configuration, rows, undefined measures), measure.csv and "
+            "the per-layer outlier figure outliers.png to --output-dir, and prints a table.",
         ),
     )
     add_options(p)
