@@ -99,7 +99,9 @@ def test_accumulator_matches_independent_routes(zeta):
     n_total = sum(int(m.sum()) for _, m in batches)
     assert n_total > max_tokens
     assert (rec["n_examples"], rec["n_tokens"], rec["n_tokens_measured"]) == (15, n_total, 40)
-    assert rec["num_layers"] == 2 and rec["errors"] == []
+    assert rec["num_layers"] == 2
+    # Gaussian clouds: where the average cosine is within noise of 0, no rogue shares
+    assert all(" rogue_dims: the average cosine similarity" in e for e in rec["errors"])
 
     def star(x: np.ndarray) -> float:
         return iota((1 - zeta) * np.cov(x, rowvar=False) + zeta * s)
@@ -187,7 +189,9 @@ def test_sigma_s_is_checked_once(monkeypatch):
     monkeypatch.setattr(validation, "_remember_psd", lambda t: (proofs.append(t), original(t)))
     rec = acc.compute()
     assert rec["union"]["isoscore_star"] is not None
-    assert len(proofs) == 7  # IsoScore's own check of each cloud's covariance
+    # IsoScore's own check of each cloud's covariance (the outlier view's IsoScore without
+    # the top-variance dimensions works on those covariances' submatrices: not proved again)
+    assert len(proofs) == 7
     assert not any(torch.equal(p, s) for p in proofs)
     validation.check_psd(s.clone(), name="S")  # a new tensor is proved (the route counts)
     assert torch.equal(proofs[-1], s)

@@ -56,7 +56,7 @@ from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.measures.cosine import _unit_rows as cosine_unit_rows
 from isotropy.measures.covariance import CovarianceStats
-from isotropy.measures.isoscore import isoscore_from_covariance
+from isotropy.measures.isoscore import _trace_and_frobenius
 
 __all__ = [
     "MASSIVE_MIN_MAGNITUDE",
@@ -296,14 +296,24 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     if int(keep.sum()) < 2:
         raise ValueError(f"{int(keep.sum())} dimension(s) would remain: IsoScore needs 2")
     if how == "remove":
-        return isoscore_from_covariance(cov[keep][:, keep])
+        return _iota(cov[keep][:, keep])
     var = cov.diagonal()
     target = var[keep].mean()
     scale = torch.ones(d, dtype=cov.dtype, device=cov.device)
     if not bool((var[~keep] > 0).all()):
         raise ValueError("a dimension to standardise has zero variance")
     scale[~keep] = torch.sqrt(target / var[~keep])
-    return isoscore_from_covariance(cov * scale[:, None] * scale[None, :])
+    return _iota(cov * scale[:, None] * scale[None, :])
+
+
+def _iota(cov: torch.Tensor) -> torch.Tensor:
+    r""":math:`\iota(C) = (\mathrm{PR}(C) - 1)/(d - 1)` of a principal submatrix or a
+    congruence :math:`DCD` of a covariance made from rows: positive semi-definite by
+    construction, so not proved again (which would also push the proofs worth remembering,
+    such as a :math:`\Sigma_S`'s, out of :func:`isotropy._validation.check_psd`'s memory)."""
+    tr, fro, d = _trace_and_frobenius(cov, name="the covariance without the chosen dimensions",
+                                      psd=False)
+    return (tr * tr / fro - 1.0) / (d - 1)
 
 
 def _covariance(cloud: ArrayLike | CovarianceStats) -> torch.Tensor:
