@@ -129,6 +129,56 @@ def time_round_robin(steps: dict[str, Callable[[], None]], rounds: int, warmup: 
     return {n: statistics.median(v) for n, v in times.items()}
 
 
+_HOST_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+               "Memcpy DtoH", "aten::_local_scalar_dense", "aten::item")
+
+
+def _op_times(run: Callable[[], None], device: torch.device, n_steps: int
+              ) -> dict[str, tuple[float, int]]:
+    """``{op: (self time on the device -- the CPU on a CPU run -- in ms per step, calls per
+    step)}`` over ``n_steps`` profiled calls of ``run`` (after one unprofiled call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        for _ in range(n_steps):
+            run()
+        sync(device)
+    out = {}
+    for ev in prof.key_averages():
+        if device.type == "cuda":
+            t = getattr(ev, "self_device_time_total", None)
+            if t is None:
+                t = getattr(ev, "self_cuda_time_total", 0.0)
+        else:
+            t = ev.self_cpu_time_total
+        out[ev.key] = (t / 1e3 / n_steps, ev.count / n_steps)
+    return out
+
+
+def profile_extra(plain: Callable[[], None], istar: Callable[[], None], device: torch.device,
+                  n_steps: int) -> dict:
+    """Where the I-STAR step's extra time goes (``torch.profiler``): the operators with the
+    largest extra self time per step over the plain step, and the host waits per step
+    (synchronisations, device-to-host copies, ``.item()``) of each."""
+    a, b = _op_times(plain, device, n_steps), _op_times(istar, device, n_steps)
+    rows = []
+    for op in set(a) | set(b):
+        ta, ca = a.get(op, (0.0, 0.0))
+        tb, cb = b.get(op, (0.0, 0.0))
+        rows.append({"op": op, "plain_ms": ta, "istar_ms": tb, "extra_ms": tb - ta,
+                     "plain_calls": ca, "istar_calls": cb})
+    rows.sort(key=lambda r: -r["extra_ms"])
+    waits = {op: {"plain": a.get(op, (0.0, 0.0))[1], "istar": b.get(op, (0.0, 0.0))[1]}
+             for op in set(a) | set(b) if any(w in op for w in _HOST_WAITS)}
+    return {"steps": n_steps, "clock": "device" if device.type == "cuda" else "cpu",
+            "total_plain_ms": sum(t for t, _ in a.values()),
+            "total_istar_ms": sum(t for t, _ in b.values()),
+            "top": rows[:15], "host_waits_per_step": waits}
+
+
 def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentences,
                   record: dict) -> None:
     model = encoder(size, device)
@@ -158,6 +208,8 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     model.train()
     steps = {"plain": step(model), **{n: step(w) for n, w in wrapped.items()}}
     record["steps"] = time_round_robin(steps, size["rounds"], size["warmup"], device)
+    record["profile"] = profile_extra(steps["plain"], steps["I-STAR (all layers, Sigma_S)"],
+                                      device, n_steps=5)
 
     # an accumulation cycle of 8 micro-batches of 8: plain, and with the exact entropy loss
     (big,) = batches_of(1, {**size, "batch": 64}, device, tokenizer, sentences, seed=3)
@@ -285,7 +337,26 @@ def markdown(record: dict) -> str:
             lines.append(f"| analyze | failed (exit {a.get('exit')}) | | |")
     for name, err in record.get("errors", {}).items():
         lines.append(f"| {name} | failed: {err.splitlines()[-1][:120]} | | |")
+    lines += _profile_lines(record.get("profile"))
     return "\n".join(lines) + "\n"
+
+
+def _profile_lines(prof: dict | None) -> list[str]:
+    """The profiler's breakdown of I-STAR's extra time, as a table."""
+    if not prof:
+        return []
+    lines = ["", f"Where I-STAR's extra time goes (torch.profiler, {prof['steps']} steps each, "
+             f"self {prof['clock']} time per step; totals {prof['total_plain_ms']:.2f} ms plain, "
+             f"{prof['total_istar_ms']:.2f} ms I-STAR):", "",
+             "| operator | plain (ms) | I-STAR (ms) | extra (ms) | calls plain / I-STAR |",
+             "|---|---|---|---|---|"]
+    for r in prof["top"]:
+        lines.append(f"| {r['op'][:60]} | {r['plain_ms']:.3f} | {r['istar_ms']:.3f} | "
+                     f"{r['extra_ms']:+.3f} | {r['plain_calls']:g} / {r['istar_calls']:g} |")
+    waits = prof.get("host_waits_per_step") or {}
+    lines += ["", "Host waits per step (plain / I-STAR): " + (", ".join(
+        f"{op} {w['plain']:g} / {w['istar']:g}" for op, w in sorted(waits.items())) or "none")]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
