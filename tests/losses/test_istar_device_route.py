@@ -12,7 +12,7 @@ import torch
 import transformers
 from _reference import spd
 
-from isotropy.losses import IStarLoss
+from isotropy.losses import CosRegLoss, IStarLoss
 from isotropy.models.regularized import log_value
 from isotropy.training.trainer import IsotropyTrainer
 
@@ -107,7 +107,6 @@ def test_no_host_read_on_fake_cuda():
 
 
 def test_cosreg_device_route_equals_the_eager_one():
-    from isotropy.losses import CosRegLoss
 
     outs, grads = [], []
     for eager in (True, False):
@@ -137,3 +136,21 @@ def test_non_finite_values_are_caught_before_a_save_or_the_end_without_a_log():
         trainer._check_regularizer_values()
     _trainer({"istar/isoscore_star": torch.tensor(0.5)}, {"istar/isoscore_star": 1}
              )._check_regularizer_values()  # finite: nothing happens
+
+
+def test_cosreg_has_no_host_read_on_fake_cuda():
+    """CosReg's forward on fake CUDA bf16 hidden states, padding in the cloud: its loss and
+    logs stay on the device. (Fake CUDA on this CPU-only torch build cannot record autograd:
+    building a graph aborts the process in a CUDA device guard, so backward is checked through
+    the analytic gradients on CPU and on real CUDA, tests/gpu.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    loss = CosRegLoss(1.0, include_padding=True)
+    with FakeTensorMode():
+        hs = [torch.randn(4, 12, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        mask = torch.ones(4, 12, dtype=torch.long, device="cuda")
+        with torch.no_grad():
+            out = loss(hs, attention_mask=mask)
+        assert out.loss.device.type == "cuda"
+        assert out.logs["cosreg_term"].device.type == out.logs["avg_cosine"].device.type == "cuda"
+        assert out.logs["n_points"] == 4 * 12
