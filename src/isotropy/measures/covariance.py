@@ -26,7 +26,7 @@ from isotropy._validation import (
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.runtime import autocast_off
 
-__all__ = ["CovarianceStats", "merge_packed", "packed_batch"]
+__all__ = ["CovarianceStats", "merge_packed", "packed_batch", "packed_dim"]
 
 
 def _rows(x: ArrayLike, mask: ArrayLike | None) -> torch.Tensor:
@@ -222,6 +222,12 @@ def packed_batch(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     return torch.cat([n.reshape(1), mean, comoment.reshape(-1)])
 
 
+def packed_dim(packed: torch.Tensor) -> int:
+    """The ``d`` of packed statistics ``[n, mu (d), M (d*d)]``: it solves ``1 + d + d^2 =
+    len``."""
+    return int(round((-1.0 + (4.0 * packed.numel() - 3.0) ** 0.5) / 2.0))
+
+
 def merge_packed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     r"""The merge of two packed statistics (:func:`packed_batch`), Chan et al.'s update of
     :meth:`CovarianceStats.merge` on the device: no host read; an empty side returns the
@@ -235,7 +241,7 @@ def merge_packed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.shape != b.shape:
         raise ValueError(f"cannot merge packed statistics of shapes {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
-    d = int(round((-1.0 + (4.0 * a.numel() - 3.0) ** 0.5) / 2.0))
+    d = packed_dim(a)
     b = b.to(a.device)
     na, nb = a.narrow(0, 0, 1), b.narrow(0, 0, 1)
     n = na + nb

@@ -32,7 +32,12 @@ from isotropy._validation import (
     as_tensor,
     check_zeta,
 )
-from isotropy.measures.covariance import CovarianceStats, merge_packed, packed_batch
+from isotropy.measures.covariance import (
+    CovarianceStats,
+    merge_packed,
+    packed_batch,
+    packed_dim,
+)
 from isotropy.measures.isoscore import _trace_and_frobenius
 
 __all__ = ["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"]
@@ -113,7 +118,7 @@ def _pack(stats: CovarianceStats) -> torch.Tensor:
 
 def _unpack(packed: torch.Tensor) -> CovarianceStats:
     """The statistics of a vector made by :func:`_pack`: ``d`` solves ``1 + d + d^2 = len``."""
-    d = int(round((-1.0 + (4.0 * packed.numel() - 3.0) ** 0.5) / 2.0))
+    d = packed_dim(packed)
     return CovarianceStats(int(round(float(packed[0]))), packed[1:1 + d].clone(),
                            packed[1 + d:].reshape(d, d).clone())
 
@@ -128,10 +133,10 @@ def _merge_packed(stacked: torch.Tensor) -> torch.Tensor:
     tensor([[1.3333, 0.0000],
             [0.0000, 1.3333]], dtype=torch.float64)
     """
-    merged = _unpack(stacked[0])
+    merged = stacked[0]
     for row in stacked[1:]:
-        merged = merged.merge(_unpack(row))
-    return _pack(merged)
+        merged = merge_packed(merged, row)
+    return merged
 
 
 class IsoScoreMetric(Metric):
@@ -213,16 +218,20 @@ class IsoScoreMetric(Metric):
         return self._local is not None
 
     def _add(self, stats: CovarianceStats) -> None:
+        self._add_packed(_pack(stats), stats.dim, self.packed.device)
+
+    def _add_packed(self, batch: torch.Tensor, dim: int, device: torch.device) -> None:
+        """Merge a batch's packed statistics into the state, kept on ``device``
+        (:func:`merge_packed`, Chan et al.'s update: no host read)."""
         if self.synced:
             raise RuntimeError("IsoScoreMetric is synced: call unsync() or reset() before adding")
-        if self.dim is not None and stats.dim != self.dim:
-            raise ValueError(f"the rows have dimension {stats.dim}, the metric {self.dim}")
+        if self.dim is not None and dim != self.dim:
+            raise ValueError(f"the rows have dimension {dim}, the metric {self.dim}")
         if self.dim is None:
-            self.dim = stats.dim
+            self.dim = dim
             self._defaults["packed"] = self._empty()
-            self.packed = self._empty().to(self.packed.device)
-        merged = self.stats.merge(stats)
-        self.packed = _pack(merged).to(self.packed.device)
+            self.packed = self._empty()
+        self.packed = merge_packed(self.packed.to(device), batch)
 
     def update(self, x: ArrayLike, mask: ArrayLike | None = None) -> None:
         r"""Add the rows of ``x`` (``(..., d)``) where ``mask`` is true (padding excluded).
@@ -245,22 +254,18 @@ class IsoScoreMetric(Metric):
         return isinstance(x, torch.Tensor) and x.device.type != "cpu"
 
     def _add_on_device(self, x: ArrayLike, mask: ArrayLike | None) -> None:
-        """Merge the batch's statistics into the state on the device (:func:`packed_batch`,
-        :func:`merge_packed`): shape checks only; NaN or infinity is raised by ``compute``."""
+        """Merge the batch's statistics into the state on the device (:func:`packed_batch`):
+        shape checks only; NaN or infinity is raised by ``compute``."""
         if self.synced:
             raise RuntimeError("IsoScoreMetric is synced: call unsync() or reset() before adding")
         t = as_tensor(x, name="x")
-        m = None if mask is None else torch.as_tensor(mask, device=t.device)
         if t.ndim < 2:
             raise ValueError(f"expected shape (..., dim) with at least 2 axes, got "
                              f"{tuple(t.shape)}")
         if self.dim is not None and t.shape[-1] != self.dim:
             raise ValueError(f"the rows have dimension {t.shape[-1]}, the metric {self.dim}")
-        if self.dim is None:
-            self.dim = t.shape[-1]
-            self._defaults["packed"] = self._empty()
-            self.packed = self._empty().to(t.device)
-        self.packed = merge_packed(self.packed.to(t.device), packed_batch(t, m))
+        m = None if mask is None else torch.as_tensor(mask, device=t.device)
+        self._add_packed(packed_batch(t, m), t.shape[-1], t.device)
 
     def compute(
         self, sync_dist: bool = False, process_group: object | None = None

@@ -54,7 +54,7 @@ import torch
 
 from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
 from isotropy.distributed import all_reduce_sum, is_distributed
-from isotropy.measures.cosine import _unit_rows as cosine_unit_rows
+from isotropy.measures.cosine import _unit_rows  # fp64, extreme norms scaled first
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import _trace_and_frobenius
 
@@ -113,17 +113,13 @@ def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR) -> torch
     >>> variance_outliers(X).tolist()  # variance 25 against a mean of 31/7
     [0]
     """
-    x = _cloud(X, min_points=2)
-    return _variance_outliers(x.var(0, unbiased=False), _positive(factor, "factor"))
+    return _variance_outliers(_variances(X), _positive(factor, "factor"))
 
 
 def variance_outliers_from_stats(stats: CovarianceStats, *,
                                  factor: float = VARIANCE_FACTOR) -> torch.Tensor:
     """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2)."""
-    if stats.count < 2:
-        raise ValueError(f"the variance needs at least 2 rows, have {stats.count}")
-    return _variance_outliers(stats.comoment.diagonal().to(torch.float64),
-                              _positive(factor, "factor"))
+    return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
 def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, k: int) -> torch.Tensor:
@@ -139,7 +135,11 @@ def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, k: int) -> torch
 
 
 def _variances(cloud: ArrayLike | CovarianceStats) -> torch.Tensor:
+    """Per dimension, the variance (``ddof=0``) of a cloud, or the co-moment's diagonal
+    (proportional to it) of its statistics; at least 2 rows."""
     if isinstance(cloud, CovarianceStats):
+        if cloud.count < 2:
+            raise ValueError(f"the variance needs at least 2 rows, have {cloud.count}")
         return cloud.comoment.diagonal().to(torch.float64)
     return _cloud(cloud, min_points=2).var(0, unbiased=False)
 
@@ -164,13 +164,6 @@ def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS) -> t
 
 
 # ------------------------------------------------------------------ rogue (Timkey & van Schijndel)
-
-
-def _unit_rows(x: torch.Tensor) -> torch.Tensor:
-    """Rows scaled to unit length (float64; rows of extreme norm first scaled by a power of
-    two, exactly: :func:`isotropy.measures.cosine` does the same); ``ValueError`` for a row
-    of norm zero."""
-    return cosine_unit_rows(x)
 
 
 def _contributions(s: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:

@@ -48,7 +48,7 @@ the same number of times (they are collectives).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -67,7 +67,6 @@ from isotropy.measures.cosine import avg_cosine_similarity
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
-from isotropy.measures.outliers import OutlierStats
 from isotropy.measures.rank import (
     effective_rank,
     effective_rank_from_stats,
@@ -371,22 +370,14 @@ class EvalMeasures:
         }
 
     @staticmethod
-    def _outliers(where: str, stats: CovarianceStats, out: OutlierStats, bad: str | None,
-                  why: str | None, errors: list[str]) -> dict[str, Any]:
-        """The outlier-dimension columns (:mod:`isotropy.probing.outlier_columns`); all
+    def _outliers(where: str, bad: str | None, errors: list[str],
+                  columns: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The outlier-dimension columns (:mod:`isotropy.probing.outlier_columns`), or all
         ``None`` for a layer left out (``bad``)."""
         if bad:
             errors.append(f"{where} outliers: {bad}")
             return dict.fromkeys(OUTLIER_KEYS)
-        return outlier_columns(where, stats, out, why, errors)
-
-    @staticmethod
-    def _outliers_of_rows(where: str, x: torch.Tensor, bad: str | None, why: str | None,
-                          errors: list[str]) -> dict[str, Any]:
-        if bad:
-            errors.append(f"{where} outliers: {bad}")
-            return dict.fromkeys(OUTLIER_KEYS)
-        return outlier_columns_of_rows(where, x, why, errors)
+        return columns()
 
     def _token_record(self, where: str, acc: TokenCloudStats, n_points: int, bad: str | None,
                       errors: list[str], sigma: torch.Tensor | None) -> dict[str, Any]:
@@ -395,7 +386,8 @@ class EvalMeasures:
             **self._isoscores(where, acc.stats, bad or acc.reason(), errors, sigma),
             "avg_cosine": safe_measure(errors, f"{where} avg_cosine", acc.avg_cosine, bad),
             **self._ranks(where, acc.stats, bad or (None if acc.count else "no token"), errors),
-            **self._outliers(where, acc.stats, acc.outliers, bad, bad or acc.reason(), errors),
+            **self._outliers(where, bad, errors, lambda: outlier_columns(
+                where, acc.stats, acc.outliers, acc.reason(), errors)),
         }
 
     def _cls_record(self, where: str, x: torch.Tensor, n: int, bad: str | None,
@@ -414,7 +406,8 @@ class EvalMeasures:
                                        lambda: float(avg_cosine_similarity(x)), bad),
             "twonn": safe_measure(errors, f"{where} twonn", lambda: twonn_of_distinct(x), why),
             **self._ranks(where, x, bad or (None if n else "no example"), errors),
-            **self._outliers_of_rows(where, x, bad, why, errors),
+            **self._outliers(where, bad, errors,
+                             lambda: outlier_columns_of_rows(where, x, why, errors)),
         }
 
     def _union_record(self, tokens: list[TokenCloudStats], bad: list[str | None],
