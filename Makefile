@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo         create .venv, install isotropy, run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
+#                     (in 2 processes; make TEST_WORKERS=0 test runs it in one)
 # Benchmarks (same set-up):
 #   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
 #   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
@@ -29,8 +30,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(VENV)/bin/isotropy demo
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), one test file per process at a time:
+# a file's module-scoped fixtures are built once. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 

@@ -1,0 +1,253 @@
+"""Print the review phase's verdicts (B1-B4 of ``docs/results.md``) from the committed runs,
+by the decision rules written there before the runs started.
+
+Every comparison is seed-paired: d = metric(cell) - metric(reference, same seed), in points
+(x 100). A test counts the values above 0 (a difference of exactly 0 counts against the
+claimed side) in a one-sided exact sign test, ``P(X >= k)`` for ``X ~ Binomial(n, 1/2)``.
+A step whose runs are not all there is reported as pending, with the runs it lacks, and gets
+no verdict. Each run's ``config.json`` is checked against the settings its rule names before
+its metric is read.
+
+Usage: python review_verdicts.py [RUNS_DIR]   (default: docs/results/runs beside this file)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from isotropy.reporting.claim_summary import holm
+from isotropy.reporting.runs import load_run
+
+SEEDS = (0, 1, 2)
+# the paper's best BERT (lambda, zeta) per task, and phase A's learning rate
+PAPER = {"sst2": (-5.0, 0.2), "mrpc": (-1.0, 0.6), "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
+LR = {"sst2": 3e-5, "mrpc": 1e-4, "cola": 3e-5, "stsb": 1e-4}
+LABEL = {"sst2": "SST-2", "mrpc": "MRPC", "cola": "CoLA", "stsb": "STS-B"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Runs of one setting: ``root/<task>-minilm-<name>-seed<s>`` with the given settings."""
+
+    root: str
+    name: str
+    settings: tuple[tuple[str, Any], ...]
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
+
+
+def istar(task: str, root: str, lam: float | None = None, zeta: float | None = None, *,
+          pad: bool = False, lr: float | None = None, head: str = "cls") -> Cell:
+    lam0, zeta0 = PAPER[task]
+    lam, zeta = lam0 if lam is None else lam, zeta0 if zeta is None else zeta
+    name = f"istar_l{_g(lam)}_z{_g(zeta)}" + ("+pad" if pad else "")
+    return Cell(root, name, (("regularizer", ["istar"]), ("tuning", lam), ("zeta", zeta),
+                             ("include_padding", pad), ("learning_rate", lr or LR[task]),
+                             ("classifier_pooling", head)))
+
+
+def base(task: str, root: str, *, lr: float | None = None, head: str = "cls") -> Cell:
+    return Cell(root, "none", (("regularizer", ["none"]), ("learning_rate", lr or LR[task]),
+                               ("classifier_pooling", head)))
+
+
+def cosreg(task: str) -> Cell:
+    return Cell("istar", "cosreg_l1", (("regularizer", ["cosreg"]),
+                                       ("learning_rate", LR[task])))
+
+
+class Missing(Exception):
+    """A run a step needs is not there (yet)."""
+
+
+def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool]:
+    """(main metric at the final evaluation, whether it predicted one class) of one run;
+    ``Missing`` if it is absent, ``ValueError`` if its settings are not the cell's."""
+    path = runs / cell.root / f"{task}-minilm-{cell.name}-seed{seed}"
+    if not (path / "config.json").is_file():
+        raise Missing(str(path.relative_to(runs)))
+    settings = json.loads((path / "config.json").read_text())["settings"]
+    merged = {"classifier_pooling": "cls", **{k: v for k, v in settings["isotropy"].items()
+                                              if v is not None}, **settings["training"]}
+    want = {"task": task, "seed": seed, **dict(cell.settings)}
+    wrong = {k: (merged.get(k), v) for k, v in want.items() if merged.get(k) != v}
+    if wrong:
+        raise ValueError(f"{path}: settings differ from the rule's (got, wanted): {wrong}")
+    run = load_run(path)
+    value = run.value(run.main_metric)
+    if value is None:
+        raise ValueError(f"{path}: no final eval_{run.main_metric}")
+    majority = run.value("majority_fraction")
+    return value, majority is not None and majority >= 1.0
+
+
+def sign_p(k: int, n: int) -> float:
+    """One-sided exact sign-test p, P(X >= k) for X ~ Binomial(n, 1/2).
+
+    >>> sign_p(10, 12), sign_p(6, 6), sign_p(0, 6)
+    (0.019287109375, 0.015625, 1.0)
+    """
+    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n
+
+
+@dataclass
+class Comparison:
+    """Seed-paired differences (points) of a cell against a reference, per task."""
+
+    d: dict[str, list[float]]
+    constant: dict[str, bool]  # the cell predicted one class on every seed
+
+    def values(self) -> list[float]:
+        return [v for vs in self.d.values() for v in vs]
+
+    def above(self) -> int:
+        return sum(v > 0 for v in self.values())
+
+    def below(self) -> int:
+        return sum(v < 0 for v in self.values())
+
+    def task_means(self) -> dict[str, float]:
+        return {t: sum(v) / len(v) for t, v in self.d.items()}
+
+
+def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
+    """d per task and seed for (task, cell, reference) pairs; ``Missing`` lists every absent
+    run at once."""
+    missing: list[str] = []
+    d: dict[str, list[float]] = {}
+    constant: dict[str, bool] = {}
+    for task, cell, ref in pairs:
+        ds, flags = [], []
+        for seed in SEEDS:
+            try:
+                (a, one_class), (b, _) = metric(runs, task, cell, seed), metric(runs, task, ref,
+                                                                                 seed)
+            except Missing as gone:
+                missing.append(str(gone))
+                continue
+            ds.append(100 * (a - b))
+            flags.append(one_class)
+        d[task] = ds
+        constant[task] = len(flags) == len(SEEDS) and all(flags)
+    if missing:
+        raise Missing(", ".join(sorted(set(missing))))
+    return Comparison(d, constant)
+
+
+def _points(v: float) -> str:
+    """A difference in points, signed; exactly 0 is said so.
+
+    >>> _points(0.0), _points(-8.333), _points(0.004)
+    ('0 (tie)', '-8.33', '+0.00')
+    """
+    return "0 (tie)" if v == 0 else f"{v:+.2f}"
+
+
+def _row(task: str, c: Comparison) -> str:
+    cells = " | ".join(_points(v) for v in c.d[task])
+    return f"| {LABEL[task]} | {cells} | {c.task_means()[task]:+.2f} |"
+
+
+def _table(c: Comparison) -> list[str]:
+    head = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS) + " | task mean |",
+            "|---|" + "---|" * (len(SEEDS) + 1)]
+    return head + [_row(t, c) for t in c.d]
+
+
+def six_of_six(c: Comparison, title: str) -> tuple[list[str], float]:
+    """The rule of B2 and B4: supported at n of n above 0, contradicted at n of n below."""
+    n, down = len(c.values()), c.below()
+    # a cell that predicts one class on every seed counts as not above
+    k = sum(v > 0 for t, vs in c.d.items() if not c.constant[t] for v in vs)
+    word = "supported" if k == n else "contradicted" if down == n else "inconclusive"
+    p = sign_p(k, n)
+    return [f"### {title}", "", *_table(c), "",
+            f"{k} of {n} above 0, {down} below: one-sided p = {p:.3f} for 'above', "
+            f"{sign_p(down, n):.3f} for 'below'. **{word}**"], p
+
+
+def b1(runs: Path) -> tuple[list[str], float]:
+    tasks = list(PAPER)
+    out = ["### B1, the authors' padding protocol (d = B1 - reference, points)", ""]
+    p_primary = math.nan
+    for ref_name, ref in (("the base run (primary)", lambda t: base(t, "istar")),
+                          ("CosReg (secondary)", cosreg),
+                          ("the same setting without padding (secondary)",
+                           lambda t: istar(t, "istar"))):
+        c = compare(runs, [(t, istar(t, "review", pad=True), ref(t)) for t in tasks])
+        n, k, down = len(c.values()), c.above(), c.below()
+        word = "supported" if k >= 10 else "contradicted" if down >= 10 else "inconclusive"
+        means = c.task_means()
+        out += [f"Against {ref_name}:", "", *_table(c), "",
+                f"{k} of {n} above 0, {down} below, {n - k - down} exactly 0: one-sided p = "
+                f"{sign_p(k, n):.3f} for 'above'; task means above 0 on "
+                f"{sum(v > 0 for v in means.values())} of {len(means)}. **{word}**", ""]
+        if ref_name.endswith("(primary)"):
+            p_primary = sign_p(k, n)
+    return out, p_primary
+
+
+def b2(runs: Path) -> tuple[list[str], float]:
+    c = compare(runs, [(t, istar(t, "review", lr=3e-5), base(t, "review", lr=3e-5))
+                       for t in ("mrpc", "stsb")])
+    return six_of_six(c, "B2, the learning rate (d = paper's setting - base run, both at 3e-5)")
+
+
+def b3(runs: Path) -> list[str]:
+    out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
+    missing: list[str] = []
+    for lam in (-0.1, -0.03):
+        try:
+            c = compare(runs, [(t, istar(t, "dose", lam), base(t, "istar")) for t in PAPER])
+        except Missing as gone:
+            missing.append(f"lambda = {lam:g}: {gone}")
+            continue
+        means = c.task_means()
+        up = [t for t, m in means.items() if m > 0 and not c.constant[t]]
+        word = ("a **candidate** (confirmation runs on fresh seeds 3-5 for "
+                + ", ".join(LABEL[t] for t in up) + ")") if len(up) >= 3 else \
+            "**does not beat** the base run on this model"
+        out += [f"lambda = {lam:g}:", "", *_table(c), "",
+                f"task means above 0 on {len(up)} of {len(means)}: {word}", ""]
+    if missing:
+        out += [f"pending (missing: {', '.join(missing)})", ""]
+    return out
+
+
+def b4(runs: Path) -> tuple[list[str], float]:
+    c = compare(runs, [(t, istar(t, "readout", head="mean"), base(t, "readout", head="mean"))
+                       for t in ("mrpc", "cola")])
+    return six_of_six(c, "B4, the readout (d = paper's setting - base run, mean readout)")
+
+
+def main(argv: list[str]) -> int:
+    runs = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent / "runs"
+    primary: dict[str, float] = {}
+    for step, fn in (("B1", b1), ("B2", b2), ("B3", b3), ("B4", b4)):
+        try:
+            result = fn(runs)
+        except Missing as gone:
+            print(f"### {step}: pending (missing: {gone})\n")
+            continue
+        lines, p = result if isinstance(result, tuple) else (result, None)
+        print("\n".join(lines) + "\n")
+        if p is not None:
+            primary[step] = p
+    for family in (("B1", "B2"), ("B1", "B2", "B4")):
+        if all(s in primary for s in family):
+            adjusted = holm([primary[s] for s in family])
+            print(f"Holm over {', '.join(family)}: " + ", ".join(
+                f"{s} p = {primary[s]:.3f} -> {a:.3f}" for s, a in zip(family, adjusted,
+                                                                      strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
