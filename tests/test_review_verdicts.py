@@ -83,3 +83,17 @@ def test_a_run_with_other_settings_is_refused_and_a_missing_one_is_pending(tmp_p
         rv.metric(tmp_path, "mrpc", rv.base("mrpc", "review", lr=3e-5), 0)
     with pytest.raises(rv.Missing, match="review/mrpc-minilm-istar_l-1_z0.6-seed0"):
         rv.b2(tmp_path)
+
+
+def test_dose_response_reads_phase_a_and_marks_the_missing_doses_pending() -> None:
+    if not (RUNS / "istar").is_dir():
+        pytest.skip("no committed phase A runs")
+    rows = {line.split(" |")[0][2:]: line for line in rv.dose_response(RUNS) if "lambda = -" in line
+            and line.startswith("| ")}
+    # docs/results.md, C1: the paper's setting's three-seed means, SST-2 -2.6 and CoLA -28.9
+    # points, CoLA's cell predicting one class on every seed
+    sst2 = rows["SST-2 (paper's lambda = -5)"].split(" | ")
+    cola = rows["CoLA (paper's lambda = -1)"].split(" | ")
+    assert sst2[1] == "-2.56" and cola[1] == "-28.91 (one class)"
+    if not (RUNS / "dose").is_dir():
+        assert sst2[3:] == ["pending", "pending |"]

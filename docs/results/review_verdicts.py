@@ -218,7 +218,31 @@ def b3(runs: Path) -> list[str]:
                 f"task means above 0 on {len(up)} of {len(means)}: {word}", ""]
     if missing:
         out += [f"pending (missing: {', '.join(missing)})", ""]
-    return out
+    return out + dose_response(runs)
+
+
+def dose_response(runs: Path) -> list[str]:
+    """Per task, the mean d over the seeds at each lambda of the grid (no verdict); a lambda
+    whose runs are not all there is shown as pending."""
+    grid: list[tuple[str, Any]] = [("paper's", None), ("-0.3", -0.3), ("-0.1", -0.1),
+                                   ("-0.03", -0.03)]
+    lines = ["Dose-response (mean d over the seeds, points; lambda = 0 is the base run, 0):", "",
+             "| task | " + " | ".join(f"lambda = {name}" for name, _ in grid) + " |",
+             "|---|" + "---|" * len(grid)]
+    for task in PAPER:
+        cells = []
+        for _, lam in grid:
+            root = "istar" if lam in (None, -0.3) else "dose"
+            try:
+                c = compare(runs, [(task, istar(task, root, lam), base(task, "istar"))])
+            except Missing:
+                cells.append("pending")
+                continue
+            flag = " (one class)" if c.constant[task] else ""
+            cells.append(f"{c.task_means()[task]:+.2f}{flag}")
+        label = f"{LABEL[task]} (paper's lambda = {PAPER[task][0]:g})"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def b4(runs: Path) -> tuple[list[str], float]:
