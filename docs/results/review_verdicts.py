@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import t as t_dist
+
 from isotropy.reporting.claim_summary import holm
-from isotropy.reporting.runs import load_run
+from isotropy.reporting.runs import Run, load_run
 
 SEEDS = (0, 1, 2)
 # the paper's best BERT (lambda, zeta) per task, and phase A's learning rate
@@ -43,41 +45,61 @@ def _g(x: float) -> str:
     return f"{x:g}"
 
 
+def _head(head: str) -> str:
+    return "+meanhead" if head == "mean" else ""  # as isotropy train names its runs
+
+
 def istar(task: str, root: str, lam: float | None = None, zeta: float | None = None, *,
           pad: bool = False, lr: float | None = None, head: str = "cls") -> Cell:
     lam0, zeta0 = PAPER[task]
     lam, zeta = lam0 if lam is None else lam, zeta0 if zeta is None else zeta
-    name = f"istar_l{_g(lam)}_z{_g(zeta)}" + ("+pad" if pad else "")
+    name = f"istar_l{_g(lam)}_z{_g(zeta)}" + ("+pad" if pad else "") + _head(head)
     return Cell(root, name, (("regularizer", ["istar"]), ("tuning", lam), ("zeta", zeta),
                              ("include_padding", pad), ("learning_rate", lr or LR[task]),
                              ("classifier_pooling", head)))
 
 
 def base(task: str, root: str, *, lr: float | None = None, head: str = "cls") -> Cell:
-    return Cell(root, "none", (("regularizer", ["none"]), ("learning_rate", lr or LR[task]),
-                               ("classifier_pooling", head)))
+    return Cell(root, "none" + _head(head), (("regularizer", ["none"]),
+                                             ("learning_rate", lr or LR[task]),
+                                             ("classifier_pooling", head)))
 
 
 def cosreg(task: str) -> Cell:
-    return Cell("istar", "cosreg_l1", (("regularizer", ["cosreg"]),
-                                       ("learning_rate", LR[task])))
+    return Cell("istar", "cosreg_l1", (("regularizer", ["cosreg"]), ("cosreg_tuning", 1.0),
+                                       ("include_padding", False),
+                                       ("learning_rate", LR[task]),
+                                       ("classifier_pooling", "cls")))
+
+
+def run_name(task: str, cell: Cell, seed: int) -> str:
+    """The run directory's name, as ``isotropy sweep`` names it."""
+    return f"{task}-minilm-{cell.name}-seed{seed}"
 
 
 class Missing(Exception):
     """A run a step needs is not there (yet)."""
 
 
-def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool]:
-    """(main metric at the final evaluation, whether it predicted one class) of one run;
-    ``Missing`` if it is absent, ``ValueError`` if its settings are not the cell's."""
-    path = runs / cell.root / f"{task}-minilm-{cell.name}-seed{seed}"
-    if not (path / "config.json").is_file():
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, int | float) and not isinstance(got, bool):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=0.0)
+    return got == want
+
+
+def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool, Run]:
+    """(main metric at the final evaluation, whether it predicted one class, the run) of one
+    run; ``Missing`` if it is absent or unfinished, ``ValueError`` if its settings are not the
+    cell's."""
+    path = runs / cell.root / run_name(task, cell, seed)
+    if not (path / "config.json").is_file() or not any(
+            (path / f).is_file() for f in ("results.json", "results.json.gz")):
         raise Missing(str(path.relative_to(runs)))
     settings = json.loads((path / "config.json").read_text())["settings"]
     merged = {"classifier_pooling": "cls", **{k: v for k, v in settings["isotropy"].items()
                                               if v is not None}, **settings["training"]}
     want = {"task": task, "seed": seed, **dict(cell.settings)}
-    wrong = {k: (merged.get(k), v) for k, v in want.items() if merged.get(k) != v}
+    wrong = {k: (merged.get(k), v) for k, v in want.items() if not _same(merged.get(k), v)}
     if wrong:
         raise ValueError(f"{path}: settings differ from the rule's (got, wanted): {wrong}")
     run = load_run(path)
@@ -85,7 +107,7 @@ def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool]:
     if value is None:
         raise ValueError(f"{path}: no final eval_{run.main_metric}")
     majority = run.value("majority_fraction")
-    return value, majority is not None and majority >= 1.0
+    return value, majority is not None and majority >= 1.0, run
 
 
 def sign_p(k: int, n: int) -> float:
@@ -126,12 +148,22 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
     for task, cell, ref in pairs:
         ds, flags = [], []
         for seed in SEEDS:
-            try:
-                (a, one_class), (b, _) = metric(runs, task, cell, seed), metric(runs, task, ref,
-                                                                                 seed)
-            except Missing as gone:
-                missing.append(str(gone))
+            got = []
+            for c in (cell, ref):
+                try:
+                    got.append(metric(runs, task, c, seed))
+                except Missing as gone:
+                    missing.append(str(gone))
+            if len(got) < 2:
                 continue
+            (a, one_class, run_a), (b, _, run_b) = got
+            # everything but the method must be the same (model, data, schedule, readout, ...)
+            differ = {k: (run_a.settings.get(k), run_b.settings.get(k))
+                      for k in run_a.settings.keys() | run_b.settings.keys()
+                      if run_a.settings.get(k) != run_b.settings.get(k)}
+            if differ or run_a.model != run_b.model:
+                raise ValueError(f"{run_a.path} and {run_b.path} differ in more than the method: "
+                                 f"{differ or (run_a.model, run_b.model)}")
             ds.append(100 * (a - b))
             flags.append(one_class)
         d[task] = ds
@@ -150,22 +182,42 @@ def _points(v: float) -> str:
     return "0 (tie)" if v == 0 else f"{v:+.2f}"
 
 
+def interval(values: list[float]) -> tuple[float, float]:
+    """The 95% Student-t interval of the mean: mean ± t(0.975, n-1) s / sqrt(n).
+
+    >>> [round(x, 3) for x in interval([1.0, 2.0, 3.0])]  # 2 ± 4.303 · 1 / √3
+    [-0.484, 4.484]
+    """
+    n = len(values)
+    if n < 2:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(t_dist.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
 def _row(task: str, c: Comparison) -> str:
     cells = " | ".join(_points(v) for v in c.d[task])
-    return f"| {LABEL[task]} | {cells} | {c.task_means()[task]:+.2f} |"
+    lo, hi = interval(c.d[task])
+    flag = " (the cell predicts one class on every seed)" if c.constant[task] else ""
+    return (f"| {LABEL[task]}{flag} | {cells} | {c.task_means()[task]:+.2f} "
+            f"[{lo:+.2f}, {hi:+.2f}] |")
 
 
 def _table(c: Comparison) -> list[str]:
-    head = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS) + " | task mean |",
+    head = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS)
+            + " | task mean [95% interval] |",
             "|---|" + "---|" * (len(SEEDS) + 1)]
     return head + [_row(t, c) for t in c.d]
 
 
-def six_of_six(c: Comparison, title: str) -> tuple[list[str], float]:
-    """The rule of B2 and B4: supported at n of n above 0, contradicted at n of n below."""
+def six_of_six(c: Comparison, title: str, *, constant_rule: bool) -> tuple[list[str], float]:
+    """The rule of B2 and B4: supported at n of n above 0, contradicted at n of n below;
+    with ``constant_rule`` (B4's), a cell that predicts one class on every seed counts as not
+    above."""
     n, down = len(c.values()), c.below()
-    # a cell that predicts one class on every seed counts as not above
-    k = sum(v > 0 for t, vs in c.d.items() if not c.constant[t] for v in vs)
+    k = sum(v > 0 for t, vs in c.d.items() if not (constant_rule and c.constant[t]) for v in vs)
     word = "supported" if k == n else "contradicted" if down == n else "inconclusive"
     p = sign_p(k, n)
     return [f"### {title}", "", *_table(c), "",
@@ -197,7 +249,18 @@ def b1(runs: Path) -> tuple[list[str], float]:
 def b2(runs: Path) -> tuple[list[str], float]:
     c = compare(runs, [(t, istar(t, "review", lr=3e-5), base(t, "review", lr=3e-5))
                        for t in ("mrpc", "stsb")])
-    return six_of_six(c, "B2, the learning rate (d = paper's setting - base run, both at 3e-5)")
+    return six_of_six(c, "B2, the learning rate (d = paper's setting - base run, both at 3e-5)",
+                      constant_rule=False)
+
+
+def screen(c: Comparison) -> tuple[list[str], str]:
+    """B3's screen of one lambda: the tasks whose mean d is above 0 (a task whose cell
+    predicts one class on every seed is not), and the word: a candidate at 3 or more."""
+    up = [t for t, m in c.task_means().items() if m > 0 and not c.constant[t]]
+    if len(up) >= 3:
+        return up, ("a **candidate** (confirmation runs on fresh seeds 3-5 for "
+                    + ", ".join(LABEL[t] for t in up) + ")")
+    return up, "**does not beat** the base run on this model"
 
 
 def b3(runs: Path) -> list[str]:
@@ -209,13 +272,9 @@ def b3(runs: Path) -> list[str]:
         except Missing as gone:
             missing.append(f"lambda = {lam:g}: {gone}")
             continue
-        means = c.task_means()
-        up = [t for t, m in means.items() if m > 0 and not c.constant[t]]
-        word = ("a **candidate** (confirmation runs on fresh seeds 3-5 for "
-                + ", ".join(LABEL[t] for t in up) + ")") if len(up) >= 3 else \
-            "**does not beat** the base run on this model"
+        up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
-                f"task means above 0 on {len(up)} of {len(means)}: {word}", ""]
+                f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
     if missing:
         out += [f"pending (missing: {', '.join(missing)})", ""]
     return out + dose_response(runs)
@@ -248,7 +307,8 @@ def dose_response(runs: Path) -> list[str]:
 def b4(runs: Path) -> tuple[list[str], float]:
     c = compare(runs, [(t, istar(t, "readout", head="mean"), base(t, "readout", head="mean"))
                        for t in ("mrpc", "cola")])
-    return six_of_six(c, "B4, the readout (d = paper's setting - base run, mean readout)")
+    return six_of_six(c, "B4, the readout (d = paper's setting - base run, mean readout)",
+                      constant_rule=True)
 
 
 def main(argv: list[str]) -> int:
