@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import t as t_dist
-
-from isotropy.reporting.claim_summary import holm
+from isotropy.reporting.claim_stats import mean_interval
+from isotropy.reporting.claim_summary import constant_predictor, holm
 from isotropy.reporting.runs import Run, load_run
+from isotropy.training.config import default_run_name
 
 SEEDS = (0, 1, 2)
 # the paper's best BERT (lambda, zeta) per task, and phase A's learning rate
@@ -34,47 +34,36 @@ LABEL = {"sst2": "SST-2", "mrpc": "MRPC", "cola": "CoLA", "stsb": "STS-B"}
 
 @dataclass(frozen=True)
 class Cell:
-    """Runs of one setting: ``root/<task>-minilm-<name>-seed<s>`` with the given settings."""
+    """Runs of one setting under ``root``, with the settings its rule names."""
 
     root: str
-    name: str
     settings: tuple[tuple[str, Any], ...]
-
-
-def _g(x: float) -> str:
-    return f"{x:g}"
-
-
-def _head(head: str) -> str:
-    return "+meanhead" if head == "mean" else ""  # as isotropy train names its runs
 
 
 def istar(task: str, root: str, lam: float | None = None, zeta: float | None = None, *,
           pad: bool = False, lr: float | None = None, head: str = "cls") -> Cell:
     lam0, zeta0 = PAPER[task]
     lam, zeta = lam0 if lam is None else lam, zeta0 if zeta is None else zeta
-    name = f"istar_l{_g(lam)}_z{_g(zeta)}" + ("+pad" if pad else "") + _head(head)
-    return Cell(root, name, (("regularizer", ["istar"]), ("tuning", lam), ("zeta", zeta),
-                             ("include_padding", pad), ("learning_rate", lr or LR[task]),
-                             ("classifier_pooling", head)))
+    return Cell(root, (("regularizer", ["istar"]), ("tuning", lam), ("zeta", zeta),
+                       ("include_padding", pad), ("learning_rate", lr or LR[task]),
+                       ("classifier_pooling", head)))
 
 
 def base(task: str, root: str, *, lr: float | None = None, head: str = "cls") -> Cell:
-    return Cell(root, "none" + _head(head), (("regularizer", ["none"]),
-                                             ("learning_rate", lr or LR[task]),
-                                             ("classifier_pooling", head)))
+    return Cell(root, (("regularizer", ["none"]), ("learning_rate", lr or LR[task]),
+                       ("classifier_pooling", head)))
 
 
 def cosreg(task: str) -> Cell:
-    return Cell("istar", "cosreg_l1", (("regularizer", ["cosreg"]), ("cosreg_tuning", 1.0),
-                                       ("include_padding", False),
-                                       ("learning_rate", LR[task]),
-                                       ("classifier_pooling", "cls")))
+    return Cell("istar", (("regularizer", ["cosreg"]), ("cosreg_tuning", 1.0),
+                          ("include_padding", False), ("learning_rate", LR[task]),
+                          ("classifier_pooling", "cls")))
 
 
 def run_name(task: str, cell: Cell, seed: int) -> str:
-    """The run directory's name, as ``isotropy sweep`` names it."""
-    return f"{task}-minilm-{cell.name}-seed{seed}"
+    """The run directory's name, as ``isotropy train`` names it from its settings."""
+    return default_run_name({"task": task, "model": "minilm", "seed": seed,
+                             **dict(cell.settings)})
 
 
 class Missing(Exception):
@@ -87,10 +76,9 @@ def _same(got: Any, want: Any) -> bool:
     return got == want
 
 
-def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool, Run]:
-    """(main metric at the final evaluation, whether it predicted one class, the run) of one
-    run; ``Missing`` if it is absent or unfinished, ``ValueError`` if its settings are not the
-    cell's."""
+def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
+    """(main metric at the final evaluation, the run) of one run; ``Missing`` if it is
+    absent or unfinished, ``ValueError`` if its settings are not the cell's."""
     path = runs / cell.root / run_name(task, cell, seed)
     if not (path / "config.json").is_file() or not any(
             (path / f).is_file() for f in ("results.json", "results.json.gz")):
@@ -106,8 +94,7 @@ def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, bool, R
     value = run.value(run.main_metric)
     if value is None:
         raise ValueError(f"{path}: no final eval_{run.main_metric}")
-    majority = run.value("majority_fraction")
-    return value, majority is not None and majority >= 1.0, run
+    return value, run
 
 
 def sign_p(k: int, n: int) -> float:
@@ -146,7 +133,7 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
     d: dict[str, list[float]] = {}
     constant: dict[str, bool] = {}
     for task, cell, ref in pairs:
-        ds, flags = [], []
+        ds, cell_runs = [], []
         for seed in SEEDS:
             got = []
             for c in (cell, ref):
@@ -156,7 +143,7 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
                     missing.append(str(gone))
             if len(got) < 2:
                 continue
-            (a, one_class, run_a), (b, _, run_b) = got
+            (a, run_a), (b, run_b) = got
             # everything but the method must be the same (model, data, schedule, readout, ...)
             differ = {k: (run_a.settings.get(k), run_b.settings.get(k))
                       for k in run_a.settings.keys() | run_b.settings.keys()
@@ -165,9 +152,9 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
                 raise ValueError(f"{run_a.path} and {run_b.path} differ in more than the method: "
                                  f"{differ or (run_a.model, run_b.model)}")
             ds.append(100 * (a - b))
-            flags.append(one_class)
+            cell_runs.append(run_a)
         d[task] = ds
-        constant[task] = len(flags) == len(SEEDS) and all(flags)
+        constant[task] = len(cell_runs) == len(SEEDS) and constant_predictor(cell_runs)
     if missing:
         raise Missing(", ".join(sorted(set(missing))))
     return Comparison(d, constant)
@@ -182,27 +169,11 @@ def _points(v: float) -> str:
     return "0 (tie)" if v == 0 else f"{v:+.2f}"
 
 
-def interval(values: list[float]) -> tuple[float, float]:
-    """The 95% Student-t interval of the mean: mean ± t(0.975, n-1) s / sqrt(n).
-
-    >>> [round(x, 3) for x in interval([1.0, 2.0, 3.0])]  # 2 ± 4.303 · 1 / √3
-    [-0.484, 4.484]
-    """
-    n = len(values)
-    if n < 2:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(t_dist.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return mean - half, mean + half
-
-
 def _row(task: str, c: Comparison) -> str:
     cells = " | ".join(_points(v) for v in c.d[task])
-    lo, hi = interval(c.d[task])
+    mean = mean_interval(c.d[task])  # the report's 95% Student-t interval
     flag = " (the cell predicts one class on every seed)" if c.constant[task] else ""
-    return (f"| {LABEL[task]}{flag} | {cells} | {c.task_means()[task]:+.2f} "
-            f"[{lo:+.2f}, {hi:+.2f}] |")
+    return f"| {LABEL[task]}{flag} | {cells} | {mean.mean:+.2f} {mean.interval_text(2)} |"
 
 
 def _table(c: Comparison) -> list[str]:
