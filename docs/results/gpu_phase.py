@@ -1,0 +1,260 @@
+"""Print the GPU phase of ``docs/gpu.md`` from the archived runs of ``docs/gpu-runs/<n>/``:
+every run of ``benchmarks/gpu/runs.yaml`` that came back, the review phase's seed-paired
+comparisons on them, and how far a repeated run moved.
+
+A GPU phase of its own: one model (MiniLM with float16-rounded weights, loaded as float32),
+never pooled with the CPU runs of ``docs/results.md``. A run that came back more than once (a
+seed rerun by a later call) is read from its first copy, the lowest GPU run number; the later
+copies only measure the GPU's run-to-run noise. Runs are matched by their ``config.json``
+settings, not by name, and a cell and its reference must agree on every compared setting but
+the method.
+
+Each comparison: d = metric(cell) - metric(reference, same seed), in points (x 100), on the
+seeds where both runs are there; the values above 0 in a one-sided exact sign test (a
+difference of exactly 0 counts against the claimed side, as in the review phase's rules).
+A verdict word is given only when all five seeds of every task of the comparison are there:
+**supported** if p('above') < 0.05, **contradicted** if p('below') < 0.05, else
+**inconclusive**; before that the counts are printed as they stand, marked partial.
+
+Usage: python gpu_phase.py [GPU_RUNS_DIR]   (default: docs/gpu-runs)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from review_verdicts import LABEL, LR, PAPER, _points, sign_p  # noqa: E402
+
+from isotropy.reporting.claim_stats import mean_interval  # noqa: E402
+from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
+from isotropy.reporting.runs import Run, load_run  # noqa: E402
+
+SEEDS = (0, 1, 2, 3, 4)
+TASKS = tuple(PAPER)
+# (task, regularizers, tuning, zeta, include_padding, learning rate): a cell, seeds aside
+Key = tuple[str, tuple[str, ...], float | None, float | None, bool, float]
+
+
+def cell_key(task: str, *, lam: float | None = None, zeta: float | None = None,
+             pad: bool = False, lr: float | None = None, istar: bool = True) -> Key:
+    """The settings of a cell; an I-STAR cell defaults to the paper's (lambda, zeta)."""
+    if not istar:
+        return (task, ("none",), None, None, False, lr or LR[task])
+    lam0, zeta0 = PAPER[task]
+    return (task, ("istar",), lam0 if lam is None else lam, zeta0 if zeta is None else zeta,
+            pad, lr or LR[task])
+
+
+def run_key(config: dict[str, Any]) -> tuple[Key, int]:
+    """(cell, seed) of a run, from its ``config.json``."""
+    iso, train = config["settings"]["isotropy"], config["settings"]["training"]
+    regs = tuple(iso["regularizer"])
+    lr = float(train["learning_rate"])
+    if regs == ("none",):
+        return (iso["task"], regs, None, None, False, lr), int(train["seed"])
+    return ((iso["task"], regs, float(iso["tuning"]), float(iso["zeta"]),
+             bool(iso["include_padding"]), lr), int(train["seed"]))
+
+
+def unpack(archives: Path, into: Path) -> list[tuple[int, Path]]:
+    """Every run of ``archives/<n>/runs-*.tar.xz``, as (n, run directory), n ascending."""
+    found: list[tuple[int, Path]] = []
+    numbered = [p for p in archives.iterdir() if p.is_dir() and p.name.isdigit()]
+    for folder in sorted(numbered, key=lambda p: int(p.name)):
+        for archive in sorted(folder.glob("runs-*.tar.xz")):
+            dest = into / folder.name
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest, filter="data")
+        runs = into / folder.name / "runs"
+        if runs.is_dir():
+            found += [(int(folder.name), p) for p in sorted(runs.iterdir()) if p.is_dir()]
+    return found
+
+
+@dataclass
+class Copy:
+    """One copy of a run: the GPU run it came back from, and the run."""
+
+    gpu_run: int
+    run: Run
+
+    @property
+    def value(self) -> float:
+        v = self.run.value(self.run.main_metric)
+        if v is None:
+            raise ValueError(f"{self.run.path}: no final eval_{self.run.main_metric}")
+        return v
+
+
+def index(runs: list[tuple[int, Path]]) -> dict[tuple[Key, int], list[Copy]]:
+    """The copies of each (cell, seed), first copy first."""
+    out: dict[tuple[Key, int], list[Copy]] = {}
+    for n, path in runs:
+        if not (path / "results.json").is_file():
+            continue  # unfinished
+        key = run_key(json.loads((path / "config.json").read_text()))
+        out.setdefault(key, []).append(Copy(n, load_run(path)))
+    for copies in out.values():
+        copies.sort(key=lambda c: c.gpu_run)
+    return out
+
+
+@dataclass
+class Comparison:
+    """Seed-paired differences (points) of a cell against its reference, per task."""
+
+    d: dict[str, dict[int, float]]  # task -> seed -> d
+    constant: dict[str, bool]  # the cell predicted one class on every seed compared
+
+    def values(self) -> list[float]:
+        return [v for by_seed in self.d.values() for v in by_seed.values()]
+
+    def complete(self) -> bool:
+        return all(len(by_seed) == len(SEEDS) for by_seed in self.d.values())
+
+
+def compare(runs: dict[tuple[Key, int], list[Copy]],
+            pairs: list[tuple[Key, Key]]) -> Comparison:
+    """d for every seed where both the cell's and the reference's first copies are there."""
+    d: dict[str, dict[int, float]] = {}
+    constant: dict[str, bool] = {}
+    for cell, ref in pairs:
+        task, by_seed, cell_runs = cell[0], {}, []
+        for seed in SEEDS:
+            if (cell, seed) not in runs or (ref, seed) not in runs:
+                continue
+            a, b = runs[cell, seed][0], runs[ref, seed][0]
+            differ = {k for k in a.run.settings.keys() | b.run.settings.keys()
+                      if a.run.settings.get(k) != b.run.settings.get(k)}
+            if differ:
+                raise ValueError(f"{a.run.path} and {b.run.path} differ in more than the "
+                                 f"method: {sorted(differ)}")
+            by_seed[seed] = 100 * (a.value - b.value)
+            cell_runs.append(a.run)
+        d[task] = by_seed
+        constant[task] = constant_predictor(cell_runs)
+    return Comparison(d, constant)
+
+
+def verdict(c: Comparison) -> str:
+    """The counts, their one-sided p's, and the word (only with all seeds there)."""
+    values = c.values()
+    n, up, down = len(values), sum(v > 0 for v in values), sum(v < 0 for v in values)
+    if n == 0:
+        return "no pairs yet"
+    text = (f"{up} of {n} above 0, {down} below, {n - up - down} exactly 0: one-sided p = "
+            f"{sign_p(up, n):.3f} for 'above', {sign_p(down, n):.3f} for 'below'")
+    if not c.complete():
+        return text + " (partial: no verdict before all five seeds)"
+    word = ("supported" if sign_p(up, n) < 0.05 else
+            "contradicted" if sign_p(down, n) < 0.05 else "inconclusive")
+    return f"{text}. **{word}**"
+
+
+def table(c: Comparison) -> list[str]:
+    lines = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS) + " | mean [95% interval] |",
+             "|---|" + "---|" * (len(SEEDS) + 1)]
+    for task, by_seed in c.d.items():
+        cells = " | ".join(_points(by_seed[s]) if s in by_seed else "–" for s in SEEDS)
+        if by_seed:
+            m = mean_interval(list(by_seed.values()))
+            mean = f"{m.mean:+.2f} {m.interval_text(2)}"
+        else:
+            mean = "–"
+        flag = " (one class on every seed)" if c.constant[task] else ""
+        lines.append(f"| {LABEL[task]}{flag} | {cells} | {mean} |")
+    return lines
+
+
+# (title, cell, reference, tasks): the review phase's comparisons, in the order of runs.yaml
+COMPARISONS: list[tuple[str, Callable[[str], Key], Callable[[str], Key], tuple[str, ...]]] = [
+    ("B1: the paper's (lambda, zeta) with padding - the base run",
+     lambda t: cell_key(t, pad=True), lambda t: cell_key(t, istar=False), TASKS),
+    ("Phase A's protocol: the paper's (lambda, zeta) without padding - the base run",
+     lambda t: cell_key(t), lambda t: cell_key(t, istar=False), TASKS),
+    ("B1, secondary: with padding - without padding",
+     lambda t: cell_key(t, pad=True), lambda t: cell_key(t), TASKS),
+    ("B3: lambda = -0.1 - the base run",
+     lambda t: cell_key(t, lam=-0.1), lambda t: cell_key(t, istar=False), TASKS),
+    ("B3: lambda = -0.03 - the base run",
+     lambda t: cell_key(t, lam=-0.03), lambda t: cell_key(t, istar=False), TASKS),
+    ("B2: the paper's (lambda, zeta) - the base run, both at 3e-5",
+     lambda t: cell_key(t, lr=3e-5), lambda t: cell_key(t, lr=3e-5, istar=False),
+     ("mrpc", "stsb")),
+]
+
+
+def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
+    out: list[str] = []
+    for title, cell, ref, tasks in COMPARISONS:
+        c = compare(runs, [(cell(t), ref(t)) for t in tasks])
+        out += [f"### {title} (points)", "", *table(c), "", verdict(c), ""]
+    return out
+
+
+# the columns of the metric table: (heading, cell, tasks)
+CELLS: list[tuple[str, Callable[[str], Key], tuple[str, ...]]] = [
+    ("base", lambda t: cell_key(t, istar=False), TASKS),
+    ("paper's, padding (B1)", lambda t: cell_key(t, pad=True), TASKS),
+    ("paper's", lambda t: cell_key(t), TASKS),
+    ("lambda = -0.1", lambda t: cell_key(t, lam=-0.1), TASKS),
+    ("lambda = -0.03", lambda t: cell_key(t, lam=-0.03), TASKS),
+    ("base at 3e-5 (B2)", lambda t: cell_key(t, lr=3e-5, istar=False), ("mrpc", "stsb")),
+    ("paper's at 3e-5 (B2)", lambda t: cell_key(t, lr=3e-5), ("mrpc", "stsb")),
+]
+
+
+def metric_table(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
+    """The final dev metric of each cell's first copies, seeds 0-4 joined by ' / '."""
+    lines = ["### Final dev metric, seeds 0 / 1 / 2 / 3 / 4 (first copies; - not run yet)", "",
+             "| task | " + " | ".join(h for h, _, _ in CELLS) + " |",
+             "|---|" + "---|" * len(CELLS)]
+    for task in TASKS:
+        cells = []
+        for _, cell, tasks in CELLS:
+            vals = [runs.get((cell(task), s)) if task in tasks else None for s in SEEDS]
+            cells.append("" if not any(vals) else " / ".join(
+                f"{v[0].value:.4f}" if v else "-" for v in vals))
+        lines.append(f"| {LABEL[task]} ({_METRIC[task]}) | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+_METRIC = {"sst2": "accuracy", "mrpc": "accuracy", "cola": "Matthews", "stsb": "Pearson"}
+
+
+def repeats(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
+    """Each run that came back more than once: its metric in every copy."""
+    lines = ["### Repeated runs (the same settings and seed, later GPU calls)", "",
+             "| run | metric per copy (GPU run: value) | largest difference (points) |",
+             "|---|---|---|"]
+    for copies in sorted(runs.values(), key=lambda cs: cs[0].run.path.name):
+        if len(copies) < 2:
+            continue
+        vals = [c.value for c in copies]
+        lines.append(f"| {copies[0].run.path.name} | "
+                     + ", ".join(f"{c.gpu_run}: {c.value:.4f}" for c in copies)
+                     + f" | {100 * (max(vals) - min(vals)):.2f} |")
+    return [*lines, ""]
+
+
+def main(argv: list[str]) -> int:
+    archives = (Path(argv[1]) if len(argv) > 1
+                else Path(__file__).resolve().parents[1] / "gpu-runs")
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = index(unpack(archives, Path(tmp)))
+        n_copies = sum(len(c) for c in runs.values())
+        print(f"{len(runs)} runs ({n_copies} copies) from {archives}\n")
+        print("\n".join(metric_table(runs) + comparisons(runs) + repeats(runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
