@@ -1,7 +1,8 @@
 """``benchmarks/gpu/run.sh --cpu``: the GPU machine's one command, in its CPU mode, works end
 to end (environment, the tests of tests/gpu, the benchmark at tiny sizes, two tiny train runs
-through ``isotropy sweep`` and their report, everything packed into one archive), so that the
-command is known to work before a GPU is available."""
+through ``isotropy sweep`` and their report, everything packed into one archive; a run an
+earlier call brought back left out with ``--archived``), so that the command is known to work
+before a GPU is available."""
 
 from __future__ import annotations
 
@@ -27,9 +28,24 @@ def test_gpu_command_cpu_mode(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
     env.pop("OUT", None)
+    # an earlier call brought back the base run (named after the package's model, or after the
+    # bundle's where .gpu-bundle is present), a run of another seed, and an unfinished run
+    archived = tmp_path / "archived"
+    held = tmp_path / "held" / "runs"
+    for name, files in [("mrpc-model-none-seed0", ["config.json", "results.json"]),
+                        ("mrpc-minilm-fp16-none-seed0", ["config.json", "results.json"]),
+                        ("mrpc-model-none-seed7", ["results.json"]),
+                        ("mrpc-model-istar_l-1_z0.6+pad-seed0", ["config.json"]),
+                        ("mrpc-minilm-fp16-istar_l-1_z0.6+pad-seed0", ["config.json"])]:
+        (held / name).mkdir(parents=True)
+        for f in files:
+            (held / name / f).write_text("{}")
+    (archived / "3").mkdir(parents=True)
+    with tarfile.open(archived / "3" / "runs-mrpc.tar.xz", "w:xz") as tar:
+        tar.add(held, arcname="runs")
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
                            "--out", str(out), "--budget", "500", "--workers", "1", "--pack",
-                           "--seeds", "0"],
+                           "--seeds", "0", "--archived", str(archived)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, proc.stderr + summary
@@ -40,18 +56,28 @@ def test_gpu_command_cpu_mode(tmp_path):
         tar.extractall(out, filter="data")
     assert "pytest tests/gpu: exit 0" in summary, (out / "pytest.txt").read_text()[-3000:]
     assert "bench: exit 0" in summary, (out / "bench.txt").read_text()[-3000:]
-    assert "runs: 2 finished runs copied" in summary, summary
+    # --archived: the finished base run is left out, the unfinished I-STAR run runs
+    assert f"runs: 1 of 2 are in {archived} already: left out" in summary, summary
+    assert "runs: 1 finished runs copied" in summary, summary
     assert "report: exit 0" in summary, summary
     table = (out / "bench" / "bench.md").read_text()
     for row in ("| plain |", "I-STAR (all layers, Sigma_S)", "authors' formulation",
                 "CosReg", "exact entropy 8 x 8 cycle", "Sigma_S refresh", "analyze"):
         assert row in table, table
     names = sorted(p.name for p in (out / "runs").iterdir() if p.is_dir())
-    assert len(names) == 2, names
+    assert len(names) == 1 and "istar_l-1_z0.6+pad-seed0" in names[0], names
     for name in names:
         got = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "results.json.gz", "metrics.jsonl.gz"} <= got, (name, got)
     assert (out / "runs-report" / "table1.csv").is_file()
+
+
+def test_gpu_command_refuses_a_missing_archive_folder(tmp_path):
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
+                           "--out", str(tmp_path / "out"), "--archived", str(tmp_path / "no")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--archived takes a folder" in proc.stderr
+    assert not (tmp_path / "out").exists()  # refused before any work
 
 
 @pytest.mark.parametrize("seeds", ["x", "1,", ",1", "1,,2", "1 2"])

@@ -12,6 +12,9 @@
 #   --steps LIST     comma-separated subset of tests,bench,runs (default: all three)
 #   --seeds LIST     comma-separated seeds of the train runs, in this order (default: the
 #                    spec's, 0-4): e.g. the seeds an earlier call did not finish
+#   --archived DIR   leave out the train runs that DIR/<n>/runs-*.tar.xz already hold (the
+#                    runs earlier calls brought back, e.g. docs/gpu-runs): only the spec's
+#                    runs not yet there run, under their usual names (isotropy sweep --exclude)
 #   --pack           at the end, put everything but summary.txt and bench.md into one archive,
 #                    DIR/gpu-results.tar.gz (a machine that returns only a few files: the GPU
 #                    machine here returns at most 8, named in letters, digits, '.', '_', '-')
@@ -40,6 +43,7 @@ CPU=0
 STEPS=tests,bench,runs
 PACK=0
 SEEDS=""
+ARCHIVED=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR="$2"; shift 2 ;;
@@ -49,10 +53,15 @@ while [ $# -gt 0 ]; do
         --steps) STEPS="$2"; shift 2 ;;
         --pack) PACK=1; shift ;;
         --seeds) SEEDS="$2"; shift 2 ;;
+        --archived) ARCHIVED="$2"; shift 2 ;;
         *) echo "run.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
 case "$BUDGET$WORKERS" in *[!0-9]*) echo "run.sh: --budget and --workers take whole numbers" >&2; exit 2 ;; esac
+if [ -n "$ARCHIVED" ] && [ ! -d "$ARCHIVED" ]; then
+    echo "run.sh: --archived takes a folder of earlier calls' runs, got $ARCHIVED" >&2; exit 2
+fi
+[ -n "$ARCHIVED" ] && ARCHIVED="$(cd "$ARCHIVED" && pwd)"
 case "$SEEDS" in
     "") ;;
     *[!0-9,]*|,*|*,|*,,*) echo "run.sh: --seeds takes comma-separated whole numbers, got $SEEDS" >&2; exit 2 ;;
@@ -163,6 +172,16 @@ else
         sed -i "s/^seeds: .*/seeds: [${SEEDS//,/, }]/" "$SPEC"
         grep -q "^seeds: \[${SEEDS//,/, }\]$" "$SPEC" || { note "runs: --seeds not applied"; exit 1; }
     fi
+    EXCLUDE=()
+    if [ -n "$ARCHIVED" ]; then  # the spec's runs that earlier calls brought back
+        for archive in "$ARCHIVED"/*/runs-*.tar.xz; do
+            [ -f "$archive" ] && tar -tJf "$archive" | sed -n 's#^runs/\([^/]*\)/results\.json$#\1#p'
+        done | sort -u > "$WORK/archived.txt"
+        (cd "$WORK" && "$PY" -m isotropy.cli.main sweep "$SPEC" --output-root "$RUNS" --dry-run) \
+            | awk 'NR > 1 {print $3}' | sort -u > "$WORK/planned.txt"
+        mapfile -t EXCLUDE < <(comm -12 "$WORK/archived.txt" "$WORK/planned.txt")
+        note "runs: ${#EXCLUDE[@]} of $(wc -l < "$WORK/planned.txt") are in $ARCHIVED already: left out"
+    fi
     MONITOR=""
     if command -v nvidia-smi >/dev/null; then  # is the GPU the bottleneck with this many workers?
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 \
@@ -170,7 +189,8 @@ else
         MONITOR=$!
     fi
     (cd "$WORK" && timeout --signal=INT --kill-after=20 "$RUN_TIME" "$PY" -m isotropy.cli.main \
-        sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS") > "$OUT_DIR/runs.txt" 2>&1
+        sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS" \
+        ${EXCLUDE[@]:+--exclude "${EXCLUDE[@]}"}) > "$OUT_DIR/runs.txt" 2>&1
     note "runs: exit $? after at most ${RUN_TIME}s"
     [ -n "$MONITOR" ] && kill "$MONITOR" 2>/dev/null
     n=0

@@ -147,6 +147,39 @@ def test_duplicate_points_are_refused(tiny_model, glue, tmp_path):
         expand(spec)
 
 
+def test_exclude_leaves_out_named_runs_and_keeps_the_other_names(tiny_model, glue, tmp_path):
+    # the lr suffix comes from the whole spec: it stays when the only 1e-5 run is left out
+    grid = {"learning_rate": [1e-5, 3e-5]}
+    whole = [p.name for p in expand(_spec(tiny_model, glue, tmp_path, grid=grid,
+                                          seeds=[0, 1]))]
+    assert whole == ["sst2-tiny-none-lr1e-05-seed0", "sst2-tiny-none-lr3e-05-seed0",
+                     "sst2-tiny-none-lr1e-05-seed1", "sst2-tiny-none-lr3e-05-seed1"]
+    spec = _spec(tiny_model, glue, tmp_path, grid=grid, seeds=[0, 1],
+                 exclude=["sst2-tiny-none-lr1e-05-seed0", "sst2-tiny-none-lr1e-05-seed1"])
+    points = expand(spec)
+    assert [(p.index, p.name) for p in points] == [(0, "sst2-tiny-none-lr3e-05-seed0"),
+                                                   (1, "sst2-tiny-none-lr3e-05-seed1")]
+    assert spec.to_dict()["exclude"] == ["sst2-tiny-none-lr1e-05-seed0",
+                                         "sst2-tiny-none-lr1e-05-seed1"]
+    # --exclude adds to the spec's list (a repeated name once)
+    more = override(spec, exclude=["sst2-tiny-none-lr3e-05-seed0",
+                                   "sst2-tiny-none-lr1e-05-seed0"])
+    assert [p.name for p in expand(more)] == ["sst2-tiny-none-lr3e-05-seed1"]
+    assert len(more.exclude) == 3
+
+
+def test_exclude_refuses_unknown_names_and_an_empty_sweep(tiny_model, glue, tmp_path):
+    spec = _spec(tiny_model, glue, tmp_path, seeds=[0], exclude=["sst2-tiny-none-seed9"])
+    with pytest.raises(ValueError, match=r"exclude names 1 run\(s\) the sweep does not have: "
+                       r"sst2-tiny-none-seed9 \(did you mean 'sst2-tiny-none-seed0'\?\)"):
+        expand(spec)
+    spec = _spec(tiny_model, glue, tmp_path, seeds=[0], exclude=["sst2-tiny-none-seed0"])
+    with pytest.raises(ValueError, match="leaves out every point"):
+        expand(spec)
+    with pytest.raises(ValueError, match="exclude must be a list of run directory names"):
+        _spec(tiny_model, glue, tmp_path, exclude="sst2-tiny-none-seed0")
+
+
 def test_presets_are_the_papers_grids(tmp_path):
     # expected values typed from the I-STAR paper: Section 4.1 and Table 2 (lambda x zeta
     # grid, CosReg lambda 1, five seeds), Fig. 3 (lambda 0.5), Fig. 4 (CosReg lambda -1),
@@ -391,6 +424,22 @@ def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path
     assert not out.exists()
     code, text, _ = _run_cli(["--preset", "entropy-grid", "--show-spec"], capsys)
     assert code == 0 and yaml.safe_load(text)["seeds"] == [1, 2, 3, 4, 5]
+
+
+def test_dry_run_with_exclude_lists_only_the_points_left(tiny_model, glue, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, text, _ = _run_cli(["--preset", "istar-grid", "--set", f"model={tiny_model}",
+                              "--set", f"data_dir={glue}", "--set", "task=sst2",
+                              "--output-root", out, "--exclude", "sst2-tiny-none-seed1",
+                              "sst2-tiny-cosreg_l-1-seed1", "--dry-run"], capsys)
+    lines = text.splitlines()
+    assert code == 0 and lines[0].startswith("163 point(s) (33 cell(s), 5 seed(s))")
+    assert "sst2-tiny-none-seed1" not in text and "sst2-tiny-none-seed2" in text
+    err = _usage_error(["--preset", "istar-grid", "--set", f"model={tiny_model}",
+                        "--set", f"data_dir={glue}", "--set", "task=sst2",
+                        "--output-root", out, "--exclude", "nope-seed1", "--dry-run"], capsys)
+    assert "exclude names 1 run(s) the sweep does not have: nope-seed1" in err
+    assert not out.exists()
 
 
 # --------------------------------------------------------------------------- real runs

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs (threads) per Ray trial (default: the cluster's CPUs / --workers)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the failed points again (resumed from their last checkpoint)")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="RUN",
+                   help="run directory names to leave out of this sweep, e.g. runs finished "
+                        "elsewhere (added to the spec's exclude:; each must be a point's)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points, their run directories and what is done; run nothing")
     p.add_argument("--show-spec", action="store_true",
@@ -135,7 +138,7 @@ def _load(args: argparse.Namespace) -> Any:
     base = {k: _value(v) for k, v in args.set_values}
     grid = {k: _grid_values(v) for k, v in args.grid_values}
     return override(spec, base=base, grid=grid, seeds=args.seeds, output_root=args.output_root,
-                    order=args.order)
+                    order=args.order, exclude=args.exclude)
 
 
 def _print_plan(steps: Sequence[Any], root: Any) -> None:

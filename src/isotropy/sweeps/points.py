@@ -23,7 +23,7 @@ from isotropy.data.glue import require_split
 from isotropy.io import to_jsonable
 from isotropy.models.loading import resolve_model
 from isotropy.rundir import RunDirectory
-from isotropy.sweeps.spec import SWEEP_DEFAULTS, SweepSpec, _coerce_all
+from isotropy.sweeps.spec import SWEEP_DEFAULTS, SweepSpec, _coerce_all, _suggest
 from isotropy.training.config import (
     args_from_dict,
     default_run_name,
@@ -124,7 +124,8 @@ def _text(value: Any) -> str:
 
 def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
            ) -> list[SweepPoint]:
-    """Every point of the spec in run order, each checked with ``args_from_dict`` and named.
+    """Every point of the spec in run order (less those ``exclude`` names, named as in the
+    whole spec), each checked with ``args_from_dict`` and named.
 
     Raises ``ValueError`` (one line, naming the point) for a bad value, a missing
     ``output_root`` or two points with the same settings.
@@ -146,6 +147,7 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
             index=0, name=name, cell=head, method=method, seed=int(train_args.seed),
             settings={**settings, "output_dir": str(root / name)},
             given=tuple(sorted(given_keys | {"seed"}))))
+    points = _without(points, spec)
     if spec.order == "seed-major":
         rank = {s: r for r, s in enumerate(dict.fromkeys(p.seed for p in points))}
         points.sort(key=lambda p: rank[p.seed])  # stable: cells keep their order
@@ -153,6 +155,24 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
         rank = {c: r for r, c in enumerate(dict.fromkeys(p.cell for p in points))}
         points.sort(key=lambda p: rank[p.cell])
     return [replace(p, index=i) for i, p in enumerate(points)]
+
+
+def _without(points: list[SweepPoint], spec: SweepSpec) -> list[SweepPoint]:
+    """The points less those ``spec.exclude`` names (their run directory names, as the full
+    spec names them); ``ValueError`` for a name no point has, or when none is left."""
+    if not spec.exclude:
+        return points
+    names = {p.name for p in points}
+    unknown = [n for n in spec.exclude if n not in names]
+    if unknown:
+        raise ValueError(f"{spec.source}: exclude names {len(unknown)} run(s) the sweep does "
+                         f"not have: {', '.join(unknown[:5])}"
+                         + (" ..." if len(unknown) > 5 else "")
+                         + _suggest(unknown[0], sorted(names)))
+    kept = [p for p in points if p.name not in set(spec.exclude)]
+    if not kept:
+        raise ValueError(f"{spec.source}: exclude leaves out every point of the sweep")
+    return kept
 
 
 _Parsed = tuple[str | None, dict[str, Any], Any, Any, str]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from isotropy.sweeps.spec import SweepSpec, _suggest, spec_from_dict
@@ -103,10 +103,11 @@ def preset_spec(name: str) -> SweepSpec:
 
 def override(spec: SweepSpec, *, base: Mapping[str, Any] | None = None,
              grid: Mapping[str, list[Any]] | None = None, seeds: list[int] | None = None,
-             output_root: str | None = None, order: str | None = None) -> SweepSpec:
+             output_root: str | None = None, order: str | None = None,
+             exclude: Sequence[str] = ()) -> SweepSpec:
     """The spec with command-line values: ``base`` and ``grid`` entries added (replacing
-    those of the same setting), ``seeds``, ``output_root`` and ``order`` replaced; the result
-    is checked again like a spec file."""
+    those of the same setting), ``seeds``, ``output_root`` and ``order`` replaced, ``exclude``
+    names added; the result is checked again like a spec file."""
     data = spec.to_dict()
     base = canonical_settings(base or {}, "--set")
     grid = canonical_settings(grid or {}, "--grid")
@@ -125,6 +126,8 @@ def override(spec: SweepSpec, *, base: Mapping[str, Any] | None = None,
         data["output_root"] = output_root
     if order is not None:
         data["order"] = order
+    if exclude:
+        data["exclude"] = [*data.get("exclude", []), *exclude]
     if data.get("output_root") is None:
         data.pop("output_root", None)
     return spec_from_dict(data, source=spec.source)

@@ -4,8 +4,9 @@ converted to the types ``isotropy train`` expects (:func:`coerce`).
 A spec's top-level keys: ``output_root`` (where the run directories go), ``base`` (settings of
 every point), ``grid`` (setting -> list of values, crossed), ``methods`` (named bundles of
 settings; a list inside a method is that method's own axis, except ``regularizer``),
-``points`` (explicit points), ``seeds`` and ``order`` (``seed-major`` or ``cell-major``);
-see ``docs/sweeps.md``."""
+``points`` (explicit points), ``seeds``, ``order`` (``seed-major`` or ``cell-major``) and
+``exclude`` (run directory names left out, e.g. runs finished elsewhere); see
+``docs/sweeps.md``."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ __all__ = [
     "spec_from_dict",
 ]
 
-SPEC_KEYS = ("output_root", "base", "grid", "methods", "points", "seeds", "order")
+SPEC_KEYS = ("output_root", "base", "grid", "methods", "points", "seeds", "order", "exclude")
 ORDERS = ("seed-major", "cell-major")
 
 
@@ -63,6 +64,7 @@ class SweepSpec:
     seeds: list[int] | None = None
     output_root: str | None = None
     order: str = "seed-major"
+    exclude: list[str] = field(default_factory=list)  # run directory names left out
     source: str = "sweep spec"
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +79,8 @@ class SweepSpec:
         if self.seeds is not None:
             out["seeds"] = list(self.seeds)
         out["order"] = self.order
+        if self.exclude:
+            out["exclude"] = list(self.exclude)
         return to_jsonable(out)
 
 
@@ -211,8 +215,14 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "sweep spec") -> Sweep
     root = data.get("output_root")
     if root is not None and (not isinstance(root, str) or not root.strip()):
         raise ValueError(f"{source}: output_root must be a directory path, got {root!r}")
+    exclude = data.get("exclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(n, str) and n.strip()
+                                                for n in exclude):
+        raise ValueError(f"{source}: exclude must be a list of run directory names, "
+                         f"got {exclude!r}")
     return SweepSpec(base=base, grid=grid, methods=methods, points=points, seeds=seeds,
-                     output_root=root, order=order, source=source)
+                     output_root=root, order=order, exclude=list(dict.fromkeys(exclude)),
+                     source=source)
 
 
 def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
