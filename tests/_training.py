@@ -1,6 +1,6 @@
 """Shared pieces of the training tests: the tiny vocabulary and sentences, SST-2 files of
-them, ``isotropy train`` arguments for tiny runs, an in-process run, and a callback that
-simulates a crash."""
+them, ``isotropy train`` arguments for tiny runs, an in-process run, a callback that
+simulates a crash, and ``TrainingArguments`` for a user's own ``Trainer`` on a tiny model."""
 
 from __future__ import annotations
 
@@ -39,6 +39,18 @@ def write_sst2(root: Path, sizes: Sequence[tuple[str, int]], seed: int,
             rows.append(f"{make(rng, y)}\t{y}")
         (root / "SST-2" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
+
+
+def own_trainer_args(out, **kw):
+    """``TrainingArguments`` of the own-``Trainer`` tests: 4 CPU steps of 8 rows, a log every
+    step and a checkpoint every 2; ``kw`` replaces or adds arguments."""
+    from transformers import TrainingArguments
+
+    base = {"output_dir": str(out), "per_device_train_batch_size": 8, "learning_rate": 1e-3,
+            "max_steps": 4, "logging_steps": 1, "save_steps": 2, "report_to": "none",
+            "use_cpu": True, "disable_tqdm": True, "seed": 0, "save_total_limit": None}
+    base.update(kw)
+    return TrainingArguments(**base)
 
 
 def train_argv(model_dir, glue, out, *extra):

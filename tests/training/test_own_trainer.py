@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from _models import labelled_rows, tiny_bert
+from _training import own_trainer_args
 
 from isotropy import CosRegLoss, IStarLoss, RegularizedModel, RegularizedTrainer
 
@@ -33,14 +34,7 @@ def _wrapped(seed: int = 0) -> RegularizedModel:
     return RegularizedModel(inner, [IStarLoss(tuning=-1.0, zeta=0.0), CosRegLoss(tuning=1.0)])
 
 
-def _args(out, **kw):
-    from transformers import TrainingArguments
-
-    base = {"output_dir": str(out), "per_device_train_batch_size": 8, "learning_rate": 1e-3,
-            "max_steps": 4, "logging_steps": 1, "save_steps": 2, "report_to": "none",
-            "use_cpu": True, "disable_tqdm": True, "seed": 0, "save_total_limit": None}
-    base.update(kw)
-    return TrainingArguments(**base)
+_args = own_trainer_args
 
 
 def _train(trainer_cls, out, **kw):

@@ -27,7 +27,7 @@ from isotropy.losses.entropy import PersistentEntropyLoss
 from isotropy.models.wrapping import ReadsWrappedAttributes
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
-__all__ = ["RegularizedModel", "exact_cycle_losses", "prepare_exact_cycle"]
+__all__ = ["RegularizedModel", "exact_cycle_losses", "find_regularized", "prepare_exact_cycle"]
 
 
 def _default_name(reg: torch.nn.Module) -> str:
@@ -363,6 +363,18 @@ class _Output(dict):
             return self[name]
         except KeyError as err:
             raise AttributeError(name) from err
+
+
+def find_regularized(model: Any) -> RegularizedModel | None:
+    """The :class:`RegularizedModel` inside a training loop's model (itself, or under DDP's
+    ``module`` or ``torch.compile``'s ``_orig_mod``), or ``None``.
+
+    >>> find_regularized(torch.nn.Linear(2, 2)) is None
+    True
+    """
+    while model is not None and not isinstance(model, RegularizedModel):
+        model = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+    return model
 
 
 def exact_cycle_losses(model: torch.nn.Module) -> list[PersistentEntropyLoss]:

@@ -30,16 +30,10 @@ from typing import Any
 import torch
 from transformers import Trainer
 
-from isotropy.models.regularized import RegularizedModel
+from isotropy.models.regularized import find_regularized
+from isotropy.training.peft_checkpoints import PeftCheckpointMixin
 
 __all__ = ["RegularizedTrainer", "RegularizerLogMixin"]
-
-
-def _regularized(model: Any) -> RegularizedModel | None:
-    """The :class:`RegularizedModel` inside the Trainer's model (DDP, compiled), if any."""
-    while model is not None and not isinstance(model, RegularizedModel):
-        model = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-    return model
 
 
 class RegularizerLogMixin:
@@ -69,7 +63,7 @@ class RegularizerLogMixin:
         added to the interval's sums."""
         out = super().compute_loss(model, inputs, return_outputs=return_outputs,  # type: ignore[misc]
                                    num_items_in_batch=num_items_in_batch)
-        wrapped = _regularized(model)
+        wrapped = find_regularized(model)
         if wrapped is not None and model.training:
             self._add_logs(wrapped.last_logs)
         return out
@@ -114,6 +108,7 @@ class RegularizerLogMixin:
         super().log(logs, start_time)  # type: ignore[misc]
 
 
-class RegularizedTrainer(RegularizerLogMixin, Trainer):
+class RegularizedTrainer(RegularizerLogMixin, PeftCheckpointMixin, Trainer):
     """``transformers.Trainer`` with the regularizers' values in its logs
-    (:class:`RegularizerLogMixin`)."""
+    (:class:`RegularizerLogMixin`), and resume / best-model loading of a PEFT model inside the
+    wrapper (:class:`~isotropy.training.peft_checkpoints.PeftCheckpointMixin`)."""
