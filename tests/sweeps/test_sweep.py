@@ -169,10 +169,14 @@ def test_exclude_leaves_out_named_runs_and_keeps_the_other_names(tiny_model, glu
 
 
 def test_exclude_refuses_unknown_names_and_an_empty_sweep(tiny_model, glue, tmp_path):
-    spec = _spec(tiny_model, glue, tmp_path, seeds=[0], exclude=["sst2-tiny-none-seed9"])
+    spec = _spec(tiny_model, glue, tmp_path, seeds=[0], exclude=["sst2-tiny-nonne-seed0"])
     with pytest.raises(ValueError, match=r"exclude names 1 run\(s\) the sweep does not have: "
-                       r"sst2-tiny-none-seed9 \(did you mean 'sst2-tiny-none-seed0'\?\)"):
+                       r"sst2-tiny-nonne-seed0 \(did you mean 'sst2-tiny-none-seed0'\?\)"):
         expand(spec)
+    # a cell's run at a seed the sweep does not run (--seeds narrowed it) is passed over
+    spec = _spec(tiny_model, glue, tmp_path, seeds=[0, 1], exclude=["sst2-tiny-none-seed0"])
+    assert [p.name for p in expand(override(spec, seeds=[1]))] == ["sst2-tiny-none-seed1"]
+    assert [p.name for p in expand(override(spec, seeds=[0, 1]))] == ["sst2-tiny-none-seed1"]
     spec = _spec(tiny_model, glue, tmp_path, seeds=[0], exclude=["sst2-tiny-none-seed0"])
     with pytest.raises(ValueError, match="leaves out every point"):
         expand(spec)

@@ -159,11 +159,15 @@ def expand(spec: SweepSpec, output_root: str | os.PathLike[str] | None = None
 
 def _without(points: list[SweepPoint], spec: SweepSpec) -> list[SweepPoint]:
     """The points less those ``spec.exclude`` names (their run directory names, as the full
-    spec names them); ``ValueError`` for a name no point has, or when none is left."""
+    spec names them). A name of one of the sweep's cells at a seed the sweep does not run
+    (``--seeds`` narrowed it) is passed over; ``ValueError`` for a name of no cell, or when
+    no point is left."""
     if not spec.exclude:
         return points
     names = {p.name for p in points}
-    unknown = [n for n in spec.exclude if n not in names]
+    cells = {p.cell for p in points}
+    unknown = [n for n in spec.exclude
+               if n not in names and n.rpartition("-seed")[0] not in cells]
     if unknown:
         raise ValueError(f"{spec.source}: exclude names {len(unknown)} run(s) the sweep does "
                          f"not have: {', '.join(unknown[:5])}"
