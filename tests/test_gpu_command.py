@@ -95,7 +95,10 @@ def test_gpu_command_with_every_run_archived_runs_none(tmp_path):
     env.pop("OUT", None)
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
                            "--out", str(out), "--steps", "runs", "--seeds", "0",
-                           "--archived", str(archived)],
+                           "--archived", str(archived),
+                           # --spec, relative to the caller's folder: the --cpu default itself
+                           "--spec", os.path.relpath(ROOT / "benchmarks" / "gpu" /
+                                                     "runs-cpu.yaml", tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, proc.stderr + summary
@@ -103,12 +106,28 @@ def test_gpu_command_with_every_run_archived_runs_none(tmp_path):
     assert "runs: none left to run" in summary and "runs: 0 finished runs copied" in summary
 
 
-def test_gpu_command_refuses_a_missing_archive_folder(tmp_path):
+@pytest.mark.parametrize(("option", "message"), [("--archived", "--archived takes a folder"),
+                                                  ("--spec", "--spec takes a sweep spec file")])
+def test_gpu_command_refuses_a_missing_folder_or_spec(tmp_path, option, message):
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
-                           "--out", str(tmp_path / "out"), "--archived", str(tmp_path / "no")],
+                           "--out", str(tmp_path / "out"), option, str(tmp_path / "no")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--archived takes a folder" in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_b6_spec_is_runs_yamls_stsb_protocol() -> None:
+    """runs-b6.yaml's fixed settings are runs.yaml's, and STS-B's there (so its runs pair with
+    runs.yaml's base run and lambda = -1), with the paper's grid less -1 at zeta = 0.2."""
+    import yaml
+
+    main = yaml.safe_load((ROOT / "benchmarks" / "gpu" / "runs.yaml").read_text())
+    b6 = yaml.safe_load((ROOT / "benchmarks" / "gpu" / "runs-b6.yaml").read_text())
+    stsb = next(p for p in main["points"] if p["task"] == "stsb" and p.get("tuning") == -1
+                and not p.get("include_padding") and p["learning_rate"] == 1e-4)
+    assert b6["base"] == {**main["base"], **{k: v for k, v in stsb.items() if k != "tuning"}}
+    assert sorted(b6["grid"]["tuning"] + [stsb["tuning"]]) == [-5, -3, -1, 1, 3, 5]
+    assert b6["seeds"] == main["seeds"] and b6["order"] == main["order"]
 
 
 @pytest.mark.parametrize("seeds", ["x", "1,", ",1", "1,,2", "1 2"])

@@ -99,3 +99,40 @@ def test_metric_table_rows(runs: dict) -> None:
     assert "| 0.8015 / 0.7966 /" in row  # base, seeds 0 and 1 (first copies)
     sst2 = next(x for x in lines if x.startswith("| SST-2"))
     assert sst2.endswith("|  |  |")  # B2's cells are MRPC's and STS-B's only
+
+
+def _fake_runs(values: dict[float | None, list[float]]) -> dict:
+    """STS-B runs with the given Pearson per seed: key None is the base run."""
+    from types import SimpleNamespace
+
+    def run(v: float, name: str) -> object:
+        return SimpleNamespace(settings={}, path=Path(name), main_metric="pearson",
+                               value=lambda n, which="final": v if n == "pearson" else None)
+
+    out = {}
+    for lam, per_seed in values.items():
+        key = (gp.cell_key("stsb", istar=False) if lam is None
+               else gp.cell_key("stsb", lam=lam, zeta=0.2))
+        for seed, v in enumerate(per_seed):
+            out[key, seed] = [gp.Copy(9, run(v, f"{lam}-{seed}"))]
+    return out
+
+
+def test_b6_table_2s_rule_on_hand_made_values() -> None:
+    base = [0.85, 0.84, 0.86, 0.85, 0.83]
+    up = {None: base, **{lam: [b + 0.001 * (3 - abs(lam + 1)) for b in base]
+                         for lam in gp.B6_GRID}}
+    # lambda = -1 is best (+0.003); the best positive, +1, is 0.001 above base: -1 beats it on
+    # every seed
+    text = "\n".join(gp.b6(_fake_runs(up)))
+    assert "| -1 | +0.30 | +0.30 | +0.30 | +0.30 | +0.30 |" in text
+    assert "Highest mean: lambda = -1." in text and "(-1) - the best positive (+1)" in text
+    assert "5 of 5 above 0" in text and text.rstrip().endswith("**supported**")
+    down = {None: base, **{lam: [b + 0.001 * lam for b in base] for lam in gp.B6_GRID}}
+    text = "\n".join(gp.b6(_fake_runs(down)))  # +5 best; the best negative, -1, below it
+    assert "Highest mean: lambda = +5." in text and "0 of 5 above 0, 5 below" in text
+    assert text.rstrip().endswith("**contradicted**")
+    partial = {k: v[:3] for k, v in up.items()}
+    text = "\n".join(gp.b6(_fake_runs(partial)))
+    assert "partial: no verdict before all five seeds of every lambda" in text
+    assert "**" not in text

@@ -12,6 +12,8 @@
 #   --steps LIST     comma-separated subset of tests,bench,runs (default: all three)
 #   --seeds LIST     comma-separated seeds of the train runs, in this order (default: the
 #                    spec's, 0-4): e.g. the seeds an earlier call did not finish
+#   --spec FILE      the train runs' sweep spec (default benchmarks/gpu/runs.yaml; with --cpu
+#                    benchmarks/gpu/runs-cpu.yaml), @MODEL@ in it replaced by the model's path
 #   --archived DIR   leave out the train runs that DIR/<n>/runs-*.tar.xz already hold (the
 #                    runs earlier calls brought back, e.g. docs/gpu-runs): only the spec's
 #                    runs not yet there run, under their usual names (isotropy sweep --exclude)
@@ -44,6 +46,7 @@ STEPS=tests,bench,runs
 PACK=0
 SEEDS=""
 ARCHIVED=""
+SPEC_ARG=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR="$2"; shift 2 ;;
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
         --pack) PACK=1; shift ;;
         --seeds) SEEDS="$2"; shift 2 ;;
         --archived) ARCHIVED="$2"; shift 2 ;;
+        --spec) SPEC_ARG="$2"; shift 2 ;;
         *) echo "run.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -62,6 +66,10 @@ if [ -n "$ARCHIVED" ] && [ ! -d "$ARCHIVED" ]; then
     echo "run.sh: --archived takes a folder of earlier calls' runs, got $ARCHIVED" >&2; exit 2
 fi
 [ -n "$ARCHIVED" ] && ARCHIVED="$(cd "$ARCHIVED" && pwd)"
+if [ -n "$SPEC_ARG" ] && [ ! -f "$SPEC_ARG" ]; then
+    echo "run.sh: --spec takes a sweep spec file, got $SPEC_ARG" >&2; exit 2
+fi
+[ -n "$SPEC_ARG" ] && SPEC_ARG="$(cd "$(dirname "$SPEC_ARG")" && pwd)/$(basename "$SPEC_ARG")"
 case "$SEEDS" in
     "") ;;
     *[!0-9,]*|,*|*,|*,,*) echo "run.sh: --seeds takes comma-separated whole numbers, got $SEEDS" >&2; exit 2 ;;
@@ -157,6 +165,7 @@ fi
 # --- train runs, for the time left
 SPEC_IN="$REPO/benchmarks/gpu/runs.yaml"
 [ "$CPU" = 1 ] && SPEC_IN="$REPO/benchmarks/gpu/runs-cpu.yaml"
+[ -n "$SPEC_ARG" ] && SPEC_IN="$SPEC_ARG"
 SPEC="$WORK/runs.yaml"
 RUNS="$WORK/runs"
 RUN_TIME=$(( $(left) - 60 ))
