@@ -659,6 +659,37 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
         run_sweep(spec, [point], engine, echo=lambda s: None)
 
 
+@pytest.mark.timeout(180)
+def test_kill_stops_a_background_sweep_as_ctrl_c_does(tiny_model, glue, tmp_path):
+    """``nohup isotropy sweep ... &`` starts with SIGINT ignored; SIGTERM (plain ``kill``) or
+    SIGINT must still stop it: the point recorded as interrupted, its worker gone, exit 130."""
+    import signal
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "output_root": str(tmp_path / "out"),
+        "base": tiny_base(tiny_model, glue, num_train_epochs=2000)}))  # minutes, if not stopped
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "isotropy.cli.main", "sweep", str(spec_file), "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as a background job
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:  # the driver prints " start " once the worker process runs
+            if " start " in line or time.monotonic() > deadline:
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted; run the same command to resume" in err
+    record = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"][0]
+    assert record["state"] == "interrupted"
+    assert not list((tmp_path / "out").glob("*/results.json"))
+
+
 def test_example_spec_expands_to_its_stated_grid(tmp_path):
     example = Path(__file__).resolve().parents[2] / "examples" / "sweep_istar_rte.yaml"
     points = expand(load_spec(example), output_root=tmp_path)

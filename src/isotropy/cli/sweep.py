@@ -159,6 +159,24 @@ def _print_plan(steps: Sequence[Any], root: Any) -> None:
         print(f"{p.index + 1:>{width}}  {state:<11} {p.name}{note}")
 
 
+def _interrupt_on_signals() -> None:
+    """SIGTERM (``kill``), and SIGINT even where the shell started the sweep with SIGINT
+    ignored (a background job, ``nohup isotropy sweep ... &``), stop the sweep as Ctrl-C does:
+    the running points are stopped and recorded as interrupted, and the same command resumes
+    them. Only from the main thread (where Python delivers signals)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``isotropy sweep``; returns the exit status (see the epilog)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -196,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
+    _interrupt_on_signals()
     try:
         outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
     except ValueError as err:  # another sweep holds the lock, Ray could not start...
