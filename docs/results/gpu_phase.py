@@ -228,7 +228,7 @@ def b6(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
         else:
             mean = "–"
         lines.append(f"| {lam:+g} | {cells_text} | {mean} |")
-    complete = all((cells[lam], s) in runs for lam in B6_GRID for s in SEEDS)
+    complete = all((c, s) in runs for c in [base, *cells.values()] for s in SEEDS)
     lines.append("")
     negative = {lam: m for lam, m in means.items() if lam < 0}
     positive = {lam: m for lam, m in means.items() if lam > 0}

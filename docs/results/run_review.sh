@@ -2,8 +2,9 @@
 # Runs one step of the review phase of docs/results.md, resumably, in one sweep over the seeds in
 # seed-major order (every run of a seed before the next seed's; a worker that finishes a seed's
 # last run starts the next seed's first instead of waiting): run it again to go on where it
-# stopped. To stop it: kill the sweep (a sweep of a commit with its SIGTERM handling records
-# its running points as interrupted; they resume from their last checkpoint).
+# stopped. The sweep replaces this script's process: to stop it, kill that process (a sweep of
+# a commit with its SIGTERM handling records its running points as interrupted; they resume
+# from their last checkpoint).
 #
 #   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_review.sh [SPEC]
 #
@@ -23,7 +24,7 @@ SEEDS="${SEEDS:-0 1 2}"
 export GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}" HF_HUB_OFFLINE=1
 ISO="$WT/.venv/bin/isotropy"
 echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml --seeds $SEEDS"
+cd "$WT" || exit 2
 # shellcheck disable=SC2086  # SEEDS: one argument per seed
-(cd "$WT" && "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" \
-    --seeds $SEEDS --workers "$WORKERS") || exit 1
-echo "== $(date -u +%FT%TZ) done"
+exec "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" --seeds $SEEDS \
+    --workers "$WORKERS"

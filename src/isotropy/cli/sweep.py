@@ -10,8 +10,9 @@ The spec format is described in docs/sweeps.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from isotropy.cli._common import OneLineParser, one_line, positive_int
@@ -159,22 +160,33 @@ def _print_plan(steps: Sequence[Any], root: Any) -> None:
         print(f"{p.index + 1:>{width}}  {state:<11} {p.name}{note}")
 
 
-def _interrupt_on_signals() -> None:
+@contextlib.contextmanager
+def _interrupt_on_signals() -> Iterator[None]:
     """SIGTERM (``kill``), and SIGINT even where the shell started the sweep with SIGINT
     ignored (a background job, ``nohup isotropy sweep ... &``), stop the sweep as Ctrl-C does:
     the running points are stopped and recorded as interrupted, and the same command resumes
-    them. Only from the main thread (where Python delivers signals)."""
+    them. Further signals are ignored while that stop runs (it ends on its own: SIGKILL after
+    a grace period); the previous handlers are back on exit. Only from the main thread (where
+    Python delivers signals)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
+    signals = (signal.SIGINT, signal.SIGTERM)
 
     def interrupt(signum: int, frame: object) -> None:
+        for sig in signals:  # one stop: a second signal must not cut its cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,9 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
-    _interrupt_on_signals()
     try:
-        outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
+        with _interrupt_on_signals():
+            outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
     except ValueError as err:  # another sweep holds the lock, Ray could not start...
         print(f"isotropy sweep: error: {one_line(err)}", file=sys.stderr)
         return 2

@@ -155,9 +155,9 @@ class LocalEngine:
         threads = [threading.Thread(target=slot, args=(i,), daemon=True,
                                     name=f"sweep-worker-{i + 1}")
                    for i in range(n_slots)]
-        for t in threads:
-            t.start()
         try:
+            for t in threads:
+                t.start()
             while not all(e.is_set() for e in done):
                 for e in done:
                     e.wait(timeout=0.2)

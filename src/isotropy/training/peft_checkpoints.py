@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -33,28 +34,35 @@ def peft_model_inside(model: Any) -> torch.nn.Module | None:
     DDP or ``torch.compile`` wrappers), or ``None`` (no wrapper, another model inside, or
     ``peft`` not installed)."""
     wrapper = find_regularized(model)
-    if wrapper is None:
-        return None
-    try:
-        from peft import PeftMixedModel, PeftModel
-    except ImportError:
+    peft = sys.modules.get("peft")  # a PEFT model exists only once peft is imported
+    if wrapper is None or peft is None:
         return None
     inner = wrapper.model
-    return inner if isinstance(inner, PeftModel | PeftMixedModel) else None
+    return inner if isinstance(inner, peft.PeftModel | peft.PeftMixedModel) else None
 
 
 class PeftCheckpointMixin:
     """Resume and best-model loading for a PEFT model inside a :class:`RegularizedModel`
-    (module docstring). Put it before ``Trainer`` in the bases."""
+    (module docstring). Put it before ``Trainer`` in the bases. Under FSDP, DeepSpeed or
+    SageMaker model parallelism the ``Trainer`` saves and loads the wrapped training model
+    itself, so nothing is changed there."""
+
+    def _peft_to_load(self, model: torch.nn.Module | None) -> torch.nn.Module | None:
+        from transformers.utils import is_sagemaker_mp_enabled
+
+        if (getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False)
+                or is_sagemaker_mp_enabled()):
+            return None
+        return peft_model_inside(self.model if model is None else model)  # type: ignore[attr-defined]
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str,
                               model: torch.nn.Module | None = None) -> None:
-        inner = peft_model_inside(self.model if model is None else model)  # type: ignore[attr-defined]
+        inner = self._peft_to_load(model)
         super()._load_from_checkpoint(  # type: ignore[misc]
             resume_from_checkpoint, model=inner if inner is not None else model)
 
     def _load_best_model(self) -> None:
-        inner = peft_model_inside(self.model)  # type: ignore[attr-defined]
+        inner = self._peft_to_load(None)
         if inner is None:
             super()._load_best_model()  # type: ignore[misc]
             return
