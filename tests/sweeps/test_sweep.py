@@ -660,6 +660,25 @@ def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model
         run_sweep(spec, [point], engine, echo=lambda s: None)
 
 
+def test_the_sweeps_signal_handlers_stop_once_and_are_restored():
+    import signal
+
+    from isotropy.cli.sweep import _interrupt_on_signals
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), _interrupt_on_signals():
+        signal.raise_signal(signal.SIGTERM)
+    # (inside, after the first signal, both were ignored while the stop ran)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    with _interrupt_on_signals():
+        assert signal.getsignal(signal.SIGTERM) not in (before[signal.SIGTERM], signal.SIG_IGN)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # a second one: ignored
+        signal.raise_signal(signal.SIGTERM)
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
 @pytest.mark.timeout(180)
 def test_kill_stops_a_background_sweep_as_ctrl_c_does(tiny_model, glue, tmp_path):
     """``nohup isotropy sweep ... &`` starts with SIGINT ignored; SIGTERM (plain ``kill``) or
