@@ -106,7 +106,7 @@ def _fake_runs(values: dict[float | None, list[float]]) -> dict:
     from types import SimpleNamespace
 
     def run(v: float, name: str) -> object:
-        return SimpleNamespace(settings={}, path=Path(name), main_metric="pearson",
+        return SimpleNamespace(settings={}, model="minilm", path=Path(name), main_metric="pearson",
                                value=lambda n, which="final": v if n == "pearson" else None)
 
     out = {}

@@ -182,7 +182,6 @@ else
         grep -q "^seeds: \[${SEEDS//,/, }\]$" "$SPEC" || { note "runs: --seeds not applied"; exit 1; }
     fi
     EXCLUDE=()
-    PLANNED=1
     if [ -n "$ARCHIVED" ]; then  # the spec's runs that earlier calls brought back
         for archive in "$ARCHIVED"/*/runs-*.tar.xz; do
             [ -f "$archive" ] && tar -tJf "$archive" | sed -n 's#^runs/\([^/]*\)/results\.json$#\1#p'
@@ -203,7 +202,7 @@ else
             > "$OUT_DIR/gpu-utilization.csv" 2>&1 &
         MONITOR=$!
     fi
-    if [ "${#EXCLUDE[@]}" -ge "$PLANNED" ]; then
+    if [ -n "$ARCHIVED" ] && [ "${#EXCLUDE[@]}" -ge "$PLANNED" ]; then
         note "runs: none left to run"
     elif [ "$RUN_TIME" -lt 30 ]; then
         note "runs: skipped (${RUN_TIME}s left)"

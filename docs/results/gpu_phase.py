@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from review_verdicts import LABEL, LR, PAPER, _points, sign_p  # noqa: E402
+from review_verdicts import (  # noqa: E402
+    LABEL,
+    LR,
+    PAPER,
+    _points,
+    check_same_but_method,
+    sign_p,
+)
 
 from isotropy.reporting.claim_stats import mean_interval  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
@@ -132,11 +139,7 @@ def compare(runs: dict[tuple[Key, int], list[Copy]],
             if (cell, seed) not in runs or (ref, seed) not in runs:
                 continue
             a, b = runs[cell, seed][0], runs[ref, seed][0]
-            differ = {k for k in a.run.settings.keys() | b.run.settings.keys()
-                      if a.run.settings.get(k) != b.run.settings.get(k)}
-            if differ:
-                raise ValueError(f"{a.run.path} and {b.run.path} differ in more than the "
-                                 f"method: {sorted(differ)}")
+            check_same_but_method(a.run, b.run)
             by_seed[seed] = 100 * (a.value - b.value)
             cell_runs.append(a.run)
         d[task] = by_seed
@@ -144,34 +147,41 @@ def compare(runs: dict[tuple[Key, int], list[Copy]],
     return Comparison(d, constant)
 
 
-def verdict(c: Comparison) -> str:
-    """The counts, their one-sided p's, and the word (only with all seeds there)."""
+def verdict(c: Comparison, complete: bool | None = None,
+            partial: str = "no verdict before all five seeds") -> str:
+    """The counts, their one-sided p's, and the word: only when ``complete`` (default: all
+    seeds of the comparison are there), else the counts marked ``partial``."""
     values = c.values()
     n, up, down = len(values), sum(v > 0 for v in values), sum(v < 0 for v in values)
     if n == 0:
         return "no pairs yet"
     text = (f"{up} of {n} above 0, {down} below, {n - up - down} exactly 0: one-sided p = "
             f"{sign_p(up, n):.3f} for 'above', {sign_p(down, n):.3f} for 'below'")
-    if not c.complete():
-        return text + " (partial: no verdict before all five seeds)"
+    if not (c.complete() if complete is None else complete):
+        return f"{text} (partial: {partial})"
     word = ("supported" if sign_p(up, n) < 0.05 else
             "contradicted" if sign_p(down, n) < 0.05 else "inconclusive")
     return f"{text}. **{word}**"
 
 
+def _head(first: str) -> list[str]:
+    return ["| " + first + " | " + " | ".join(f"seed {s}" for s in SEEDS)
+            + " | mean [95% interval] |", "|---|" + "---|" * (len(SEEDS) + 1)]
+
+
+def _row(label: str, by_seed: dict[int, float]) -> str:
+    """One table row: d per seed ('–' where not there), and their mean with its interval."""
+    cells = " | ".join(_points(by_seed[s]) if s in by_seed else "–" for s in SEEDS)
+    if not by_seed:
+        return f"| {label} | {cells} | – |"
+    m = mean_interval(list(by_seed.values()))
+    return f"| {label} | {cells} | {m.mean:+.2f} {m.interval_text(2)} |"
+
+
 def table(c: Comparison) -> list[str]:
-    lines = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS) + " | mean [95% interval] |",
-             "|---|" + "---|" * (len(SEEDS) + 1)]
-    for task, by_seed in c.d.items():
-        cells = " | ".join(_points(by_seed[s]) if s in by_seed else "–" for s in SEEDS)
-        if by_seed:
-            m = mean_interval(list(by_seed.values()))
-            mean = f"{m.mean:+.2f} {m.interval_text(2)}"
-        else:
-            mean = "–"
-        flag = " (one class on every seed)" if c.constant[task] else ""
-        lines.append(f"| {LABEL[task]}{flag} | {cells} | {mean} |")
-    return lines
+    return _head("task") + [
+        _row(LABEL[task] + (" (one class on every seed)" if c.constant[task] else ""), by_seed)
+        for task, by_seed in c.d.items()]
 
 
 # (title, cell, reference, tasks): the review phase's comparisons, in the order of runs.yaml
@@ -214,20 +224,13 @@ def b6(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     if not any((cells[lam], s) in runs for lam in B6_GRID if lam != -1.0 for s in SEEDS):
         return ["### B6: not run yet (benchmarks/gpu/runs-b6.yaml)", ""]
     lines = ["### B6: STS-B, the paper's lambda grid at zeta = 0.2 - the base run (points)", "",
-             "| lambda | " + " | ".join(f"seed {s}" for s in SEEDS) + " | mean [95% interval] |",
-             "|---|" + "---|" * (len(SEEDS) + 1)]
+             *_head("lambda")]
     means: dict[float, float] = {}
     for lam in B6_GRID:
-        c = compare(runs, [(cells[lam], base)])
-        by_seed = c.d["stsb"]
-        cells_text = " | ".join(_points(by_seed[s]) if s in by_seed else "–" for s in SEEDS)
+        by_seed = compare(runs, [(cells[lam], base)]).d["stsb"]
         if by_seed:
-            m = mean_interval(list(by_seed.values()))
-            means[lam] = m.mean
-            mean = f"{m.mean:+.2f} {m.interval_text(2)}"
-        else:
-            mean = "–"
-        lines.append(f"| {lam:+g} | {cells_text} | {mean} |")
+            means[lam] = sum(by_seed.values()) / len(by_seed)
+        lines.append(_row(f"{lam:+g}", by_seed))
     complete = all((c, s) in runs for c in [base, *cells.values()] for s in SEEDS)
     lines.append("")
     negative = {lam: m for lam, m in means.items() if lam < 0}
@@ -235,10 +238,9 @@ def b6(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     if not negative or not positive:
         return [*lines, "Table 2's claim: no lambda of one sign has runs yet", ""]
     best_neg, best_pos = max(negative, key=negative.get), max(positive, key=positive.get)
-    text = verdict(compare(runs, [(cells[best_neg], cells[best_pos])]))
-    if not complete:  # the pair is picked on the means of every lambda: all must be there
-        text = text.split(". **")[0].split(" (partial")[0] + (
-            " (partial: no verdict before all five seeds of every lambda)")
+    # the pair is picked on the means of every lambda: all of them must be there
+    text = verdict(compare(runs, [(cells[best_neg], cells[best_pos])]), complete=complete,
+                   partial="no verdict before all five seeds of every lambda")
     best = max(means, key=means.get)
     return [*lines, f"Highest mean: lambda = {best:+g}. Table 2's claim, the best negative "
             f"lambda ({best_neg:+g}) - the best positive ({best_pos:+g}), seed-paired: {text}",

@@ -126,6 +126,17 @@ class Comparison:
         return {t: sum(v) / len(v) for t, v in self.d.items()}
 
 
+def check_same_but_method(run_a: Run, run_b: Run) -> None:
+    """``ValueError`` unless two runs agree on everything but the method (model, data,
+    schedule, readout, ...)."""
+    differ = {k: (run_a.settings.get(k), run_b.settings.get(k))
+              for k in run_a.settings.keys() | run_b.settings.keys()
+              if run_a.settings.get(k) != run_b.settings.get(k)}
+    if differ or run_a.model != run_b.model:
+        raise ValueError(f"{run_a.path} and {run_b.path} differ in more than the method: "
+                         f"{differ or (run_a.model, run_b.model)}")
+
+
 def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
     """d per task and seed for (task, cell, reference) pairs; ``Missing`` lists every absent
     run at once."""
@@ -144,13 +155,7 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
             if len(got) < 2:
                 continue
             (a, run_a), (b, run_b) = got
-            # everything but the method must be the same (model, data, schedule, readout, ...)
-            differ = {k: (run_a.settings.get(k), run_b.settings.get(k))
-                      for k in run_a.settings.keys() | run_b.settings.keys()
-                      if run_a.settings.get(k) != run_b.settings.get(k)}
-            if differ or run_a.model != run_b.model:
-                raise ValueError(f"{run_a.path} and {run_b.path} differ in more than the method: "
-                                 f"{differ or (run_a.model, run_b.model)}")
+            check_same_but_method(run_a, run_b)
             ds.append(100 * (a - b))
             cell_runs.append(run_a)
         d[task] = ds

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the failed points again (resumed from their last checkpoint)")
     p.add_argument("--exclude", nargs="+", default=[], metavar="RUN",
                    help="run directory names to leave out of this sweep, e.g. runs finished "
-                        "elsewhere (added to the spec's exclude:; each must be a point's)")
+                        "elsewhere (added to the spec's exclude:; docs/sweeps.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points, their run directories and what is done; run nothing")
     p.add_argument("--show-spec", action="store_true",

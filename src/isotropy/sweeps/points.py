@@ -164,8 +164,7 @@ def _without(points: list[SweepPoint], spec: SweepSpec) -> list[SweepPoint]:
     no point is left."""
     if not spec.exclude:
         return points
-    names = {p.name for p in points}
-    cells = {p.cell for p in points}
+    names, cells, excluded = {p.name for p in points}, {p.cell for p in points}, set(spec.exclude)
     unknown = [n for n in spec.exclude
                if n not in names and n.rpartition("-seed")[0] not in cells]
     if unknown:
@@ -173,7 +172,7 @@ def _without(points: list[SweepPoint], spec: SweepSpec) -> list[SweepPoint]:
                          f"not have: {', '.join(unknown[:5])}"
                          + (" ..." if len(unknown) > 5 else "")
                          + _suggest(unknown[0], sorted(names)))
-    kept = [p for p in points if p.name not in set(spec.exclude)]
+    kept = [p for p in points if p.name not in excluded]
     if not kept:
         raise ValueError(f"{spec.source}: exclude leaves out every point of the sweep")
     return kept
