@@ -176,3 +176,87 @@ def test_an_unfinished_run_is_pending_and_other_settings_are_refused(tmp_path) -
     with pytest.raises(ValueError, match="num_train_epochs"):
         rv.compare(tmp_path, [("mrpc", rv.istar("mrpc", "review", lr=3e-5),
                                 rv.base("mrpc", "review", lr=3e-5))])
+
+
+FOUND = {-0.1: ["sst2", "cola", "stsb"], -0.03: ["sst2", "mrpc", "cola"]}
+
+
+def test_confirmation_spec_runs_exactly_the_runs_the_confirmation_reads(tmp_path) -> None:
+    from isotropy.sweeps.points import expand
+    from isotropy.sweeps.spec import load_spec
+    from isotropy.training.config import args_from_dict
+
+    path = tmp_path / "dose-confirm.yaml"
+    path.write_text(rv.confirmation_spec(FOUND))
+    spec = load_spec(path)
+    points = expand(spec)
+    named = {p.name: args_from_dict(p.settings) for p in points}
+    wanted = [(t, c, s) for lam, tasks in FOUND.items() for t in tasks
+              for c in rv.confirm_cells(t, lam) for s in (3, 4, 5)]
+    # the base run once per task of any candidate: 4 tasks, plus 3 + 3 lambda cells, 3 seeds
+    assert len({rv.run_name(t, c, s) for t, c, s in wanted}) == len(named) == (4 + 6) * 3
+    for task, cell, seed in wanted:
+        iso, train = named[rv.run_name(task, cell, seed)]
+        assert train.seed == seed
+        for key, value in cell.settings:
+            got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+            assert got == value, (task, key, got, value)
+    # phase A's fixed settings, as the screen's runs had them, in a root of its own
+    dose = load_spec(ROOT / "docs" / "results" / "specs" / "dose.yaml")
+    assert spec.base == dose.base
+    assert str(spec.output_root).endswith("/dose-confirm")
+    assert [p.name for p in points][:4] == [rv.run_name(t, rv.base(t, "dose-confirm"), 3)
+                                            for t in rv.PAPER]  # seed-major, seed 3 first
+    with pytest.raises(ValueError, match="no candidate"):
+        rv.confirmation_spec({})
+
+
+def test_confirmation_verdicts_are_scipys_sign_test_under_statsmodels_holm() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    seeds = (3, 4, 5)
+    strong = rv.Comparison({"sst2": [0.2, 0.1, 0.3], "cola": [1.0, 2.0, -1.0],
+                            "stsb": [0.1, 0.2, 0.3]}, dict.fromkeys(("sst2", "cola", "stsb"),
+                                                                   False), seeds)
+    # a tie counts against the claimed side; a one-class cell's values are never above
+    weak = rv.Comparison({"sst2": [0.2, 0.0, 0.3], "mrpc": [1.0, 2.0, 3.0],
+                          "cola": [1.0, 1.0, 1.0]},
+                         {"sst2": False, "mrpc": False, "cola": True}, seeds)
+    lines = rv.confirm_verdicts({-0.1: strong, -0.03: weak})
+    verdicts = [line for line in lines if line.endswith("**")]
+    raw = [binomtest(k, 9, 0.5, alternative="greater").pvalue for k in (8, 5)]
+    adjusted = multipletests(raw, method="holm")[1]
+    assert verdicts[0].startswith("8 of 9 above 0") and verdicts[1].startswith("5 of 9 above 0")
+    for line, p, a in zip(verdicts, raw, adjusted, strict=True):
+        assert f"p = {p:.3f}, Holm-adjusted over 2 candidate(s) {a:.3f}" in line
+    assert verdicts[0].endswith("**supported**") and adjusted[0] < 0.05
+    assert verdicts[1].endswith("**not confirmed**")
+    assert "| task | seed 3 | seed 4 | seed 5 |" in lines[2]
+    # alone, 7 of 9 (p = 0.090) is not confirmed
+    seven = rv.Comparison({**strong.d, "sst2": [0.2, -0.1, 0.3]}, strong.constant, seeds)
+    assert rv.confirm_verdicts({-0.1: seven})[-2].endswith("**not confirmed**")
+
+
+def test_confirmation_is_pending_with_every_missing_run_named(tmp_path) -> None:
+    lines = rv.confirmation(tmp_path, {-0.1: ["sst2", "cola", "stsb"]})
+    assert lines[-2].startswith("pending (missing: ")
+    assert lines[-2].count("dose-confirm/") == 18  # 3 tasks x 2 cells x 3 seeds
+    assert "dose-confirm/cola-minilm-istar_l-0.1_z0.8-seed5" in lines[-2]
+
+
+def test_make_confirm_spec_refuses_an_incomplete_screen_and_writes_a_named_one(
+        tmp_path, monkeypatch, capsys) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_confirm_spec", ROOT / "docs" / "results" / "make_confirm_spec.py")
+    mcs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mcs)
+    out = tmp_path / "out.yaml"
+    assert mcs.main(["x", str(tmp_path / "empty"), str(out)]) == 1
+    assert "not complete" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setattr(mcs.rv, "candidates", lambda runs: {})
+    assert mcs.main(["x", str(tmp_path), str(out)]) == 1
+    assert "nothing to confirm" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setattr(mcs.rv, "candidates", lambda runs: {-0.1: ["sst2", "cola", "stsb"]})
+    assert mcs.main(["x", str(tmp_path), str(out)]) == 0
+    assert "lambda = -0.1: SST-2, CoLA, STS-B" in capsys.readouterr().out
+    assert out.read_text() == rv.confirmation_spec({-0.1: ["sst2", "cola", "stsb"]})

@@ -26,6 +26,8 @@ from isotropy.reporting.runs import Run, load_run
 from isotropy.training.config import default_run_name
 
 SEEDS = (0, 1, 2)
+CONFIRM_SEEDS = (3, 4, 5)  # B3's confirmation: fresh seeds, never the screen's
+DOSES = (-0.1, -0.03)  # B3's lambdas
 # the paper's best BERT (lambda, zeta) per task, and phase A's learning rate
 PAPER = {"sst2": (-5.0, 0.2), "mrpc": (-1.0, 0.6), "cola": (-1.0, 0.8), "stsb": (-1.0, 0.2)}
 LR = {"sst2": 3e-5, "mrpc": 1e-4, "cola": 3e-5, "stsb": 1e-4}
@@ -112,6 +114,7 @@ class Comparison:
 
     d: dict[str, list[float]]
     constant: dict[str, bool]  # the cell predicted one class on every seed
+    seeds: tuple[int, ...] = SEEDS
 
     def values(self) -> list[float]:
         return [v for vs in self.d.values() for v in vs]
@@ -137,7 +140,8 @@ def check_same_but_method(run_a: Run, run_b: Run) -> None:
                          f"{differ or (run_a.model, run_b.model)}")
 
 
-def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
+def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]],
+            seeds: tuple[int, ...] = SEEDS) -> Comparison:
     """d per task and seed for (task, cell, reference) pairs; ``Missing`` lists every absent
     run at once."""
     missing: list[str] = []
@@ -145,7 +149,7 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
     constant: dict[str, bool] = {}
     for task, cell, ref in pairs:
         ds, cell_runs = [], []
-        for seed in SEEDS:
+        for seed in seeds:
             got = []
             for c in (cell, ref):
                 try:
@@ -159,10 +163,10 @@ def compare(runs: Path, pairs: list[tuple[str, Cell, Cell]]) -> Comparison:
             ds.append(100 * (a - b))
             cell_runs.append(run_a)
         d[task] = ds
-        constant[task] = len(cell_runs) == len(SEEDS) and constant_predictor(cell_runs)
+        constant[task] = len(cell_runs) == len(seeds) and constant_predictor(cell_runs)
     if missing:
         raise Missing(", ".join(sorted(set(missing))))
-    return Comparison(d, constant)
+    return Comparison(d, constant, seeds)
 
 
 def _points(v: float) -> str:
@@ -182,9 +186,9 @@ def _row(task: str, c: Comparison) -> str:
 
 
 def _table(c: Comparison) -> list[str]:
-    head = ["| task | " + " | ".join(f"seed {s}" for s in SEEDS)
+    head = ["| task | " + " | ".join(f"seed {s}" for s in c.seeds)
             + " | task mean [95% interval] |",
-            "|---|" + "---|" * (len(SEEDS) + 1)]
+            "|---|" + "---|" * (len(c.seeds) + 1)]
     return head + [_row(t, c) for t in c.d]
 
 
@@ -242,18 +246,98 @@ def screen(c: Comparison) -> tuple[list[str], str]:
 def b3(runs: Path) -> list[str]:
     out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
     missing: list[str] = []
-    for lam in (-0.1, -0.03):
+    found: dict[float, list[str]] = {}
+    for lam in DOSES:
         try:
-            c = compare(runs, [(t, istar(t, "dose", lam), base(t, "istar")) for t in PAPER])
+            c = screening(runs, lam)
         except Missing as gone:
             missing.append(f"lambda = {lam:g}: {gone}")
             continue
         up, word = screen(c)
+        if len(up) >= 3:
+            found[lam] = up
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
                 f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
     if missing:
         out += [f"pending (missing: {', '.join(missing)})", ""]
+    elif found:
+        out += confirmation(runs, found)
     return out + dose_response(runs)
+
+
+def candidates(runs: Path) -> dict[float, list[str]]:
+    """B3's screen: {lambda: the tasks whose mean d is above 0} for each candidate lambda
+    (3 or more such tasks); ``Missing`` until every screening run is there."""
+    found = {}
+    for lam in DOSES:
+        up, _ = screen(screening(runs, lam))
+        if len(up) >= 3:
+            found[lam] = up
+    return found
+
+
+def screening(runs: Path, lam: float) -> Comparison:
+    """B3's screening values of one lambda: against phase A's base run, seeds 0-2."""
+    return compare(runs, [(t, istar(t, "dose", lam), base(t, "istar")) for t in PAPER])
+
+
+def confirm_cells(task: str, lam: float) -> tuple[Cell, Cell]:
+    """(lambda's cell, the base run's cell) of B3's confirmation, both in its own root."""
+    return istar(task, "dose-confirm", lam), base(task, "dose-confirm")
+
+
+def confirmation(runs: Path, found: dict[float, list[str]]) -> list[str]:
+    """B3's confirmation of each candidate on fresh seeds: its values alone in a one-sided
+    exact sign test (a cell predicting one class on every seed counts as not above),
+    Holm-adjusted over the candidates; **supported** at an adjusted p < 0.05, **not
+    confirmed** otherwise."""
+    out = ["#### B3's confirmation (fresh seeds "
+           + ", ".join(str(s) for s in CONFIRM_SEEDS) + "; d = I-STAR at lambda - base run)", ""]
+    try:
+        comparisons = {lam: compare(runs, [(t, *confirm_cells(t, lam)) for t in tasks],
+                                    CONFIRM_SEEDS) for lam, tasks in found.items()}
+    except Missing as gone:
+        return [*out, f"pending (missing: {gone})", ""]
+    return out + confirm_verdicts(comparisons)
+
+
+def confirm_verdicts(comparisons: dict[float, Comparison]) -> list[str]:
+    """Each candidate's table and verdict (see ``confirmation``)."""
+    counts = {lam: (sum(v > 0 for t, vs in c.d.items() if not c.constant[t] for v in vs),
+                    len(c.values())) for lam, c in comparisons.items()}
+    raw = {lam: sign_p(k, n) for lam, (k, n) in counts.items()}
+    adjusted = dict(zip(raw, holm(list(raw.values())), strict=True))
+    out = []
+    for lam, c in comparisons.items():
+        (k, n), word = counts[lam], "supported" if adjusted[lam] < 0.05 else "not confirmed"
+        out += [f"lambda = {lam:g}:", "", *_table(c), "",
+                f"{k} of {n} above 0: one-sided p = {raw[lam]:.3f}, Holm-adjusted over "
+                f"{len(raw)} candidate(s) {adjusted[lam]:.3f}. **{word}**", ""]
+    return out
+
+
+def confirmation_spec(found: dict[float, list[str]]) -> str:
+    """The sweep spec of B3's confirmation: phase A's settings (``dose.yaml``'s base), the
+    base run on every candidate's tasks and each candidate lambda on its own, at fresh seeds,
+    seed-major, into ``dose-confirm``."""
+    if not found:
+        raise ValueError("no candidate lambda: B3 has no confirmation to run")
+    dose = (Path(__file__).resolve().parent / "specs" / "dose.yaml").read_text(encoding="utf-8")
+    head = dose.split("\noutput_root:")[1].split("\npoints:")[0].replace("/dose", "/dose-confirm")
+    extra = {"sst2": ", max_train_samples: 8000"}
+    tasks = [t for t in PAPER if any(t in ts for ts in found.values())]
+    points = [f"  - {{task: {t}, learning_rate: {LR[t]:.1e}{extra.get(t, '')}, regularizer: none}}"
+              for t in tasks]
+    points += [f"  - {{task: {t}, learning_rate: {LR[t]:.1e}{extra.get(t, '')}, regularizer: "
+               f"istar, tuning: {lam:g}, zeta: {PAPER[t][1]:g}}}"
+               for lam, ts in found.items() for t in PAPER if t in ts]
+    named = "; ".join(f"lambda = {lam:g} on " + ", ".join(LABEL[t] for t in ts)
+                      for lam, ts in found.items())
+    return ("# Review phase, step B3's confirmation (docs/results.md, \"Review phase\"), written\n"
+            "# by make_confirm_spec.py from the screen of seeds 0-2: " + named + ".\n"
+            "# Base runs and candidates on fresh seeds, seed-major: a stop leaves whole seeds.\n"
+            f"output_root:{head}\npoints:\n" + "\n".join(points)
+            + f"\nseeds: {list(CONFIRM_SEEDS)}\norder: seed-major\n")
 
 
 def dose_response(runs: Path) -> list[str]:

@@ -9,10 +9,11 @@
 #   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_review.sh [SPEC]
 #
 # SPEC: review (specs/review.yaml: B1 padding, B2 learning rate; the default), dose
-# (specs/dose.yaml: B3, run after review; run_dose.sh) or readout (specs/readout.yaml: B4;
-# run_readout.sh) or entropy (specs/entropy.yaml, phase B: B5 runs its seeds 3 and 4 with
-# SEEDS="3 4"; run_entropy_seeds.sh). WT, RUNS, WORKERS: as in run.sh; SEEDS: the seeds, in
-# order (default 0 1 2). The runs go under $RUNS/SPEC.
+# (specs/dose.yaml: B3, run after review; run_dose.sh), dose-confirm (specs/dose-confirm.yaml,
+# written by make_confirm_spec.py: B3's confirmation on SEEDS="3 4 5"; run_confirm.sh),
+# readout (specs/readout.yaml: B4; run_readout.sh) or entropy (specs/entropy.yaml, phase B:
+# B5 runs its seeds 3 and 4 with SEEDS="3 4"; run_entropy_seeds.sh). WT, RUNS, WORKERS: as in
+# run.sh; SEEDS: the seeds, in order (default 0 1 2). The runs go under $RUNS/SPEC.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SPEC="${1:-review}"
