@@ -23,10 +23,11 @@ from isotropy.data.glue import require_split
 from isotropy.io import to_jsonable
 from isotropy.models.loading import resolve_model
 from isotropy.rundir import RunDirectory
-from isotropy.sweeps.spec import SWEEP_DEFAULTS, SweepSpec, _coerce_all, _suggest
+from isotropy.sweeps.spec import SWEEP_DEFAULTS, SweepSpec, _suggest
 from isotropy.training.config import (
     args_from_dict,
     default_run_name,
+    typed_settings,
 )
 from isotropy.training.model_kind import check_pooling
 
@@ -184,12 +185,12 @@ _Parsed = tuple[str | None, dict[str, Any], Any, Any, str]
 def _parsed_points(spec: SweepSpec, given_keys: set[str]) -> list[_Parsed]:
     """Each cell x seed: ``(method, settings, iso_args, train_args, default run name)``, the
     settings checked by ``args_from_dict`` (a bad one raises, naming the point)."""
-    base = _coerce_all({**SWEEP_DEFAULTS, **spec.base}, f"{spec.source}: base")
+    base = typed_settings({**SWEEP_DEFAULTS, **spec.base}, f"{spec.source}: base")
     seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]
     raw = []
     for method, cell, where in _cells(spec):
         for seed in seeds:
-            values = _coerce_all(cell, f"{spec.source}: {where}")
+            values = typed_settings(cell, f"{spec.source}: {where}")
             settings = {**base, **values}
             if seed is not None:
                 settings["seed"] = seed

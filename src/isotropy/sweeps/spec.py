@@ -1,5 +1,6 @@
-"""Sweep spec files (YAML, TOML, JSON) -> a validated :class:`SweepSpec`, and setting values
-converted to the types ``isotropy train`` expects (:func:`coerce`).
+"""Sweep spec files (YAML, TOML, JSON) -> a validated :class:`SweepSpec` (its setting values
+are converted to the types ``isotropy train`` expects where points are expanded:
+:func:`isotropy.training.config.typed_settings`).
 
 A spec's top-level keys: ``output_root`` (where the run directories go), ``base`` (settings of
 every point), ``grid`` (setting -> list of values, crossed), ``methods`` (named bundles of
@@ -23,14 +24,12 @@ from isotropy.training.config import (
     canonical_settings,
     field_names,
 )
-from isotropy.training.setting_types import coerce, coerce_settings
 
 __all__ = [
     "ORDERS",
     "SPEC_KEYS",
     "SWEEP_DEFAULTS",
     "SweepSpec",
-    "coerce",
     "load_spec",
     "spec_from_dict",
 ]
@@ -261,10 +260,3 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
     if data is None:
         raise ValueError(f"sweep file {p} is empty")
     return spec_from_dict(data, source=f"sweep file {p}")
-
-
-# --------------------------------------------------------------------------- values
-
-
-def _coerce_all(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
-    return coerce_settings(settings, where)

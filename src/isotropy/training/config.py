@@ -12,8 +12,10 @@ import argparse
 import json
 import math
 import os
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +27,7 @@ from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
 from isotropy.training.presets import TRAIN_PRESETS, preset_values
+from isotropy.training.setting_types import coerce_settings
 
 __all__ = [
     "PRESETS",
@@ -401,6 +404,24 @@ def field_names() -> set[str]:
             if f.init}
 
 
+@cache
+def field_types() -> dict[str, Any]:
+    """Every setting's type hint, by name (what :func:`typed_settings` converts to)."""
+    return {**typing.get_type_hints(TrainArguments), **typing.get_type_hints(IsotropyArguments)}
+
+
+def typed_settings(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``settings`` with each value converted to its field's type
+    (:func:`~isotropy.training.setting_types.coerce`: ``"false"`` from a file is false,
+    ``"1e-4"`` a number); ``ValueError`` naming the setting and ``where`` when a value
+    cannot mean its type.
+
+    >>> typed_settings({"include_padding": "false", "learning_rate": "1e-4"}, "c.yaml")
+    {'include_padding': False, 'learning_rate': 0.0001}
+    """
+    return coerce_settings(settings, where, field_types())
+
+
 # The papers' names of the regularizer weights: accepted for the recorded setting names
 # wherever settings are named (flags, config files, sweep specs); runs record the setting name.
 SETTING_ALIASES = {"istar_lambda": "tuning", "cosreg_lambda": "cosreg_tuning",
@@ -429,22 +450,20 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
     """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
     (priority: given > file > preset > defaults); the aliases of :data:`SETTING_ALIASES` are
     accepted. Values are converted to their fields' types once, here
-    (:func:`~isotropy.training.setting_types.coerce`: ``"false"`` in a file is false, ``1e-4``
-    a number). Bad values raise ``ValueError``."""
-    from isotropy.training.setting_types import coerce_settings
-
+    (:func:`typed_settings`: ``"false"`` in a file is false, ``1e-4`` a number). Bad values
+    raise ``ValueError``."""
     names = field_names()
     given = {k: v for k, v in canonical_settings(given).items() if k in names}
     # text from a caller's dict (the command line's values are typed by the parser already)
-    given.update(coerce_settings({k: v for k, v in given.items() if isinstance(v, str)},
-                                 "settings"))
+    given.update(typed_settings({k: v for k, v in given.items() if isinstance(v, str)},
+                                "settings"))
     from_file = (canonical_settings(_read_config_file(given["config"]), "config file")
                  if given.get("config") else {})
     unknown = sorted(set(from_file) - names)
     if unknown:
         raise ValueError(f"unknown setting(s) in the config file {given['config']}: "
                          f"{', '.join(unknown)}")
-    from_file = coerce_settings(from_file, f"config file {given.get('config')}")
+    from_file = typed_settings(from_file, f"config file {given.get('config')}")
     preset = given.get("preset") or from_file.get("preset")
     task = given.get("task") or from_file.get("task") or IsotropyArguments.task
     settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}

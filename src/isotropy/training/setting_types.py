@@ -1,7 +1,8 @@
 """Settings read from files (``--config``, sweep specs) converted to the types of their fields,
 once, where they are read: YAML and JSON leave ``"false"`` a string (which ``bool()`` would
 call true) and PyYAML reads ``1e-4`` as text. A value that cannot mean its field's type is a
-``ValueError`` naming the setting and where it was given."""
+``ValueError`` naming the setting and where it was given. The fields' types come from the
+caller (:func:`isotropy.training.config.field_types` for ``isotropy train``'s settings)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,6 @@ __all__ = [
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0")
-_HINTS: dict[str, Any] | None = None
-
-
-def _hints() -> dict[str, Any]:
-    global _HINTS
-    if _HINTS is None:
-        from isotropy.training.config import IsotropyArguments, TrainArguments
-
-        _HINTS = {**typing.get_type_hints(TrainArguments),
-                  **typing.get_type_hints(IsotropyArguments)}
-    return _HINTS
 
 
 def _scalar_kinds(hint: Any) -> set[type]:
@@ -38,21 +28,23 @@ def _scalar_kinds(hint: Any) -> set[type]:
     return {a for a in args if a in (int, float, bool, str)}
 
 
-def coerce(name: str, value: Any, where: str) -> Any:
-    """A setting's value with the type its field expects: a flag from ``true``/``false``,
-    ``yes``/``no`` or ``1``/``0`` (any case), a number from its text; anything else is a
-    ``ValueError`` naming ``name`` and ``where``. Settings of other types pass unchanged.
+def coerce(name: str, value: Any, where: str, types_: Mapping[str, Any]) -> Any:
+    """A setting's value with the type its field expects (``types_[name]``, a type hint): a
+    flag from ``true``/``false``, ``yes``/``no`` or ``1``/``0`` (any case), a number from its
+    text; anything else is a ``ValueError`` naming ``name`` and ``where``. Settings of other
+    types, and names not in ``types_``, pass unchanged.
 
-    >>> coerce("learning_rate", "1e-5", "base"), coerce("seed", 3.0, "base")
+    >>> kinds = {"learning_rate": float, "seed": int, "include_padding": bool}
+    >>> coerce("learning_rate", "1e-5", "base", kinds), coerce("seed", 3.0, "base", kinds)
     (1e-05, 3)
-    >>> coerce("include_padding", "No", "config file c.yaml")
+    >>> coerce("include_padding", "No", "config file c.yaml", kinds)
     False
-    >>> coerce("select_features", "maybe", "config file c.yaml")
+    >>> coerce("include_padding", "maybe", "config file c.yaml", kinds)
     Traceback (most recent call last):
     ...
-    ValueError: config file c.yaml: select_features must be true or false, got 'maybe'
+    ValueError: config file c.yaml: include_padding must be true or false, got 'maybe'
     """
-    hint = _hints().get(name)
+    hint = types_.get(name)
     if hint is None or value is None:
         return value
     kinds = _scalar_kinds(hint)
@@ -95,6 +87,7 @@ def coerce(name: str, value: Any, where: str) -> Any:
     return value
 
 
-def coerce_settings(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+def coerce_settings(settings: Mapping[str, Any], where: str,
+                    types_: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`coerce` of every setting."""
-    return {k: coerce(k, v, where) for k, v in settings.items()}
+    return {k: coerce(k, v, where, types_) for k, v in settings.items()}
