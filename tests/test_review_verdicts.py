@@ -179,6 +179,14 @@ def test_an_unfinished_run_is_pending_and_other_settings_are_refused(tmp_path) -
 
 
 FOUND = {-0.1: ["sst2", "cola", "stsb"], -0.03: ["sst2", "mrpc", "cola"]}
+# phase A's learning rates and the I-STAR paper's best BERT zeta (its Table 2), per task
+LR = {"sst2": 3e-5, "mrpc": 1e-4, "cola": 3e-5, "stsb": 1e-4}
+ZETA = {"sst2": 0.2, "mrpc": 0.6, "cola": 0.8, "stsb": 0.2}
+
+
+def _comparison(d: dict[str, list[float]], one_class: tuple[str, ...] = (),
+                seeds: tuple[int, ...] = (0, 1, 2)) -> rv.Comparison:
+    return rv.Comparison(d, {t: t in one_class for t in d}, seeds)
 
 
 def test_confirmation_spec_runs_exactly_the_runs_the_confirmation_reads(tmp_path) -> None:
@@ -201,12 +209,24 @@ def test_confirmation_spec_runs_exactly_the_runs_the_confirmation_reads(tmp_path
         for key, value in cell.settings:
             got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
             assert got == value, (task, key, got, value)
+    # every point, against values written here: the task's rate and zeta, SST-2's 8k subset
+    for p in spec.points:
+        t = p["task"]
+        assert p["learning_rate"] == LR[t]
+        assert p.get("max_train_samples") == (8000 if t == "sst2" else None)
+        if p["regularizer"] == "istar":
+            assert p["zeta"] == ZETA[t] and t in FOUND[p["tuning"]]
+        else:
+            assert p == {k: v for k, v in p.items() if k in (
+                "task", "learning_rate", "max_train_samples", "regularizer")}
+            assert p["regularizer"] == "none"
     # phase A's fixed settings, as the screen's runs had them, in a root of its own
     dose = load_spec(ROOT / "docs" / "results" / "specs" / "dose.yaml")
-    assert spec.base == dose.base
+    assert spec.base == dose.base and "classifier_pooling" not in spec.base
     assert str(spec.output_root).endswith("/dose-confirm")
+    assert spec.seeds == [3, 4, 5] and spec.order == "seed-major"
     assert [p.name for p in points][:4] == [rv.run_name(t, rv.base(t, "dose-confirm"), 3)
-                                            for t in rv.PAPER]  # seed-major, seed 3 first
+                                            for t in rv.PAPER]  # seed 3 first
     with pytest.raises(ValueError, match="no candidate"):
         rv.confirmation_spec({})
 
@@ -215,13 +235,11 @@ def test_confirmation_verdicts_are_scipys_sign_test_under_statsmodels_holm() -> 
     from statsmodels.stats.multitest import multipletests
 
     seeds = (3, 4, 5)
-    strong = rv.Comparison({"sst2": [0.2, 0.1, 0.3], "cola": [1.0, 2.0, -1.0],
-                            "stsb": [0.1, 0.2, 0.3]}, dict.fromkeys(("sst2", "cola", "stsb"),
-                                                                   False), seeds)
+    strong = _comparison({"sst2": [0.2, 0.1, 0.3], "cola": [1.0, 2.0, -1.0],
+                          "stsb": [0.1, 0.2, 0.3]}, seeds=seeds)
     # a tie counts against the claimed side; a one-class cell's values are never above
-    weak = rv.Comparison({"sst2": [0.2, 0.0, 0.3], "mrpc": [1.0, 2.0, 3.0],
-                          "cola": [1.0, 1.0, 1.0]},
-                         {"sst2": False, "mrpc": False, "cola": True}, seeds)
+    weak = _comparison({"sst2": [0.2, 0.0, 0.3], "mrpc": [1.0, 2.0, 3.0],
+                        "cola": [1.0, 1.0, 1.0]}, one_class=("cola",), seeds=seeds)
     lines = rv.confirm_verdicts({-0.1: strong, -0.03: weak})
     verdicts = [line for line in lines if line.endswith("**")]
     raw = [binomtest(k, 9, 0.5, alternative="greater").pvalue for k in (8, 5)]
@@ -233,23 +251,57 @@ def test_confirmation_verdicts_are_scipys_sign_test_under_statsmodels_holm() -> 
     assert verdicts[1].endswith("**not confirmed**")
     assert "| task | seed 3 | seed 4 | seed 5 |" in lines[2]
     # alone, 7 of 9 (p = 0.090) is not confirmed
-    seven = rv.Comparison({**strong.d, "sst2": [0.2, -0.1, 0.3]}, strong.constant, seeds)
+    seven = _comparison({**strong.d, "sst2": [0.2, -0.1, 0.3]}, seeds=seeds)
     assert rv.confirm_verdicts({-0.1: seven})[-2].endswith("**not confirmed**")
 
 
-def test_confirmation_is_pending_with_every_missing_run_named(tmp_path) -> None:
-    lines = rv.confirmation(tmp_path, {-0.1: ["sst2", "cola", "stsb"]})
+def test_the_screen_names_candidates_and_b3_hands_them_to_the_confirmation(
+        tmp_path, monkeypatch) -> None:
+    hand = {  # -0.1: 3 of 4 task means above 0 (STS-B's mean is exactly 0: not above)
+        -0.1: _comparison({"sst2": [0.1, 0.2, -0.1], "mrpc": [0.5, 0.5, -0.9],
+                           "cola": [1.0, 0.0, 0.0], "stsb": [0.1, -0.1, 0.0]}),
+        # -0.03: 3 means above 0, but CoLA's cell predicts one class on every seed
+        -0.03: _comparison({"sst2": [0.1, 0.1, 0.1], "mrpc": [0.2, 0.2, 0.2],
+                            "cola": [5.0, 5.0, 5.0], "stsb": [-1.0, -1.0, -1.0]},
+                           one_class=("cola",))}
+    monkeypatch.setattr(rv, "screening", lambda runs, lam: hand[lam])
+    monkeypatch.setattr(rv, "CONFIRM_SPEC", tmp_path / "no-spec-yet.yaml")
+    assert rv.candidates(tmp_path) == {-0.1: ["sst2", "mrpc", "cola"]}
+    text = "\n".join(rv.b3(tmp_path))
+    assert "task means above 0 on 3 of 4: a **candidate**" in text
+    assert "task means above 0 on 2 of 4: **does not beat**" in text
+    confirm = text.split("#### B3's confirmation", 1)[1]
+    assert "dose-confirm/mrpc-minilm-istar_l-0.1_z0.6-seed3" in confirm
+    assert "stsb" not in confirm.split("Dose-response")[0] and "l-0.03" not in confirm
+    # a spec on disk that the screen does not name is refused
+    (tmp_path / "no-spec-yet.yaml").write_text(rv.confirmation_spec({-0.1: ["sst2"]}))
+    with pytest.raises(ValueError, match="not the spec B3's screen names"):
+        rv.b3(tmp_path)
+
+
+def test_missing_runs_are_named_for_every_lambda(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(rv, "CONFIRM_SPEC", tmp_path / "none.yaml")
+    lines = rv.confirmation(tmp_path, FOUND)
     assert lines[-2].startswith("pending (missing: ")
-    assert lines[-2].count("dose-confirm/") == 18  # 3 tasks x 2 cells x 3 seeds
+    assert lines[-2].count("dose-confirm/") == 2 * 18  # 3 tasks x 2 cells x 3 seeds, per lambda
     assert "dose-confirm/cola-minilm-istar_l-0.1_z0.8-seed5" in lines[-2]
+    assert "dose-confirm/mrpc-minilm-istar_l-0.03_z0.6-seed3" in lines[-2]
+    with pytest.raises(rv.Missing) as gone:  # the screen of both lambdas at once
+        rv.candidates(tmp_path)
+    assert "l-0.1_z0.2-seed0" in str(gone.value) and "l-0.03_z0.2-seed2" in str(gone.value)
 
 
-def test_make_confirm_spec_refuses_an_incomplete_screen_and_writes_a_named_one(
-        tmp_path, monkeypatch, capsys) -> None:
+def _make_confirm_spec():
     spec = importlib.util.spec_from_file_location(
         "make_confirm_spec", ROOT / "docs" / "results" / "make_confirm_spec.py")
     mcs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mcs)
+    return mcs
+
+
+def test_make_confirm_spec_refuses_an_incomplete_screen_and_writes_a_named_one(
+        tmp_path, monkeypatch, capsys) -> None:
+    mcs = _make_confirm_spec()
     out = tmp_path / "out.yaml"
     assert mcs.main(["x", str(tmp_path / "empty"), str(out)]) == 1
     assert "not complete" in capsys.readouterr().err and not out.exists()
@@ -259,4 +311,51 @@ def test_make_confirm_spec_refuses_an_incomplete_screen_and_writes_a_named_one(
     monkeypatch.setattr(mcs.rv, "candidates", lambda runs: {-0.1: ["sst2", "cola", "stsb"]})
     assert mcs.main(["x", str(tmp_path), str(out)]) == 0
     assert "lambda = -0.1: SST-2, CoLA, STS-B" in capsys.readouterr().out
-    assert out.read_text() == rv.confirmation_spec({-0.1: ["sst2", "cola", "stsb"]})
+    written = out.read_text()
+    assert written == rv.confirmation_spec({-0.1: ["sst2", "cola", "stsb"]})
+    assert mcs.main(["x", str(tmp_path), str(out)]) == 0  # the same again: fine
+    # a screen that now names other runs never replaces the spec written before
+    monkeypatch.setattr(mcs.rv, "candidates", lambda runs: {-0.1: ["sst2", "mrpc", "stsb"]})
+    assert mcs.main(["x", str(tmp_path), str(out)]) == 1
+    assert "Not replaced" in capsys.readouterr().err and out.read_text() == written
+
+
+def test_run_confirm_runs_only_a_committed_spec_that_results_md_names(tmp_path) -> None:
+    import subprocess
+
+    here = tmp_path / "docs" / "results"
+    (here / "specs").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "results" / "run_confirm.sh", here)
+    fake = here / "run_review.sh"  # stands in for the sweep: says what it was given
+    fake.write_text('#!/usr/bin/env bash\necho "ran $1 seeds=${SEEDS:-spec}"\n')
+    fake.chmod(0o755)
+    results = tmp_path / "docs" / "results.md"
+    results.write_text("rules\n")
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(here / "run_confirm.sh")], capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", "SEEDS": "0 1 2"},
+                              timeout=60)
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    got = run()
+    assert got.returncode == 2 and "make_confirm_spec.py writes it" in got.stderr
+    spec = here / "specs" / "dose-confirm.yaml"
+    spec.write_text(rv.confirmation_spec(FOUND))
+    got = run()
+    assert got.returncode == 2 and "commit" in got.stderr  # not committed
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "spec"], check=True)
+    got = run()
+    assert got.returncode == 2
+    assert "does not name 'lambda = -0.1 on SST-2, CoLA, STS-B'" in got.stderr
+    results.write_text("lambda = -0.1 on SST-2, CoLA, STS-B\n")
+    assert "does not name 'lambda = -0.03 on SST-2, MRPC, CoLA'" in run().stderr
+    results.write_text("lambda = -0.1 on SST-2, CoLA, STS-B; lambda = -0.03 on SST-2, MRPC, "
+                       "CoLA\n")
+    got = run()
+    assert got.returncode == 0 and got.stdout == "ran dose-confirm seeds=spec\n"
+    spec.write_text(spec.read_text() + "# edited\n")  # changed after the commit
+    got = run()
+    assert got.returncode == 2 and "unchanged" in got.stderr

@@ -233,47 +233,17 @@ def b2(runs: Path) -> tuple[list[str], float]:
                       constant_rule=False)
 
 
+CANDIDATE_AT = 3  # B3's screen: a lambda above the base run on this many task means
+
+
 def screen(c: Comparison) -> tuple[list[str], str]:
     """B3's screen of one lambda: the tasks whose mean d is above 0 (a task whose cell
     predicts one class on every seed is not), and the word: a candidate at 3 or more."""
     up = [t for t, m in c.task_means().items() if m > 0 and not c.constant[t]]
-    if len(up) >= 3:
+    if len(up) >= CANDIDATE_AT:
         return up, ("a **candidate** (confirmation runs on fresh seeds 3-5 for "
                     + ", ".join(LABEL[t] for t in up) + ")")
     return up, "**does not beat** the base run on this model"
-
-
-def b3(runs: Path) -> list[str]:
-    out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
-    missing: list[str] = []
-    found: dict[float, list[str]] = {}
-    for lam in DOSES:
-        try:
-            c = screening(runs, lam)
-        except Missing as gone:
-            missing.append(f"lambda = {lam:g}: {gone}")
-            continue
-        up, word = screen(c)
-        if len(up) >= 3:
-            found[lam] = up
-        out += [f"lambda = {lam:g}:", "", *_table(c), "",
-                f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
-    if missing:
-        out += [f"pending (missing: {', '.join(missing)})", ""]
-    elif found:
-        out += confirmation(runs, found)
-    return out + dose_response(runs)
-
-
-def candidates(runs: Path) -> dict[float, list[str]]:
-    """B3's screen: {lambda: the tasks whose mean d is above 0} for each candidate lambda
-    (3 or more such tasks); ``Missing`` until every screening run is there."""
-    found = {}
-    for lam in DOSES:
-        up, _ = screen(screening(runs, lam))
-        if len(up) >= 3:
-            found[lam] = up
-    return found
 
 
 def screening(runs: Path, lam: float) -> Comparison:
@@ -281,9 +251,58 @@ def screening(runs: Path, lam: float) -> Comparison:
     return compare(runs, [(t, istar(t, "dose", lam), base(t, "istar")) for t in PAPER])
 
 
+def screens(runs: Path) -> dict[float, Comparison]:
+    """Every lambda's screening values; ``Missing`` names every absent run of all of them."""
+    out, missing = {}, []
+    for lam in DOSES:
+        try:
+            out[lam] = screening(runs, lam)
+        except Missing as gone:
+            missing.append(str(gone))
+    if missing:
+        raise Missing(", ".join(missing))
+    return out
+
+
+def candidates(runs: Path) -> dict[float, list[str]]:
+    """B3's screen: {lambda: the tasks whose mean d is above 0} for each candidate lambda;
+    ``Missing`` until every screening run is there."""
+    found = {lam: screen(c)[0] for lam, c in screens(runs).items()}
+    return {lam: up for lam, up in found.items() if len(up) >= CANDIDATE_AT}
+
+
+def b3(runs: Path) -> list[str]:
+    out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
+    try:
+        comparisons = screens(runs)
+    except Missing as gone:
+        return [*out, f"pending (missing: {gone})", "", *dose_response(runs)]
+    for lam, c in comparisons.items():
+        up, word = screen(c)
+        out += [f"lambda = {lam:g}:", "", *_table(c), "",
+                f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
+    found = candidates(runs)
+    if found:
+        out += confirmation(runs, found)
+    return out + dose_response(runs)
+
+
 def confirm_cells(task: str, lam: float) -> tuple[Cell, Cell]:
     """(lambda's cell, the base run's cell) of B3's confirmation, both in its own root."""
     return istar(task, "dose-confirm", lam), base(task, "dose-confirm")
+
+
+CONFIRM_SPEC = Path(__file__).resolve().parent / "specs" / "dose-confirm.yaml"
+
+
+def check_confirm_spec(found: dict[float, list[str]], path: Path | None = None) -> None:
+    """``ValueError`` if the confirmation's spec (``path``, default :data:`CONFIRM_SPEC`),
+    once written, is not the one the screen names (the runs must be those named before they
+    started)."""
+    path = CONFIRM_SPEC if path is None else path
+    if path.is_file() and path.read_text(encoding="utf-8") != confirmation_spec(found):
+        raise ValueError(f"{path} is not the spec B3's screen names ({found}): the screen's "
+                         "runs changed after the confirmation was written")
 
 
 def confirmation(runs: Path, found: dict[float, list[str]]) -> list[str]:
@@ -291,13 +310,18 @@ def confirmation(runs: Path, found: dict[float, list[str]]) -> list[str]:
     exact sign test (a cell predicting one class on every seed counts as not above),
     Holm-adjusted over the candidates; **supported** at an adjusted p < 0.05, **not
     confirmed** otherwise."""
+    check_confirm_spec(found)
     out = ["#### B3's confirmation (fresh seeds "
            + ", ".join(str(s) for s in CONFIRM_SEEDS) + "; d = I-STAR at lambda - base run)", ""]
-    try:
-        comparisons = {lam: compare(runs, [(t, *confirm_cells(t, lam)) for t in tasks],
-                                    CONFIRM_SEEDS) for lam, tasks in found.items()}
-    except Missing as gone:
-        return [*out, f"pending (missing: {gone})", ""]
+    comparisons, missing = {}, []
+    for lam, tasks in found.items():
+        try:
+            comparisons[lam] = compare(runs, [(t, *confirm_cells(t, lam)) for t in tasks],
+                                       CONFIRM_SEEDS)
+        except Missing as gone:
+            missing.append(str(gone))
+    if missing:
+        return [*out, f"pending (missing: {', '.join(missing)})", ""]
     return out + confirm_verdicts(comparisons)
 
 
@@ -317,27 +341,37 @@ def confirm_verdicts(comparisons: dict[float, Comparison]) -> list[str]:
 
 
 def confirmation_spec(found: dict[float, list[str]]) -> str:
-    """The sweep spec of B3's confirmation: phase A's settings (``dose.yaml``'s base), the
-    base run on every candidate's tasks and each candidate lambda on its own, at fresh seeds,
-    seed-major, into ``dose-confirm``."""
+    """The sweep spec of B3's confirmation, made of the screen's own points: ``dose.yaml``'s
+    fixed settings and its point of each candidate lambda on each of that lambda's tasks, and
+    phase A's base-run point (``istar.yaml``) of every such task, at fresh seeds, seed-major,
+    into ``dose-confirm``."""
+    import yaml
+
+    from isotropy.sweeps.spec import load_spec
+
     if not found:
         raise ValueError("no candidate lambda: B3 has no confirmation to run")
-    dose = (Path(__file__).resolve().parent / "specs" / "dose.yaml").read_text(encoding="utf-8")
-    head = dose.split("\noutput_root:")[1].split("\npoints:")[0].replace("/dose", "/dose-confirm")
-    extra = {"sst2": ", max_train_samples: 8000"}
+    specs = Path(__file__).resolve().parent / "specs"
+    dose, phase_a = load_spec(specs / "dose.yaml"), load_spec(specs / "istar.yaml")
     tasks = [t for t in PAPER if any(t in ts for ts in found.values())]
-    points = [f"  - {{task: {t}, learning_rate: {LR[t]:.1e}{extra.get(t, '')}, regularizer: none}}"
-              for t in tasks]
-    points += [f"  - {{task: {t}, learning_rate: {LR[t]:.1e}{extra.get(t, '')}, regularizer: "
-               f"istar, tuning: {lam:g}, zeta: {PAPER[t][1]:g}}}"
-               for lam, ts in found.items() for t in PAPER if t in ts]
-    named = "; ".join(f"lambda = {lam:g} on " + ", ".join(LABEL[t] for t in ts)
+    points = [p for t in tasks for p in phase_a.points
+              if p["task"] == t and p["regularizer"] == "none"]
+    points += [p for lam, ts in found.items() for t in PAPER if t in ts
+               for p in dose.points if p["task"] == t and p.get("tuning") == lam]
+    if len(points) != len(tasks) + sum(len(ts) for ts in found.values()):
+        raise ValueError(f"dose.yaml or istar.yaml lacks a point of {found}")
+    root = str(Path(str(dose.output_root)).with_name("dose-confirm"))
+    head = yaml.safe_dump({"output_root": root, "base": dose.base}, sort_keys=False,
+                          default_flow_style=False)
+    body = "".join("  - " + yaml.safe_dump(p, sort_keys=False, default_flow_style=True,
+                                           width=1000) for p in points)
+    named = "\n".join(f"#   lambda = {lam:g} on " + ", ".join(LABEL[t] for t in ts)
                       for lam, ts in found.items())
     return ("# Review phase, step B3's confirmation (docs/results.md, \"Review phase\"), written\n"
-            "# by make_confirm_spec.py from the screen of seeds 0-2: " + named + ".\n"
+            "# by make_confirm_spec.py from the screen of seeds 0-2:\n" + named + "\n"
             "# Base runs and candidates on fresh seeds, seed-major: a stop leaves whole seeds.\n"
-            f"output_root:{head}\npoints:\n" + "\n".join(points)
-            + f"\nseeds: {list(CONFIRM_SEEDS)}\norder: seed-major\n")
+            + head + "points:\n" + body
+            + f"seeds: {list(CONFIRM_SEEDS)}\norder: seed-major\n")
 
 
 def dose_response(runs: Path) -> list[str]:

@@ -10,10 +10,10 @@
 #
 # SPEC: review (specs/review.yaml: B1 padding, B2 learning rate; the default), dose
 # (specs/dose.yaml: B3, run after review; run_dose.sh), dose-confirm (specs/dose-confirm.yaml,
-# written by make_confirm_spec.py: B3's confirmation on SEEDS="3 4 5"; run_confirm.sh),
+# written by make_confirm_spec.py: B3's confirmation on its seeds 3-5; run_confirm.sh),
 # readout (specs/readout.yaml: B4; run_readout.sh) or entropy (specs/entropy.yaml, phase B:
 # B5 runs its seeds 3 and 4 with SEEDS="3 4"; run_entropy_seeds.sh). WT, RUNS, WORKERS: as in
-# run.sh; SEEDS: the seeds, in order (default 0 1 2). The runs go under $RUNS/SPEC.
+# run.sh; SEEDS: the seeds, in order (default: the spec's own). The runs go under $RUNS/SPEC.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SPEC="${1:-review}"
@@ -21,11 +21,11 @@ SPEC="${1:-review}"
 WT="${WT:?set WT to the pinned worktree}"
 RUNS="${RUNS:-/work/verdict-runs}"
 WORKERS="${WORKERS:-2}"
-SEEDS="${SEEDS:-0 1 2}"
+SEEDS="${SEEDS:-}"
 export GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}" HF_HUB_OFFLINE=1
 ISO="$WT/.venv/bin/isotropy"
-echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml --seeds $SEEDS"
+echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml ${SEEDS:+--seeds $SEEDS}"
 cd "$WT" || exit 2
 # shellcheck disable=SC2086  # SEEDS: one argument per seed
-exec "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" --seeds $SEEDS \
+exec "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" ${SEEDS:+--seeds $SEEDS} \
     --workers "$WORKERS"
