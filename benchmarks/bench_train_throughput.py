@@ -69,7 +69,7 @@ def run_isotropy(name: str, settings: dict[str, Any]) -> dict[str, float]:
     """One ``run_training``; returns the training-loop seconds and the Sigma_S seconds."""
     import isotropy.training.callbacks as callbacks_module
     import isotropy.training.run as run_module
-    from isotropy.training.config import args_from_dict
+    from isotropy.training.settings import args_from_dict
 
     iso_args, train_args = args_from_dict({**settings, **CONFIGS[name], "overwrite": True})
     spent = {"shrinkage": 0.0}
@@ -117,8 +117,8 @@ def run_plain(settings: dict[str, Any]) -> dict[str, float]:
     from isotropy.data.glue import get_task
     from isotropy.data.sources import load_task_data
     from isotropy.models.loading import resolve_model
-    from isotropy.training.config import args_from_dict
     from isotropy.training.features import tokenize_examples
+    from isotropy.training.settings import args_from_dict
 
     iso_args, train_args = args_from_dict({**settings, "regularizer": ["none"]})
     spec = get_task(iso_args.task)

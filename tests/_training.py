@@ -11,8 +11,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from isotropy.training.config import parse_train_args
 from isotropy.training.run import run_training
+from isotropy.training.settings import parse_train_args
 
 WORDS = [
     "good", "bad", "fine", "awful", "great", "poor", "nice", "dull", "happy", "sad", "movie",

@@ -142,7 +142,7 @@ def test_every_run_looked_up_is_a_run_its_spec_names(spec, cells) -> None:
     # the names isotropy sweep gives the spec's points, against the names the script reads
     from isotropy.sweeps.points import expand
     from isotropy.sweeps.spec import load_spec
-    from isotropy.training.config import args_from_dict
+    from isotropy.training.settings import args_from_dict
 
     points = expand(load_spec(ROOT / "docs" / "results" / "specs" / f"{spec}.yaml"))
     named = {p.name: args_from_dict(p.settings) for p in points}  # as isotropy train reads it
@@ -192,7 +192,7 @@ def _comparison(d: dict[str, list[float]], one_class: tuple[str, ...] = (),
 def test_confirmation_spec_runs_exactly_the_runs_the_confirmation_reads(tmp_path) -> None:
     from isotropy.sweeps.points import expand
     from isotropy.sweeps.spec import load_spec
-    from isotropy.training.config import args_from_dict
+    from isotropy.training.settings import args_from_dict
 
     path = tmp_path / "dose-confirm.yaml"
     path.write_text(rv.confirmation_spec(FOUND))

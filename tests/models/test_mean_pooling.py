@@ -204,7 +204,8 @@ def test_train_with_a_mean_readout_records_it_and_saves_a_loadable_classifier(ti
 
 
 def test_classifier_pooling_is_checked_before_any_work(tiny, tmp_path):
-    from isotropy.training.config import default_run_name, parse_train_args
+    from isotropy.training.config import default_run_name
+    from isotropy.training.settings import parse_train_args
 
     model, glue = tiny
     with pytest.raises(ValueError, match="--classifier_pooling must be cls or mean"):

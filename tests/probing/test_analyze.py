@@ -316,8 +316,8 @@ def test_measure_pools_a_decoder_as_analyze_does(decoder_dirs, glue_dir, tmp_pat
 
 
 def test_run_directory_gives_its_task_and_encoder(bert_dir, glue_dir, tmp_path):
-    from isotropy.training.config import parse_train_args
     from isotropy.training.run import run_training
+    from isotropy.training.settings import parse_train_args
 
     run = tmp_path / "run"
     iso_args, train_args = parse_train_args([

@@ -456,8 +456,8 @@ def _attempts(log: Path) -> int:
 
 def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, glue, tmp_path,
                                                                    capsys):
-    from isotropy.training.config import args_from_dict
     from isotropy.training.run import run_training
+    from isotropy.training.settings import args_from_dict
 
     root = tmp_path / "out"
     spec = _spec(tiny_model, glue, root, seeds=[1, 2],

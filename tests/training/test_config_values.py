@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from isotropy.training.config import args_from_dict, describe
+from isotropy.training.config import describe
+from isotropy.training.settings import args_from_dict
 
 
 def _args(tmp_path, text: str, suffix: str, **given):

@@ -23,7 +23,7 @@ from scipy.stats import pearsonr
 
 from isotropy.cli.train import main as train_main
 from isotropy.data.glue import default_glue_dir
-from isotropy.training.config import parse_train_args
+from isotropy.training.settings import parse_train_args
 
 
 @pytest.fixture(autouse=True)
@@ -338,7 +338,8 @@ def test_help_lists_our_options_first_then_every_training_argument(capsys):
 
     from transformers import TrainingArguments
 
-    from isotropy.training.config import IsotropyArguments, build_parser
+    from isotropy.training.config import IsotropyArguments
+    from isotropy.training.flags import build_parser
 
     with pytest.raises(SystemExit) as info:
         parse_train_args(["--help"])
@@ -366,7 +367,7 @@ def test_trainer_progress_bars_only_on_a_terminal(tmp_path, monkeypatch):
     import sys
 
     from isotropy.cli.train import bars_only_on_a_terminal
-    from isotropy.training.config import args_from_dict
+    from isotropy.training.settings import args_from_dict
 
     def disabled(given):
         return args_from_dict({"output_dir": "x", **bars_only_on_a_terminal(given)})[1] \

@@ -45,8 +45,8 @@ from _reference import iota, mean_cosine, skdim_twonn, spd, spectrum
 from transformers import TrainerCallback
 
 from isotropy.probing.eval_measures import OTHER_RANK, EvalMeasures
-from isotropy.training.config import parse_train_args
 from isotropy.training.run import run_training
+from isotropy.training.settings import parse_train_args
 
 WORLD = 2
 B = 4  # per-device batch of the two-process runs and micro-batch of the accumulation runs

@@ -18,8 +18,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from isotropy.cli.train import main as train_main
-from isotropy.training.config import parse_train_args
 from isotropy.training.run import run_training
+from isotropy.training.settings import parse_train_args
 
 POSITIVE = ["good", "great", "nice", "happy"]
 NEGATIVE = ["bad", "awful", "poor", "sad"]

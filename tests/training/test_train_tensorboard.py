@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from _models import save_tiny_bert
 
-from isotropy.training.config import parse_train_args
 from isotropy.training.run import run_training
+from isotropy.training.settings import parse_train_args
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor", "movie", "film", "the", "a", "is"]
 

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.no_finetune and finetune_problem is None:
         _checks.check_output_dir(parser, out / "finetune", FILES)
         from isotropy.models.loading import resolve_model
-        from isotropy.training.config import args_from_dict
         from isotropy.training.model_kind import check_pooling
+        from isotropy.training.settings import args_from_dict
 
         try:
             iso_args, _ = args_from_dict(_finetune_settings(args, out / "finetune"))

@@ -21,7 +21,7 @@ __all__ = ["add_train_parser", "bars_only_on_a_terminal", "main", "run_train"]
 def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand, with every option of the training parser, to a
     ``subparsers`` object; its handler is :func:`run_train`."""
-    from isotropy.training.config import HELP_DESCRIPTION, HELP_EXAMPLES, build_parser
+    from isotropy.training.flags import HELP_DESCRIPTION, HELP_EXAMPLES, build_parser
 
     p = subparsers.add_parser(
         "train", help="fine-tune an encoder with a regularizer (Hugging Face Trainer)",
@@ -38,7 +38,7 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_train(args: argparse.Namespace) -> int:
     """Run ``isotropy train`` from the namespace of :func:`add_train_parser`; returns the
     exit code (0 ok, 2 bad input)."""
-    from isotropy.training.config import args_from_dict
+    from isotropy.training.settings import args_from_dict
 
     return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(args))))
 
@@ -47,18 +47,19 @@ def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:
     """The settings given, with ``disable_tqdm`` true when stderr is not a terminal (a log
     file would fill with the Trainer's progress bars) and neither the command line nor the
     ``--config`` file sets it."""
-    from isotropy.training.config import _read_config_file
+    from isotropy.training.settings import read_config_file
 
     if "disable_tqdm" in given or sys.stderr.isatty():
         return given
-    if given.get("config") and "disable_tqdm" in _read_config_file(given["config"]):
+    if given.get("config") and "disable_tqdm" in read_config_file(given["config"]):
         return given
     return {**given, "disable_tqdm": True}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the flags, train, print where the run is; one-line errors."""
-    from isotropy.training.config import args_from_dict, build_parser, check_one_spelling
+    from isotropy.training.flags import build_parser, check_one_spelling
+    from isotropy.training.settings import args_from_dict
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.io import write_csv_atomic, write_json_atomic, write_text_atomic
-from isotropy.training.config import args_from_dict
 from isotropy.training.run import run_training
+from isotropy.training.settings import args_from_dict
 
 __all__ = [
     "DEMO_METHODS",

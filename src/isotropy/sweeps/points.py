@@ -2,7 +2,7 @@
 checks made before anything runs.
 
 A point's settings are ``base``, then its cell (grid values, then method or point values),
-then its seed; each is checked with :func:`isotropy.training.config.args_from_dict`. Its run
+then its seed; each is checked with :func:`isotropy.training.settings.args_from_dict`. Its run
 directory is named by :func:`isotropy.training.config.default_run_name`, extended with the
 settings that tell apart points of the same default name (``-lr3e-05_bs16-seed1``)."""
 
@@ -24,12 +24,9 @@ from isotropy.io import to_jsonable
 from isotropy.models.loading import resolve_model
 from isotropy.rundir import RunDirectory
 from isotropy.sweeps.spec import SWEEP_DEFAULTS, SweepSpec, _suggest
-from isotropy.training.config import (
-    args_from_dict,
-    default_run_name,
-    typed_settings,
-)
+from isotropy.training.config import default_run_name
 from isotropy.training.model_kind import check_pooling
+from isotropy.training.settings import args_from_dict, typed_settings
 
 __all__ = [
     "SweepPoint",

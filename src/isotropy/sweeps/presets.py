@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from isotropy.sweeps.spec import SweepSpec, _suggest, spec_from_dict
-from isotropy.training.config import canonical_settings
+from isotropy.training.settings import canonical_settings
 
 __all__ = [
-    "PRESETS",
     "override",
     "preset_spec",
 ]
@@ -88,9 +87,6 @@ SWEEP_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
-
-
-PRESETS = SWEEP_PRESETS  # the old name (isotropy train's registry is TRAIN_PRESETS)
 
 
 def preset_spec(name: str) -> SweepSpec:

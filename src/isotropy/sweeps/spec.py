@@ -1,6 +1,6 @@
 """Sweep spec files (YAML, TOML, JSON) -> a validated :class:`SweepSpec` (its setting values
 are converted to the types ``isotropy train`` expects where points are expanded:
-:func:`isotropy.training.config.typed_settings`).
+:func:`isotropy.training.settings.typed_settings`).
 
 A spec's top-level keys: ``output_root`` (where the run directories go), ``base`` (settings of
 every point), ``grid`` (setting -> list of values, crossed), ``methods`` (named bundles of
@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.io import read_text_utf8, to_jsonable
-from isotropy.training.config import (
-    canonical_settings,
-    field_names,
-)
+from isotropy.training.config import field_names
+from isotropy.training.settings import canonical_settings
 
 __all__ = [
     "ORDERS",

@@ -19,7 +19,7 @@ import isotropy
 from isotropy._validation import one_line
 from isotropy.io import write_json_atomic
 from isotropy.sweeps.points import SweepPoint
-from isotropy.training.config import args_from_dict
+from isotropy.training.settings import args_from_dict
 
 __all__ = [
     "Outcome",

@@ -6,18 +6,12 @@ Data (task registry, local files) -> tokenised features -> ``AutoModelFor...`` w
 regularizer logs -> a self-describing run directory.
 """
 
-from isotropy.training.config import (
-    PRESETS,
-    REGULARIZERS,
-    TRAIN_PRESETS,
-    IsotropyArguments,
-    TrainArguments,
-    parse_train_args,
-)
+from isotropy.training.config import REGULARIZERS, IsotropyArguments, TrainArguments
+from isotropy.training.presets import TRAIN_PRESETS
 from isotropy.training.run import TrainResult, run_training
+from isotropy.training.settings import parse_train_args
 
 __all__ = [
-    "PRESETS",
     "TRAIN_PRESETS",
     "REGULARIZERS",
     "IsotropyArguments",

@@ -1,44 +1,38 @@
-"""Arguments of ``isotropy train``: ours plus every ``transformers.TrainingArguments`` option.
+"""Settings of ``isotropy train``: ours (:class:`IsotropyArguments`) plus every
+``transformers.TrainingArguments`` option (:class:`TrainArguments`), with the checks of their
+values, the run directory's default name and the record of what ran (:func:`describe`).
 
-Both dataclasses are parsed together by ``transformers.HfArgumentParser``, so every
-``TrainingArguments`` flag keeps Hugging Face's spelling (``--learning_rate``, ``--bf16``, ...).
-Values are taken, lowest priority first, from: the dataclass defaults, a ``--preset``, a
-``--config`` file (JSON or YAML, keys spelled as the flags without dashes), the command line.
+Their flags are in :mod:`isotropy.training.flags`; settings from dicts, config files and
+presets in :mod:`isotropy.training.settings`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
-from isotropy._validation import accept_negative_numbers
 from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
-from isotropy.training.presets import TRAIN_PRESETS, preset_values
-from isotropy.training.setting_types import coerce_settings
 
 __all__ = [
-    "PRESETS",
-    "TRAIN_PRESETS",
     "REGULARIZERS",
     "IsotropyArguments",
     "TrainArguments",
     "default_run_name",
-    "parse_layers",
-    "parse_train_args",
-    "preset_values",
+    "describe",
+    "field_names",
+    "field_types",
 ]
 
 REGULARIZERS = ("none", "istar", "cosreg", "entropy")
@@ -270,134 +264,6 @@ class TrainArguments(TrainingArguments):
             self.report_to = [r for r in self.report_to if r != "tensorboard"]
 
 
-PRESETS = TRAIN_PRESETS  # the old name (isotropy sweep's registry is SWEEP_PRESETS)
-
-
-
-def _read_config_file(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"config file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = (f"line {mark.line + 1}, column {mark.column + 1}: "
-                     if mark is not None else "")
-            what = getattr(err, "problem", None) or str(err)
-            context = getattr(err, "context", None)
-            what = f"{what} ({context})" if context else what
-            raise ValueError(f"config file {p} is not valid YAML: {where}"
-                             f"{' '.join(str(what).split())}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"config file {p} is not valid JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {p} must hold a mapping of setting -> value")
-    return data
-
-
-HELP_DESCRIPTION = """\
-Fine-tune an encoder on a GLUE-style task (or SQuAD) with isotropy regularizers.
-
-Every transformers.TrainingArguments option is accepted as a flag in Hugging Face's spelling
-(--learning_rate, --per_device_train_batch_size, --bf16, ...). Our own options come first,
-under "isotropy options"; the Hugging Face ones follow under "Hugging Face TrainingArguments".
-"""
-
-HELP_EXAMPLES = """\
-examples:
-  isotropy train --task rte --model minilm --regularizer istar --tuning -1 --zeta 0.2 \\
-      --output_dir runs/rte-istar
-  isotropy train --task mrpc --preset entropy --output_dir runs/mrpc-entropy
-  isotropy train --config settings.yaml --output_dir runs/x --resume
-"""
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter,
-                     argparse.ArgumentDefaultsHelpFormatter):
-    """Keep the description's paragraphs; show defaults where argparse knows them."""
-
-
-class TrainParser(HfArgumentParser):
-    """``HfArgumentParser`` whose errors are one line, ``isotropy train: error: ... (see
-    isotropy train --help)``, exit status 2, without the usage message."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # --learning_rat is an error, as in a sweep spec, never --learning_rate by prefix
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-        accept_negative_numbers(self)  # --learning_rate -1e-5 is a value (then refused)
-
-    def error(self, message: str) -> NoReturn:  # noqa: D102
-        text = " ".join(str(message).split())
-        if text.startswith("unrecognized arguments: "):
-            import difflib
-
-            flags = [f for f in self._option_string_actions if f.startswith("--")]
-            for token in text.split(": ", 1)[1].split():
-                close = difflib.get_close_matches(token.split("=")[0], flags, n=1)
-                if token.startswith("--") and close:
-                    text += f" (did you mean {close[0]}?)"
-                    break
-        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
-
-
-def _say_default(action: argparse.Action) -> None:
-    """Append the action's default to its help text (where it has both and the help does not
-    show it already), before the default is suppressed."""
-    default = action.default
-    if any(o.startswith("--no_") or o.startswith("--no-") for o in action.option_strings):
-        return  # the negated twin of a flag: its "default" is the flag's, not its own
-    if (not action.help or action.help == argparse.SUPPRESS or default is None
-            or default is argparse.SUPPRESS or "%(default)" in action.help
-            or "default" in action.help.lower()):
-        return
-    if isinstance(default, (list, tuple)):
-        default = " ".join(str(d) for d in default) or "none"
-    text = str(default).replace("%", "%%")
-    action.help = f"{action.help} (default: {text})"
-
-
-def build_parser(suppress_defaults: bool = True) -> HfArgumentParser:
-    """The ``HfArgumentParser`` of :class:`IsotropyArguments` and :class:`TrainArguments`.
-
-    With ``suppress_defaults`` a parsed namespace holds only the flags given, so a preset and
-    a config file can fill in the rest (:func:`args_from_dict`). The help lists our options
-    first (group "isotropy options"), then every ``TrainingArguments`` option.
-    """
-    parser = TrainParser(
-        (IsotropyArguments, TrainArguments), prog="isotropy train",
-        usage="%(prog)s [--task TASK] [--model MODEL] [--regularizer R ...] [OPTIONS]",
-        description=HELP_DESCRIPTION, epilog=HELP_EXAMPLES, formatter_class=_HelpFormatter,
-    )
-    isotropy_names = {f.name for f in fields(IsotropyArguments)}
-    isotropy_group = parser.add_argument_group(
-        "isotropy options", "what to fine-tune, on which data, with which regularizers")
-    hf = parser.add_argument_group(
-        "Hugging Face TrainingArguments",
-        "every option of transformers.TrainingArguments; the harness's own defaults are\n"
-        "those of --output_dir, --eval_strategy, --save_strategy, --logging_steps,\n"
-        "--save_total_limit, --report_to and --logging_dir")
-    for action in list(parser._optionals._group_actions):
-        if action.dest == "help":
-            continue
-        parser._optionals._group_actions.remove(action)
-        (isotropy_group if action.dest in isotropy_names else hf)._group_actions.append(action)
-    if suppress_defaults:
-        for action in parser._actions:
-            if action.dest != "help":
-                _say_default(action)  # --help still shows it
-                action.default = argparse.SUPPRESS
-    return parser
-
-
 def field_names() -> set[str]:
     """Every setting's name (the flag without dashes)."""
     return {f.name for cls in (IsotropyArguments, TrainArguments) for f in fields(cls)
@@ -406,85 +272,9 @@ def field_names() -> set[str]:
 
 @cache
 def field_types() -> dict[str, Any]:
-    """Every setting's type hint, by name (what :func:`typed_settings` converts to)."""
+    """Every setting's type hint, by name (what :func:`isotropy.training.settings.typed_settings`
+    converts to)."""
     return {**typing.get_type_hints(TrainArguments), **typing.get_type_hints(IsotropyArguments)}
-
-
-def typed_settings(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``settings`` with each value converted to its field's type
-    (:func:`~isotropy.training.setting_types.coerce`: ``"false"`` from a file is false,
-    ``"1e-4"`` a number); ``ValueError`` naming the setting and ``where`` when a value
-    cannot mean its type.
-
-    >>> typed_settings({"include_padding": "false", "learning_rate": "1e-4"}, "c.yaml")
-    {'include_padding': False, 'learning_rate': 0.0001}
-    """
-    return coerce_settings(settings, where, field_types())
-
-
-# The papers' names of the regularizer weights: accepted for the recorded setting names
-# wherever settings are named (flags, config files, sweep specs); runs record the setting name.
-SETTING_ALIASES = {"istar_lambda": "tuning", "cosreg_lambda": "cosreg_tuning",
-                   "entropy_beta": "entropy_weight", "entropy_gamma": "in_cluster_weight"}
-
-
-def canonical_settings(settings: Mapping[str, Any], where: str = "settings") -> dict[str, Any]:
-    """``settings`` with every alias (:data:`SETTING_ALIASES`) under its setting's name;
-    ``ValueError`` when both spellings are given.
-
-    >>> canonical_settings({"istar_lambda": -1, "zeta": 0.2})
-    {'tuning': -1, 'zeta': 0.2}
-    """
-    out: dict[str, Any] = {}
-    spelled: dict[str, Any] = {}
-    for key, value in settings.items():
-        name = SETTING_ALIASES.get(key, key) if isinstance(key, str) else key
-        if name in out:
-            raise ValueError(f"{where}: {spelled[name]} and {key} are the same setting; "
-                             "give one")
-        out[name], spelled[name] = value, key
-    return out
-
-
-def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
-    """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
-    (priority: given > file > preset > defaults); the aliases of :data:`SETTING_ALIASES` are
-    accepted. Values are converted to their fields' types once, here
-    (:func:`typed_settings`: ``"false"`` in a file is false, ``1e-4`` a number). Bad values
-    raise ``ValueError``."""
-    names = field_names()
-    given = {k: v for k, v in canonical_settings(given).items() if k in names}
-    # text from a caller's dict (the command line's values are typed by the parser already)
-    given.update(typed_settings({k: v for k, v in given.items() if isinstance(v, str)},
-                                "settings"))
-    from_file = (canonical_settings(_read_config_file(given["config"]), "config file")
-                 if given.get("config") else {})
-    unknown = sorted(set(from_file) - names)
-    if unknown:
-        raise ValueError(f"unknown setting(s) in the config file {given['config']}: "
-                         f"{', '.join(unknown)}")
-    from_file = typed_settings(from_file, f"config file {given.get('config')}")
-    preset = given.get("preset") or from_file.get("preset")
-    task = given.get("task") or from_file.get("task") or IsotropyArguments.task
-    settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}
-    settings.update(from_file)
-    settings.update(given)
-    if isinstance(settings.get("regularizer"), str):
-        settings["regularizer"] = [settings["regularizer"]]
-    if settings.get("output_dir") is None:
-        settings["output_dir"] = str(Path("runs") / default_run_name(settings))
-    try:
-        iso_args, train_args = build_parser(suppress_defaults=False).parse_dict(settings)
-    except ValueError as err:  # a value checked by the dataclasses: say where it came from
-        import re
-
-        named = re.match(r"--(\w+)", str(err))
-        if named and named.group(1) in from_file and named.group(1) not in given:
-            raise ValueError(f"{err} (from config file {given['config']})") from None
-        raise
-    if iso_args.group_by_length:
-        train_args.train_sampling_strategy = "group_by_length"
-    return iso_args, train_args
 
 
 def _number(value: Any) -> str:
@@ -529,34 +319,6 @@ def default_run_name(settings: Mapping[str, Any]) -> str:
     task = get_task(str(get("task"))).name
     head = "+meanhead" if get("classifier_pooling") == "mean" else ""
     return f"{task}-{model}-{'+'.join(parts) or 'none'}{head}-seed{get('seed')}"
-
-
-def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
-    """Parse command-line flags (plus ``--config`` and ``--preset``) into the two dataclasses.
-
-    Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``.
-    """
-    argv = list(argv if argv is not None else [])
-    parser = build_parser()
-    check_one_spelling(parser, argv)
-    return args_from_dict(vars(parser.parse_args(argv)))
-
-
-def check_one_spelling(parser: HfArgumentParser, argv: Sequence[str]) -> None:
-    """A usage error (exit status 2) when a setting is given under two of its names, e.g.
-    ``--tuning`` and ``--istar_lambda`` (argparse would keep the last one silently)."""
-    seen: dict[str, str] = {}
-    for token in argv:
-        if not token.startswith("--"):
-            continue
-        flag = token.split("=", 1)[0]
-        action = parser._option_string_actions.get(flag)
-        if action is None:
-            continue
-        name = flag[2:].replace("-", "_")
-        first = seen.setdefault(action.dest, name)
-        if first != name:
-            parser.error(f"--{first} and --{name} are the same setting; give one")
 
 
 def describe(iso_args: IsotropyArguments, train_args: TrainingArguments) -> dict[str, Any]:

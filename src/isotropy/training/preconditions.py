@@ -12,11 +12,12 @@ from typing import Any
 
 from transformers.training_args import ParallelMode
 
+from isotropy.clouds import parse_layers
 from isotropy.data.glue import TaskSpec
 from isotropy.distributed import is_distributed, world_size
 from isotropy.models.loading import longest_input
 from isotropy.rundir import RunDirectory
-from isotropy.training.config import IsotropyArguments, TrainArguments, parse_layers
+from isotropy.training.config import IsotropyArguments, TrainArguments
 from isotropy.training.predictions import SPAN_LABELS
 
 __all__ = [

@@ -18,6 +18,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import IntervalStrategy, has_length, rotate_checkpoints
 
+from isotropy.clouds import parse_layers
 from isotropy.distributed import gather_rows
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.models.regularized import (
@@ -43,7 +44,7 @@ from isotropy.training.callbacks import (
     _sync_folder,
     _write_checkpoint_state,
 )
-from isotropy.training.config import IsotropyArguments, parse_layers
+from isotropy.training.config import IsotropyArguments
 from isotropy.training.regularizer_logs import RegularizerLogMixin
 
 __all__ = [

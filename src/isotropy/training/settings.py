@@ -1,0 +1,151 @@
+"""Settings of ``isotropy train`` from where they are given, lowest priority first: the
+dataclass defaults, a ``--preset``, a ``--config`` file (JSON or YAML, keys spelled as the flags
+without dashes), the command line or a caller's dict; the papers' names of the regularizer
+weights accepted as aliases; each value converted to its field's type once, where it is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from isotropy.training.config import (
+    IsotropyArguments,
+    TrainArguments,
+    default_run_name,
+    field_names,
+    field_types,
+)
+from isotropy.training.flags import build_parser, check_one_spelling
+from isotropy.training.presets import preset_values
+from isotropy.training.setting_types import coerce_settings
+
+__all__ = [
+    "SETTING_ALIASES",
+    "args_from_dict",
+    "canonical_settings",
+    "parse_train_args",
+    "read_config_file",
+    "typed_settings",
+]
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The mapping of setting -> value in a ``--config`` file (YAML by its suffix, else
+    JSON); ``ValueError`` naming the file, and the line for YAML, when it cannot be read."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file {p} does not exist")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = (f"line {mark.line + 1}, column {mark.column + 1}: "
+                     if mark is not None else "")
+            what = getattr(err, "problem", None) or str(err)
+            context = getattr(err, "context", None)
+            what = f"{what} ({context})" if context else what
+            raise ValueError(f"config file {p} is not valid YAML: {where}"
+                             f"{' '.join(str(what).split())}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"config file {p} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p} must hold a mapping of setting -> value")
+    return data
+
+
+def typed_settings(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``settings`` with each value converted to its field's type
+    (:func:`~isotropy.training.setting_types.coerce`: ``"false"`` from a file is false,
+    ``"1e-4"`` a number); ``ValueError`` naming the setting and ``where`` when a value
+    cannot mean its type.
+
+    >>> typed_settings({"include_padding": "false", "learning_rate": "1e-4"}, "c.yaml")
+    {'include_padding': False, 'learning_rate': 0.0001}
+    """
+    return coerce_settings(settings, where, field_types())
+
+
+# The papers' names of the regularizer weights: accepted for the recorded setting names
+# wherever settings are named (flags, config files, sweep specs); runs record the setting name.
+SETTING_ALIASES = {"istar_lambda": "tuning", "cosreg_lambda": "cosreg_tuning",
+                   "entropy_beta": "entropy_weight", "entropy_gamma": "in_cluster_weight"}
+
+
+def canonical_settings(settings: Mapping[str, Any], where: str = "settings") -> dict[str, Any]:
+    """``settings`` with every alias (:data:`SETTING_ALIASES`) under its setting's name;
+    ``ValueError`` when both spellings are given.
+
+    >>> canonical_settings({"istar_lambda": -1, "zeta": 0.2})
+    {'tuning': -1, 'zeta': 0.2}
+    """
+    out: dict[str, Any] = {}
+    spelled: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = SETTING_ALIASES.get(key, key) if isinstance(key, str) else key
+        if name in out:
+            raise ValueError(f"{where}: {spelled[name]} and {key} are the same setting; "
+                             "give one")
+        out[name], spelled[name] = value, key
+    return out
+
+
+def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
+    """The two dataclasses from explicitly given settings, a ``config`` file and a ``preset``
+    (priority: given > file > preset > defaults); the aliases of :data:`SETTING_ALIASES` are
+    accepted. Values are converted to their fields' types once, here
+    (:func:`typed_settings`: ``"false"`` in a file is false, ``1e-4`` a number). Bad values
+    raise ``ValueError``."""
+    names = field_names()
+    given = {k: v for k, v in canonical_settings(given).items() if k in names}
+    # text from a caller's dict (the command line's values are typed by the parser already)
+    given.update(typed_settings({k: v for k, v in given.items() if isinstance(v, str)},
+                                "settings"))
+    from_file = (canonical_settings(read_config_file(given["config"]), "config file")
+                 if given.get("config") else {})
+    unknown = sorted(set(from_file) - names)
+    if unknown:
+        raise ValueError(f"unknown setting(s) in the config file {given['config']}: "
+                         f"{', '.join(unknown)}")
+    from_file = typed_settings(from_file, f"config file {given.get('config')}")
+    preset = given.get("preset") or from_file.get("preset")
+    task = given.get("task") or from_file.get("task") or IsotropyArguments.task
+    settings: dict[str, Any] = preset_values(str(preset), str(task)) if preset else {}
+    settings.update(from_file)
+    settings.update(given)
+    if isinstance(settings.get("regularizer"), str):
+        settings["regularizer"] = [settings["regularizer"]]
+    if settings.get("output_dir") is None:
+        settings["output_dir"] = str(Path("runs") / default_run_name(settings))
+    try:
+        iso_args, train_args = build_parser(suppress_defaults=False).parse_dict(settings)
+    except ValueError as err:  # a value checked by the dataclasses: say where it came from
+        import re
+
+        named = re.match(r"--(\w+)", str(err))
+        if named and named.group(1) in from_file and named.group(1) not in given:
+            raise ValueError(f"{err} (from config file {given['config']})") from None
+        raise
+    if iso_args.group_by_length:
+        train_args.train_sampling_strategy = "group_by_length"
+    return iso_args, train_args
+
+
+def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
+    """Parse command-line flags (plus ``--config`` and ``--preset``) into the two dataclasses.
+
+    Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``.
+    """
+    argv = list(argv if argv is not None else [])
+    parser = build_parser()
+    check_one_spelling(parser, argv)
+    return args_from_dict(vars(parser.parse_args(argv)))
