@@ -260,3 +260,52 @@ def test_padding_in_the_clouds_as_the_authors_code(model):
     loss = IStarLoss(tuning=1.0, include_padding=True)
     refresh_shrinkage(model, batches, loss, n_tokens=n)
     assert_cov_close(loss.shrinkage, np.cov(flat.double().numpy().T))
+
+
+def _rows(batches):
+    return [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))]
+
+
+def test_the_sigma_s_pass_leaves_the_global_random_state_as_it_was(model):
+    """A DataLoader draws its seed from torch's global state on every iteration, even without
+    shuffling: the pass must put that state back, or the training after it changes."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_rows(make_batches()), batch_size=4, shuffle=False)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    refresh_shrinkage(model, loader, IStarLoss(tuning=-1.0), n_tokens=20)  # stops early
+    assert torch.equal(torch.get_rng_state(), before)
+    collect_layer_shrinkage(model, loader, n_tokens=20)
+    assert torch.equal(torch.get_rng_state(), before)
+    iter(loader)  # what the pass would otherwise have done to it
+    assert not torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_refresh_that_feeds_no_loss_of_the_model_leaves_its_training_unchanged(tmp_path):
+    """A Trainer with ShrinkageRefreshCallback on an IStarLoss outside the model trains the
+    very weights it trains without the callback (dropout and all)."""
+    from _training import own_trainer_args
+    from transformers import BertForSequenceClassification, Trainer
+
+    from isotropy.losses.cosreg import CosRegLoss
+
+    g = torch.Generator().manual_seed(1)
+    data = _rows([random_inputs(g, batch=32, seq=10, vocab_size=50, min_length=2)])
+    for i, row in enumerate(data):
+        row["labels"] = torch.tensor(i % 2)
+
+    def train(callbacks):
+        net = tiny_bert(BertForSequenceClassification, vocab_size=50, num_labels=2)
+        trainer = Trainer(model=RegularizedModel(net, CosRegLoss()), train_dataset=data,
+                          args=own_trainer_args(tmp_path / str(len(callbacks)), save_steps=100,
+                                                num_train_epochs=2, max_steps=-1),
+                          callbacks=callbacks)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*(pin_memory|accelerator).*")
+            trainer.train()
+        return [p.detach().clone() for p in net.parameters()]
+
+    alone = train([])
+    refreshed = train([ShrinkageRefreshCallback(losses=IStarLoss(tuning=-1.0), n_tokens=50)])
+    assert all(torch.equal(a, b) for a, b in zip(alone, refreshed, strict=True))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from isotropy.clouds import POOLINGS, Layers, pooled_rows, select_layers, token_
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
-from isotropy.models.forward import hidden_state_batches
+from isotropy.models.forward import hidden_state_batches, model_device, unwrap_model
 
 __all__ = [
     "collect_covariance",
@@ -129,6 +130,17 @@ def _check_count(count: int, n_tokens: int) -> None:
         raise ValueError(f"only {count} token row(s) found: Sigma_S needs at least 2")
 
 
+def _rng_untouched(model: torch.nn.Module) -> AbstractContextManager[Any]:
+    """A context that puts torch's global random state (CPU, and the model's CUDA device) back
+    as it was: iterating a ``DataLoader`` draws its seed from that state even with
+    ``shuffle=False``, so a Sigma_S pass would otherwise change the training that follows (its
+    dropout) and break the exact resume of a run."""
+    device = model_device(unwrap_model(model))
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=cuda)
+
+
 def collect_covariance(
     model: torch.nn.Module,
     dataloader: Iterable[Mapping[str, Any]],
@@ -153,16 +165,17 @@ def collect_covariance(
     sync = bool(sync_dist) and is_distributed(process_group)
     quota = _rank_quota(n_tokens, process_group, sync)
     stats: CovarianceStats | None = None
-    for hs, attention_mask in hidden_state_batches(model, dataloader):
-        count = 0 if stats is None else stats.count
-        rows = _batch_rows(hs, None if include_padding else attention_mask, layers,
-                           quota - count)
-        if rows.shape[0]:
-            if stats is None:
-                stats = CovarianceStats.empty(rows.shape[1], rows.device)
-            stats.update(rows)
-        if stats is not None and stats.count >= quota:
-            break
+    with _rng_untouched(model):
+        for hs, attention_mask in hidden_state_batches(model, dataloader):
+            count = 0 if stats is None else stats.count
+            rows = _batch_rows(hs, None if include_padding else attention_mask, layers,
+                               quota - count)
+            if rows.shape[0]:
+                if stats is None:
+                    stats = CovarianceStats.empty(rows.shape[1], rows.device)
+                stats.update(rows)
+            if stats is not None and stats.count >= quota:
+                break
     if not _every_rank_has_rows(stats is not None, sync, process_group):
         raise _no_rows_error(sync)
     if sync:
@@ -261,24 +274,25 @@ def collect_layer_shrinkage(
     token: list[CovarianceStats] = []
     pooled: list[CovarianceStats] = []
     used = 0
-    for hs, attention_mask in hidden_state_batches(model, dataloader):
-        if len(hs) < 2:
-            raise ValueError("the model has no transformer layer (only the embedding output)")
-        mask = token_mask(hs[0], attention_mask)
-        if not token:
-            token = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
-            pooled = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
-        elif len(hs) != len(token):
-            raise ValueError(f"got {len(hs)} hidden states, earlier batches had {len(token)}")
-        counts = _layer_row_counts(int(mask.sum()), len(hs) - 1, quota - used)
-        for i, h in enumerate(hs):
-            rows = h[mask][: counts[max(i, 1) - 1]]
-            if rows.shape[0]:
-                token[i].update(rows)
-            pooled[i].update(pooled_rows(h, mask, pooling))
-        used += sum(counts)
-        if used >= quota:
-            break
+    with _rng_untouched(model):
+        for hs, attention_mask in hidden_state_batches(model, dataloader):
+            if len(hs) < 2:
+                raise ValueError("the model has no transformer layer (only the embedding output)")
+            mask = token_mask(hs[0], attention_mask)
+            if not token:
+                token = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
+                pooled = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
+            elif len(hs) != len(token):
+                raise ValueError(f"got {len(hs)} hidden states, earlier batches had {len(token)}")
+            counts = _layer_row_counts(int(mask.sum()), len(hs) - 1, quota - used)
+            for i, h in enumerate(hs):
+                rows = h[mask][: counts[max(i, 1) - 1]]
+                if rows.shape[0]:
+                    token[i].update(rows)
+                pooled[i].update(pooled_rows(h, mask, pooling))
+            used += sum(counts)
+            if used >= quota:
+                break
     if not _every_rank_has_rows(bool(token) and used > 0, sync, process_group):
         raise _no_rows_error(sync)
     if sync:
@@ -361,8 +375,8 @@ class ShrinkageRefreshCallback(TrainerCallback):
         losses: the :class:`IStarLoss` module(s) to refresh; default: every ``IStarLoss`` found
             inside the Trainer's model (e.g. in a
             :class:`~isotropy.models.regularized.RegularizedModel`).
-        dataloader: the data to read; default: the Trainer's training dataloader (this extra
-            pass draws its own shuffling order).
+        dataloader: the data to read; default: the Trainer's training dataloader (the pass
+            leaves torch's global random state, and so the training, as it was).
         n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).
     """
 

@@ -53,8 +53,8 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
 
     Args:
         losses: the losses to refresh; default: every ``IStarLoss`` inside the module.
-        dataloader: the data to read; default: the trainer's training dataloader (this pass
-            draws its own shuffling order).
+        dataloader: the data to read; default: the trainer's training dataloader (the pass
+            leaves torch's global random state, and so the training, as it was).
         model: what turns a batch (a dict of model inputs) into ``hidden_states``; default:
             :func:`~isotropy.training.monitor.model_inside` the module (its
             ``RegularizedModel``, else its ``PreTrainedModel``).
