@@ -11,6 +11,7 @@ from _models import random_inputs, tiny_bert
 from transformers import (
     AutoModelForSequenceClassification,
     BertForSequenceClassification,
+    BertModel,
     Trainer,
     TrainingArguments,
 )
@@ -305,3 +306,23 @@ def test_trainer_trains_the_label_grouped_persistent_entropy(tmp_path):
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert wrapped.last_logs["entropy/n_groups"] == 3.0
     assert logged == [pytest.approx(expected, rel=1e-5)]
+
+
+def test_labels_to_a_model_without_a_task_head_are_an_error_not_a_regularizer_only_loss():
+    bare = tiny_bert(BertModel, vocab_size=60, seed=3)  # AutoModel: no head, no loss
+    batch = make_batch(batch=6, seed=3)
+    labels = batch.pop("labels")
+    wrapped = RegularizedModel(bare, CosRegLoss()).train()
+    with pytest.raises(ValueError, match="labels given, but BertModel returned no loss"):
+        wrapped(**batch, labels=labels)
+    # without targets (unsupervised shaping) or with the regularizers off (eval): as before
+    out = wrapped(**batch)
+    assert out.task_loss is None
+    torch.testing.assert_close(out.loss, out.regularizer_losses["cosreg"])
+    assert wrapped.eval()(**batch, labels=labels).get("loss") is None
+    # on purpose: the regularizers alone, the labels still reaching them
+    alone = RegularizedModel(bare, CosRegLoss(), require_task_loss=False).train()
+    out = alone(**batch, labels=labels)
+    torch.testing.assert_close(out.loss, out.regularizer_losses["cosreg"])
+    with pytest.raises(TypeError, match="require_task_loss"):
+        RegularizedModel(bare, CosRegLoss(), require_task_loss="no")

@@ -134,6 +134,19 @@ def test_bad_monitor_settings_are_refused():
 
     with pytest.raises(ValueError, match="attach"):
         monitor.on_step_end(None, TrainerState(global_step=1), TrainerControl(), model=_model())
+    # added with add_callback instead of attach: refused as training starts, not at step 500
+    with pytest.raises(ValueError, match="attach"):
+        GeometryMonitor(_batches(_rows(8, 1))).on_train_begin(None, TrainerState(),
+                                                              TrainerControl())
+    # the measure's options, at construction (zeta even when no Sigma_S would use it)
+    for bad, match in (({"zeta": 1.5}, "zeta"), ({"zeta": -0.1, "shrinkage_batches": []},
+                                                  "zeta"),
+                       ({"top_k": 0}, "top_k"), ({"max_tokens": 2.5}, "max_tokens"),
+                       ({"pooling": "avg"}, "pooling")):
+        with pytest.raises(ValueError, match=match):
+            GeometryMonitor(_batches(_rows(8, 1)), **bad)
+    with pytest.raises(ValueError, match="zeta"):
+        measure_geometry(_model(), _batches(_rows(8, 1)), zeta=1.5)
 
 
 def test_lightning_monitor_logs_through_the_loggers(tmp_path):

@@ -107,6 +107,11 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
             name -> regularizer (default names: ``istar``, ``cosreg``, ...).
         regularize_eval: also add the regularizers in eval mode (default ``False``: in eval
             mode the loss is the task loss, so evaluation losses compare across settings).
+        require_task_loss: with targets given (``labels``, ``start_positions``,
+            ``end_positions``) and the regularizers on, an output without ``loss`` is a
+            ``ValueError`` (default ``True``): a model without a task head (``AutoModel``
+            rather than ``AutoModelFor...``) would otherwise train on the regularizers alone.
+            ``False`` allows that on purpose.
 
     The returned output is the model's own output class with ``loss`` replaced, plus the
     attributes ``task_loss`` (tensor or ``None``), ``regularizer_losses`` (name -> tensor) and
@@ -158,6 +163,7 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
         regularizers: Regularizer | Sequence[Regularizer] | Mapping[str, Regularizer] | None = None,
         *,
         regularize_eval: bool = False,
+        require_task_loss: bool = True,
     ) -> None:
         # PreTrainedModel.__init__ is skipped: it would rewrite the shared config's attention
         # implementation for this class; what it sets is read from the wrapped model instead
@@ -169,6 +175,7 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
         self.config = config if isinstance(config, PretrainedConfig) else PretrainedConfig()
         self.regularizers = torch.nn.ModuleDict(_named_regularizers(regularizers))
         self.regularize_eval = check_flag(regularize_eval, "regularize_eval")
+        self.require_task_loss = check_flag(require_task_loss, "require_task_loss")
         self.last_logs: dict[str, float] = {}
 
     def save_pretrained(self, save_directory: str, *args: Any, **kwargs: Any) -> Any:
@@ -294,6 +301,14 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
                 f"{type(self.model).__name__} returned {type(outputs).__name__}; "
                 "RegularizedModel needs a dict-like output (return_dict=True)"
             )
+        targets = [k for k in ("labels", "start_positions", "end_positions")
+                   if named[k] is not None]
+        if regularize and targets and outputs.get("loss") is None and self.require_task_loss:
+            raise ValueError(
+                f"{', '.join(targets)} given, but {type(self.model).__name__} returned no loss "
+                "(a model without a task head?): the loss would be the regularizers' alone. "
+                "Wrap an AutoModelFor... model, or pass require_task_loss=False to train on "
+                "the regularizers alone on purpose")
         reg_losses, reg_logs = (self._regularizer_losses(outputs, attention_mask, labels)
                                 if regularize else ({}, {}))
         result = self._with_losses(outputs, reg_losses, reg_logs, keep_hidden=bool(want_hidden))

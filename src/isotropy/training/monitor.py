@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from isotropy._validation import check_zeta
+from isotropy.clouds import POOLINGS
 from isotropy.models.forward import hidden_state_batches, unwrap_model
 from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import DEFAULT_N_TOKENS, collect_layer_shrinkage
@@ -74,6 +76,7 @@ def measure_geometry(
     :math:`\Sigma_S` is estimated from ``n_tokens`` rows of the union of layers of
     ``shrinkage_batches`` (``None``: all of them).
     """
+    zeta = check_zeta(zeta)
     inner = unwrap_model(model)
     if isinstance(inner, RegularizedModel):
         inner = inner.model
@@ -118,10 +121,15 @@ class _Settings:
         probe = list(probe)
         if not probe:
             raise ValueError("the probe set has no batch")
+        for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.probe = probe
         self.every_n_steps = every_n_steps
         self.shrinkage_batches = None if shrinkage_batches is None else list(shrinkage_batches)
-        self.options = {"zeta": zeta, "n_tokens": n_tokens, "max_tokens": max_tokens,
+        self.options = {"zeta": check_zeta(zeta), "n_tokens": n_tokens, "max_tokens": max_tokens,
                         "top_k": top_k, "pooling": pooling}
         self.prefix = prefix
         self.history: list[tuple[int, dict[str, float]]] = []
@@ -176,12 +184,19 @@ class GeometryMonitor(TrainerCallback):
         trainer.add_callback(self)
         return self
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
-        if not self.settings.due(state.global_step):
-            return control
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        self._check_attached()
+        return control
+
+    def _check_attached(self) -> None:
         if self.trainer is None:
             raise ValueError("GeometryMonitor logs through its trainer: add it with "
                              "GeometryMonitor(...).attach(trainer)")
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: D102
+        if not self.settings.due(state.global_step):
+            return control
+        self._check_attached()
         if model is None:
             raise ValueError("GeometryMonitor needs the Trainer's model (kwargs['model'])")
         logs = self.settings.measure(model, state.global_step)
