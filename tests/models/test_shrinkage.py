@@ -206,6 +206,10 @@ def test_bad_input(model):
         estimate_shrinkage(model, batches, n_tokens=1000.0)
     with pytest.raises(TypeError, match="dicts"):
         estimate_shrinkage(model, [(b["input_ids"],) for b in batches], n_tokens=10)
+    examples = [{k: v[0] for k, v in b.items()} for b in batches]  # rows of a dataset
+    with pytest.raises(ValueError, match=r"2-D \(batch, sequence\), got shape \(10,\).*not "
+                                         "single examples"):
+        estimate_shrinkage(model, examples, n_tokens=10)
     with pytest.raises(TypeError, match="IStarLoss"):
         refresh_shrinkage(model, batches, torch.nn.MSELoss(), n_tokens=10)
     empty = [{"input_ids": b["input_ids"], "attention_mask": 0 * b["attention_mask"]}

@@ -230,6 +230,14 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--learning_rate", "-1e-5"],
          "--learning_rate must be >= 0, got -1e-05"),
         (["--task", "sst2", "--seed", "-1"], "--seed must be in 0..4294967295"),
+        # a regularizer's setting while that regularizer is off would train without it
+        (["--task", "sst2", "--istar_lambda", "-5"],
+         "--tuning is a setting of the istar regularizer, which is not on (--regularizer "
+         "none): add --regularizer istar, or leave --tuning out"),
+        (["--task", "sst2", "--regularizer", "istar", "--cosreg_tuning", "2"],
+         "--cosreg_tuning is a setting of the cosreg regularizer"),
+        (["--task", "sst2", "--regularizer", "entropy", "--include_padding", "true"],
+         "--include_padding is a setting of the istar or cosreg regularizer"),
         # longer than the tiny model's 32 positions: refused before training, not mid-way
     ],
 )
@@ -690,7 +698,8 @@ def test_subset_seed_keeps_one_subset_across_training_seeds(tiny_model_dir, glue
 
 def test_the_papers_weight_names_are_aliases_of_the_recorded_settings(tmp_path):
     base = ["--task", "rte", "--output_dir", str(tmp_path / "x")]
-    iso, _ = parse_train_args([*base, "--istar_lambda", "-3", "--cosreg_lambda", "0.5",
+    iso, _ = parse_train_args([*base, "--regularizer", "istar", "cosreg", "entropy",
+                               "--istar_lambda", "-3", "--cosreg_lambda", "0.5",
                                "--entropy_beta", "2", "--entropy_gamma", "0.05"])
     assert (iso.tuning, iso.cosreg_tuning, iso.entropy_weight, iso.in_cluster_weight) == \
         (-3.0, 0.5, 2.0, 0.05)
@@ -712,7 +721,8 @@ def test_a_setting_under_two_names_is_a_usage_error(tmp_path, capsys):
     assert "--tuning and --istar_lambda are the same setting" in err and err.count("\n") == 1
     # one name given twice is argparse's usual last-one-wins, not an error
     iso, _ = parse_train_args(["--task", "rte", "--output_dir", str(tmp_path / "x"),
-                               "--entropy_beta", "1", "--entropy_beta=2"])
+                               "--regularizer", "entropy", "--entropy_beta", "1",
+                               "--entropy_beta=2"])
     assert iso.entropy_weight == 2.0
 
 

@@ -38,9 +38,18 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_train(args: argparse.Namespace) -> int:
     """Run ``isotropy train`` from the namespace of :func:`add_train_parser`; returns the
     exit code (0 ok, 2 bad input)."""
-    from isotropy.training.settings import args_from_dict
+    return _run(lambda: _from_command_line(vars(args)))
 
-    return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(args))))
+
+def _from_command_line(given: dict[str, Any]) -> Any:
+    """The settings of the flags given (only those: the parser suppresses its defaults),
+    checked that no regularizer's setting is given for a regularizer that is off."""
+    from isotropy.training.settings import args_from_dict, check_settings_used
+
+    iso_args, train_args = args_from_dict(bars_only_on_a_terminal(given))
+    check_settings_used({k: v for k, v in given.items() if k not in ("handler", "command")},
+                        iso_args.regularizer)
+    return iso_args, train_args
 
 
 def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:
@@ -59,12 +68,11 @@ def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the flags, train, print where the run is; one-line errors."""
     from isotropy.training.flags import build_parser, check_one_spelling
-    from isotropy.training.settings import args_from_dict
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     check_one_spelling(parser, argv)
-    return _run(lambda: args_from_dict(bars_only_on_a_terminal(vars(parser.parse_args(argv)))))
+    return _run(lambda: _from_command_line(vars(parser.parse_args(argv))))
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -96,6 +96,12 @@ def hidden_state_batches(
                         "the batches must be dicts of model inputs (input_ids, "
                         f"attention_mask, ...), got {type(batch).__name__}"
                     )
+                ids = batch.get("input_ids")
+                if isinstance(ids, torch.Tensor) and ids.dim() != 2:
+                    raise ValueError(
+                        "input_ids of a batch must be 2-D (batch, sequence), got shape "
+                        f"{tuple(ids.shape)}: pass batches (a DataLoader with a collator), "
+                        "not single examples")
                 inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                           for k, v in batch.items()}
                 inputs["output_hidden_states"] = True

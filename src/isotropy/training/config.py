@@ -27,6 +27,7 @@ from isotropy.data.sources import check_data_source
 
 __all__ = [
     "REGULARIZERS",
+    "REGULARIZER_SETTINGS",
     "IsotropyArguments",
     "TrainArguments",
     "default_run_name",
@@ -36,6 +37,14 @@ __all__ = [
 ]
 
 REGULARIZERS = ("none", "istar", "cosreg", "entropy")
+# the settings only a regularizer reads (include_padding: the clouds of I-STAR and CosReg;
+# shrinkage_tokens and pooling also serve the evaluation's measurements)
+REGULARIZER_SETTINGS: dict[str, tuple[str, ...]] = {
+    "istar": ("tuning", "zeta", "istar_layers", "include_padding"),
+    "cosreg": ("cosreg_tuning", "include_padding"),
+    "entropy": ("entropy_weight", "in_cluster_weight", "select_features",
+                "entropy_accumulation", "entropy_window"),
+}
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.training.config import (
+    REGULARIZER_SETTINGS,
     IsotropyArguments,
     TrainArguments,
     default_run_name,
@@ -26,6 +27,7 @@ __all__ = [
     "SETTING_ALIASES",
     "args_from_dict",
     "canonical_settings",
+    "check_settings_used",
     "parse_train_args",
     "read_config_file",
     "typed_settings",
@@ -143,9 +145,35 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
 def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArguments, TrainArguments]:
     """Parse command-line flags (plus ``--config`` and ``--preset``) into the two dataclasses.
 
-    Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``.
+    Malformed flags exit with status 2 and a one-line error; bad values raise ``ValueError``,
+    as does a regularizer's flag given while that regularizer is off
+    (:func:`check_settings_used`).
     """
     argv = list(argv if argv is not None else [])
     parser = build_parser()
     check_one_spelling(parser, argv)
-    return args_from_dict(vars(parser.parse_args(argv)))
+    given = vars(parser.parse_args(argv))  # the flags given, only: defaults are suppressed
+    iso_args, train_args = args_from_dict(given)
+    check_settings_used(given, iso_args.regularizer)
+    return iso_args, train_args
+
+
+def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str]) -> None:
+    """``ValueError`` when a setting of a regularizer (:data:`REGULARIZER_SETTINGS`) is given
+    while none of the regularizers that read it is on: ``--tuning -5`` without ``--regularizer
+    istar`` would otherwise train without I-STAR, silently.
+
+    >>> check_settings_used({"zeta": 0.4}, ["istar"])
+    >>> check_settings_used({"istar_lambda": -5}, ["none"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --tuning is a setting of the istar regularizer, which is not on ...
+    """
+    on = set(regularizers)
+    for name in canonical_settings(given):
+        readers = [r for r, names in REGULARIZER_SETTINGS.items() if name in names]
+        if readers and not on & set(readers):
+            raise ValueError(
+                f"--{name} is a setting of the {' or '.join(readers)} regularizer, which is not "
+                f"on (--regularizer {' '.join(regularizers)}): add --regularizer "
+                f"{readers[0]}, or leave --{name} out")
