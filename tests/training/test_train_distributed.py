@@ -194,7 +194,8 @@ def _odd_argv(model_dir, glue, out, batch, name, lengths):
     with zeta = 0.2 and Sigma_S from the training set) and ``odd_capped`` (I-STAR, the token
     cap inside the set)."""
     if name == "odd":
-        return _argv(model_dir, glue, out, "none", batch, "--zeta", "0.2", "--max_steps", "1")
+        return _argv(model_dir, glue, out, "none", batch, "--measure_zeta", "0.2",
+                     "--max_steps", "1")
     return _argv(model_dir, glue, out, "istar", batch, "--max_steps", "1",
                  "--measure_max_tokens", str(_cap(lengths)))
 
