@@ -142,7 +142,7 @@ def test_bad_monitor_settings_are_refused():
     for bad, match in (({"zeta": 1.5}, "zeta"), ({"zeta": -0.1, "shrinkage_batches": []},
                                                   "zeta"),
                        ({"top_k": 0}, "top_k"), ({"max_tokens": 2.5}, "max_tokens"),
-                       ({"pooling": "avg"}, "pooling")):
+                       ({"pooling": "avg"}, "pooling"), ({"n_tokens": 1}, "n_tokens")):
         with pytest.raises(ValueError, match=match):
             GeometryMonitor(_batches(_rows(8, 1)), **bad)
     with pytest.raises(ValueError, match="zeta"):

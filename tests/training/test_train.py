@@ -238,6 +238,8 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
          "--cosreg_tuning is a setting of the cosreg regularizer"),
         (["--task", "sst2", "--regularizer", "entropy", "--include_padding", "true"],
          "--include_padding is a setting of the istar or cosreg regularizer"),
+        (["--task", "sst2", "--pooling", "mean"],
+         "--pooling is a setting of the entropy regularizer"),
         # longer than the tiny model's 32 positions: refused before training, not mid-way
     ],
 )
@@ -947,3 +949,14 @@ def test_a_resume_without_the_kept_loss_sum_keeps_the_trainers_own_train_loss(
     after = [v for step, v in losses.items() if step > 3]
     assert res.results["train"]["train_loss"] == pytest.approx(sum(after) / len(after),
                                                                rel=1e-6)
+
+
+def test_a_regularizers_setting_at_its_default_is_allowed_with_that_regularizer_off(tmp_path):
+    # nothing is lost: the value is the one the run would record anyway
+    iso, _ = parse_train_args(["--task", "rte", "--output_dir", str(tmp_path / "x"),
+                               "--include_padding", "false", "--select_features", "true"])
+    assert iso.regularizer == ["none"] and iso.include_padding is False
+    with pytest.raises(ValueError, match="--include_padding is a setting of the istar or "
+                                         "cosreg regularizer"):
+        parse_train_args(["--task", "rte", "--output_dir", str(tmp_path / "x"),
+                          "--include_padding", "true"])

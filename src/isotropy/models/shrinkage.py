@@ -376,7 +376,8 @@ class ShrinkageRefreshCallback(TrainerCallback):
             inside the Trainer's model (e.g. in a
             :class:`~isotropy.models.regularized.RegularizedModel`).
         dataloader: the data to read; default: the Trainer's training dataloader (the pass
-            leaves torch's global random state, and so the training, as it was).
+            leaves torch's global random state as it was; a loader's own ``generator`` is
+            advanced by it).
         n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).
     """
 

@@ -38,11 +38,11 @@ __all__ = [
 
 REGULARIZERS = ("none", "istar", "cosreg", "entropy")
 # the settings only a regularizer reads (include_padding: the clouds of I-STAR and CosReg;
-# shrinkage_tokens and pooling also serve the evaluation's measurements)
+# shrinkage_tokens also serves the evaluation's measurements, so it is not listed)
 REGULARIZER_SETTINGS: dict[str, tuple[str, ...]] = {
     "istar": ("tuning", "zeta", "istar_layers", "include_padding"),
     "cosreg": ("cosreg_tuning", "include_padding"),
-    "entropy": ("entropy_weight", "in_cluster_weight", "select_features",
+    "entropy": ("entropy_weight", "in_cluster_weight", "select_features", "pooling",
                 "entropy_accumulation", "entropy_window"),
 }
 

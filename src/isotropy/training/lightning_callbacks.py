@@ -54,7 +54,8 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
     Args:
         losses: the losses to refresh; default: every ``IStarLoss`` inside the module.
         dataloader: the data to read; default: the trainer's training dataloader (the pass
-            leaves torch's global random state, and so the training, as it was).
+            leaves torch's global random state as it was; a loader's own ``generator`` is
+            advanced by it: pass another loader to keep that one's order).
         model: what turns a batch (a dict of model inputs) into ``hidden_states``; default:
             :func:`~isotropy.training.monitor.model_inside` the module (its
             ``RegularizedModel``, else its ``PreTrainedModel``).

@@ -40,7 +40,7 @@ from isotropy._validation import check_zeta
 from isotropy.clouds import POOLINGS
 from isotropy.models.forward import hidden_state_batches, unwrap_model
 from isotropy.models.regularized import RegularizedModel
-from isotropy.models.shrinkage import DEFAULT_N_TOKENS, collect_layer_shrinkage
+from isotropy.models.shrinkage import DEFAULT_N_TOKENS, _check_n_tokens, collect_layer_shrinkage
 from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures
 from isotropy.probing.eval_scalars import scalar_metrics
 
@@ -129,8 +129,9 @@ class _Settings:
         self.probe = probe
         self.every_n_steps = every_n_steps
         self.shrinkage_batches = None if shrinkage_batches is None else list(shrinkage_batches)
-        self.options = {"zeta": check_zeta(zeta), "n_tokens": n_tokens, "max_tokens": max_tokens,
-                        "top_k": top_k, "pooling": pooling}
+        self.options = {"zeta": check_zeta(zeta),
+                        "n_tokens": None if n_tokens is None else _check_n_tokens(n_tokens),
+                        "max_tokens": max_tokens, "top_k": top_k, "pooling": pooling}
         self.prefix = prefix
         self.history: list[tuple[int, dict[str, float]]] = []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,10 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArgumen
 
 
 def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str]) -> None:
-    """``ValueError`` when a setting of a regularizer (:data:`REGULARIZER_SETTINGS`) is given
-    while none of the regularizers that read it is on: ``--tuning -5`` without ``--regularizer
-    istar`` would otherwise train without I-STAR, silently.
+    """``ValueError`` when a setting of a regularizer (:data:`REGULARIZER_SETTINGS`) is given,
+    at a value other than its default, while none of the regularizers that read it is on:
+    ``--tuning -5`` without ``--regularizer istar`` would otherwise train without I-STAR,
+    silently.
 
     >>> check_settings_used({"zeta": 0.4}, ["istar"])
     >>> check_settings_used({"istar_lambda": -5}, ["none"])  # doctest: +ELLIPSIS
@@ -170,9 +172,10 @@ def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str]) -
     ValueError: --tuning is a setting of the istar regularizer, which is not on ...
     """
     on = set(regularizers)
-    for name in canonical_settings(given):
+    defaults = {f.name: f.default for f in fields(IsotropyArguments)}
+    for name, value in canonical_settings(given).items():
         readers = [r for r, names in REGULARIZER_SETTINGS.items() if name in names]
-        if readers and not on & set(readers):
+        if readers and not on & set(readers) and value != defaults.get(name):
             raise ValueError(
                 f"--{name} is a setting of the {' or '.join(readers)} regularizer, which is not "
                 f"on (--regularizer {' '.join(regularizers)}): add --regularizer "
