@@ -267,7 +267,11 @@ def screens(runs: Path) -> dict[float, Comparison]:
 def candidates(runs: Path) -> dict[float, list[str]]:
     """B3's screen: {lambda: the tasks whose mean d is above 0} for each candidate lambda;
     ``Missing`` until every screening run is there."""
-    found = {lam: screen(c)[0] for lam, c in screens(runs).items()}
+    return _candidates(screens(runs))
+
+
+def _candidates(comparisons: dict[float, Comparison]) -> dict[float, list[str]]:
+    found = {lam: screen(c)[0] for lam, c in comparisons.items()}
     return {lam: up for lam, up in found.items() if len(up) >= CANDIDATE_AT}
 
 
@@ -281,7 +285,7 @@ def b3(runs: Path) -> list[str]:
         up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
                 f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
-    found = candidates(runs)
+    found = _candidates(comparisons)
     if found:
         out += confirmation(runs, found)
     return out + dose_response(runs)

@@ -42,14 +42,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _from_command_line(given: dict[str, Any]) -> Any:
-    """The settings of the flags given (only those: the parser suppresses its defaults),
-    checked that no regularizer's setting is given for a regularizer that is off."""
-    from isotropy.training.settings import args_from_dict, check_settings_used
+    """The settings of the flags given, with the progress bars only on a terminal."""
+    from isotropy.training.settings import args_from_flags
 
-    iso_args, train_args = args_from_dict(bars_only_on_a_terminal(given))
-    check_settings_used({k: v for k, v in given.items() if k not in ("handler", "command")},
-                        iso_args.regularizer)
-    return iso_args, train_args
+    return args_from_flags(bars_only_on_a_terminal(given))
 
 
 def bars_only_on_a_terminal(given: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,6 @@ import torch
 from transformers import TrainerCallback
 
 from isotropy._validation import check_zeta
-from isotropy.clouds import POOLINGS
 from isotropy.models.forward import hidden_state_batches, unwrap_model
 from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import DEFAULT_N_TOKENS, _check_n_tokens, collect_layer_shrinkage
@@ -121,15 +120,12 @@ class _Settings:
         probe = list(probe)
         if not probe:
             raise ValueError("the probe set has no batch")
-        for name, value in (("max_tokens", max_tokens), ("top_k", top_k)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        # the measure's options, checked now by the measure itself, not at the first step
+        EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, pooling=pooling, sync=False)
         self.probe = probe
         self.every_n_steps = every_n_steps
         self.shrinkage_batches = None if shrinkage_batches is None else list(shrinkage_batches)
-        self.options = {"zeta": check_zeta(zeta),
+        self.options = {"zeta": zeta,
                         "n_tokens": None if n_tokens is None else _check_n_tokens(n_tokens),
                         "max_tokens": max_tokens, "top_k": top_k, "pooling": pooling}
         self.prefix = prefix

@@ -27,6 +27,7 @@ from isotropy.training.setting_types import coerce_settings
 __all__ = [
     "SETTING_ALIASES",
     "args_from_dict",
+    "args_from_flags",
     "canonical_settings",
     "check_settings_used",
     "parse_train_args",
@@ -153,7 +154,13 @@ def parse_train_args(argv: Sequence[str] | None = None) -> tuple[IsotropyArgumen
     argv = list(argv if argv is not None else [])
     parser = build_parser()
     check_one_spelling(parser, argv)
-    given = vars(parser.parse_args(argv))  # the flags given, only: defaults are suppressed
+    return args_from_flags(vars(parser.parse_args(argv)))
+
+
+def args_from_flags(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainArguments]:
+    """:func:`args_from_dict` of the flags given on a command line (only those: the parser
+    suppresses its defaults), refusing a regularizer's flag while that regularizer is off
+    (:func:`check_settings_used`)."""
     iso_args, train_args = args_from_dict(given)
     check_settings_used(given, iso_args.regularizer)
     return iso_args, train_args

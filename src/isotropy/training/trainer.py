@@ -376,10 +376,9 @@ class IsotropyTrainer(RegularizerLogMixin, Trainer):
         cache = self._shrinkage_cache
         if cache is None or cache["epoch"] != epoch:
             t0 = time.perf_counter()
-            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-            with torch.random.fork_rng(devices=devices), stage(
-                    f"Sigma_S pass of the measurements (epoch {epoch + 1})",
-                    **self._progress()) as counted:
+            # the pass leaves the global random state as it was (collect_layer_shrinkage)
+            with stage(f"Sigma_S pass of the measurements (epoch {epoch + 1})",
+                       **self._progress()) as counted:
                 shrinkage = collect_layer_shrinkage(
                     self.model, counted(self.shrinkage_loader(epoch)),
                     n_tokens=self.shrinkage_tokens, pooling=self.measure_pooling)
