@@ -39,8 +39,8 @@ def _recomputed(run_dir: Path, task: str) -> float:
 
 
 def test_every_copy_matches_its_predictions(runs: dict) -> None:
-    assert len(runs) >= 73  # GPU runs 3-6: 73 distinct runs, 98 copies
-    assert sum(len(c) for c in runs.values()) >= 98
+    assert len(runs) >= 119  # GPU runs 3-8: 119 distinct runs, 144 copies
+    assert sum(len(c) for c in runs.values()) >= 144
     for (key, _seed), copies in runs.items():
         for copy in copies:
             assert copy.value == pytest.approx(_recomputed(copy.run.path, key[0]),
@@ -136,3 +136,32 @@ def test_b6_table_2s_rule_on_hand_made_values() -> None:
     text = "\n".join(gp.b6(_fake_runs(partial)))
     assert "partial: no verdict before all five seeds of every lambda" in text
     assert "**" not in text
+
+
+def test_two_sided_p_matches_scipy_without_ties() -> None:
+    from scipy.stats import binomtest
+
+    for up, down in [(5, 15), (15, 5), (10, 10), (0, 6), (9, 1)]:
+        c = gp.Comparison({"a": dict(enumerate([1.0] * up + [-1.0] * down))}, {"a": False})
+        assert gp.two_sided(c) == pytest.approx(binomtest(up, up + down, 0.5).pvalue,
+                                                rel=1e-12)
+
+
+def test_multiplicity_is_holm_over_the_primary_comparisons() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    def comp(up: int, down: int) -> gp.Comparison:  # five seeds of four tasks: complete
+        signs = [1.0] * up + [-1.0] * down
+        return gp.Comparison({t: {s: signs[4 * s + i] for s in range(5)}
+                              for i, t in enumerate("abcd")}, dict.fromkeys("abcd", False))
+
+    family = {"B1: x": comp(2, 18), "B3: y": comp(6, 14), "B3: z": comp(10, 10)}
+    lines = gp.multiplicity(family)
+    raw = [gp.two_sided(c) for c in family.values()]
+    expected = multipletests(raw, method="holm")[1]
+    rows = [line for line in lines if line.startswith("| B")]
+    assert [float(r.split(" | ")[2]) for r in rows] == pytest.approx(expected, abs=6e-4)
+    assert rows[0].endswith("| contradicted |")  # 2 of 20 above: two-sided 4.0e-4, Holm 1.2e-3
+    assert rows[2].endswith("| inconclusive |") and "Provisional" not in "".join(lines)
+    partial = gp.multiplicity({**family, "B2: w": gp.Comparison({"a": {0: 1.0}}, {"a": False})})
+    assert partial[-2].startswith("Provisional") and "| partial |" in "".join(partial)

@@ -41,7 +41,7 @@ from review_verdicts import (  # noqa: E402
 )
 
 from isotropy.reporting.claim_stats import mean_interval  # noqa: E402
-from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
+from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
 from isotropy.reporting.runs import Run, load_run  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -156,12 +156,34 @@ def verdict(c: Comparison, complete: bool | None = None,
     if n == 0:
         return "no pairs yet"
     text = (f"{up} of {n} above 0, {down} below, {n - up - down} exactly 0: one-sided p = "
-            f"{sign_p(up, n):.3f} for 'above', {sign_p(down, n):.3f} for 'below'")
+            f"{_p(sign_p(up, n))} for 'above', {_p(sign_p(down, n))} for 'below'")
     if not (c.complete() if complete is None else complete):
         return f"{text} (partial: {partial})"
     word = ("supported" if sign_p(up, n) < 0.05 else
             "contradicted" if sign_p(down, n) < 0.05 else "inconclusive")
     return f"{text}. **{word}**"
+
+
+def _p(p: float) -> str:
+    """A p-value to 3 decimals, or to 2 significant digits below 0.001.
+
+    >>> _p(0.0207), _p(0.000201), _p(1.0)
+    ('0.021', '0.00020', '1.000')
+    """
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.2g}" if p < 1e-4 else f"{p:.5f}"
+
+
+def two_sided(c: Comparison) -> float:
+    """Twice the smaller one-sided sign-test p (capped at 1), a difference of 0 counted against
+    both sides, as the CPU verdicts' deciding p.
+
+    >>> two_sided(Comparison({"mrpc": {0: 1.0, 1: 2.0, 2: 3.0}}, {"mrpc": False}))
+    0.25
+    """
+    values = c.values()
+    n = len(values)
+    up, down = sum(v > 0 for v in values), sum(v < 0 for v in values)
+    return min(1.0, 2 * min(sign_p(up, n), sign_p(down, n)))
 
 
 def _head(first: str) -> list[str]:
@@ -202,12 +224,41 @@ COMPARISONS: list[tuple[str, Callable[[str], Key], Callable[[str], Key], tuple[s
 ]
 
 
+# the primary comparisons of the multiplicity reading (titles' first words): B1, B3, B2
+PRIMARY = ("B1:", "B3:", "B2:")
+
+
 def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     out: list[str] = []
+    primary: dict[str, Comparison] = {}
     for title, cell, ref, tasks in COMPARISONS:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
         out += [f"### {title} (points)", "", *table(c), "", verdict(c), ""]
-    return out
+        if title.startswith(PRIMARY):
+            primary[title.split(" - ")[0]] = c
+    return out + multiplicity(primary)
+
+
+def multiplicity(primary: dict[str, Comparison]) -> list[str]:
+    """A stricter reading than the phase's rule, added after its runs were seen (so it can only
+    take verdict words away): each primary comparison's two-sided p, Holm-adjusted across
+    them, a word at adjusted p < 0.05; marked provisional while any of them is partial."""
+    titles = [t for t in primary if primary[t].values()]
+    if not titles:
+        return []
+    adjusted = holm([two_sided(primary[t]) for t in titles])
+    lines = ["### Multiplicity: two-sided p, Holm-adjusted across the primary comparisons", "",
+             "| comparison | two-sided p | Holm-adjusted | reading |", "|---|---|---|---|"]
+    for t, a in zip(titles, adjusted, strict=True):
+        c, raw = primary[t], two_sided(primary[t])
+        up = sum(v > 0 for v in c.values())
+        word = ("partial" if not c.complete() else "inconclusive" if a >= 0.05 else
+                "supported" if 2 * up > len(c.values()) else "contradicted")
+        lines.append(f"| {t} | {_p(raw)} | {_p(a)} | {word} |")
+    if not all(primary[t].complete() for t in titles):
+        lines += ["", "Provisional: a comparison of the family is partial, so every adjusted p "
+                  "can still change."]
+    return [*lines, ""]
 
 
 B6_GRID = (-5.0, -3.0, -1.0, 1.0, 3.0, 5.0)  # the I-STAR paper's lambda grid, zeta = 0.2
