@@ -138,6 +138,24 @@ def test_float_labels_give_one_group() -> None:
     assert c.logs["n_groups"] == 2.0
 
 
+def test_whole_number_float_labels_warn_once() -> None:
+    import warnings
+
+    X = torch.randn(10, 5, dtype=torch.float64)
+    reg = PersistentEntropyLoss(select_features=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # regression targets with fractions: no warning
+        reg.forward_embeddings(X, torch.linspace(0.0, 5.0, 10))
+    classes = torch.tensor([0.0, 1.0] * 5)  # class labels stored as floats
+    with pytest.warns(UserWarning, match=r"labels.long\(\)"):
+        out = reg.forward_embeddings(X, classes)
+    assert out.logs["n_groups"] == 1.0  # still one group: the warning changes nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per instance
+        reg.forward_embeddings(X, classes)
+    assert reg.forward_embeddings(X, classes.long()).logs["n_groups"] == 2.0
+
+
 # --------------------------------------------------------------------------- hidden states
 
 

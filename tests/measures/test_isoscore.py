@@ -540,3 +540,25 @@ def test_a_shrinkage_modified_in_place_is_checked_again():
     s[0, 1] = s[1, 0] = 2.0  # in place: the earlier check no longer holds
     with pytest.raises(ValueError, match="not positive semi-definite"):
         isoscore_star(x, 0.5, s)
+
+
+def test_identity_shrinkage_warns_that_the_score_depends_on_scale() -> None:
+    import warnings
+
+    from isotropy import IsoScoreMetric
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(200, 4, generator=g, dtype=torch.float64) * torch.tensor([3.0, 1, 1, 0.1])
+    with pytest.warns(UserWarning, match="depends on the scale"):
+        small = float(isoscore_star(X, 0.5))
+    with pytest.warns(UserWarning, match="depends on the scale"):
+        large = float(isoscore_star(10 * X, 0.5))
+    assert small != pytest.approx(large, abs=1e-3)  # what the warning says
+    with pytest.warns(UserWarning, match="IsoScoreMetric"):
+        IsoScoreMetric(0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # zeta = 0, or a Sigma_S given: nothing to warn of
+        isoscore_star(X, 0.0)
+        isoscore_star(X, 0.5, torch.eye(4, dtype=torch.float64))
+        IsoScoreMetric(0.0)
+        IsoScoreMetric(0.5, torch.eye(4))

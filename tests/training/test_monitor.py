@@ -79,6 +79,13 @@ def test_isoscore_star_uses_each_layers_sigma_s_when_given_shrinkage_batches():
     for i in (1, 2):
         assert 0.0 <= star[f"isoscore_star_token_layer{i}"] <= 1.0
     assert star["isoscore_star_token_layer2"] != pytest.approx(plain["isoscore_last"], abs=1e-6)
+    # nothing shrunk: the per-layer values are plain IsoScore and named so, never *_star_*
+    assert not [k for k in plain if k.startswith("isoscore_star")]
+    assert plain["isoscore_token_layer2"] == plain["isoscore_last"]
+    no_sigma = measure_geometry(model, probe, zeta=0.2)  # zeta without shrinkage_batches
+    assert no_sigma.keys() == plain.keys()
+    assert no_sigma["isoscore_cls_layer2"] == plain["isoscore_cls_last"]
+    assert "isoscore_star_cls_last" in star and "isoscore_cls_last" not in star
     # zeta = 1: the batch covariance drops out, so IsoScore* is that of Sigma_S alone
     only_s = measure_geometry(model, probe, shrinkage_batches=_batches(_rows(32, 2)), zeta=1.0)
     other_probe = measure_geometry(model, _batches(_rows(16, 7)),

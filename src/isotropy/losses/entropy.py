@@ -36,6 +36,17 @@ from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent
 
 __all__ = ["PersistentEntropyLoss"]
 
+
+def _integral(labels: torch.Tensor) -> bool:
+    """Whether every value of floating ``labels`` is a whole number (a host read).
+
+    >>> _integral(torch.tensor([0.0, 1.0, 2.0])), _integral(torch.tensor([0.0, 3.8]))
+    (True, False)
+    """
+    lab = labels.detach()
+    return bool(torch.isfinite(lab).all() and (lab == lab.round()).all())
+
+
 MIN_GROUP_SIZE = 3
 ACCUMULATIONS = ("exact", "window")
 
@@ -47,9 +58,10 @@ class PersistentEntropyLoss(Regularizer):
     hidden-state ``layer`` (``-1``: the last layer), gathered over ranks when ``sync_dist``
     (every rank then computes the loss of the global batch). Integer or boolean ``labels``
     split it into groups; ``labels=None`` or floating labels (regression, e.g. STS-B) give one
-    group. For every group with at least 3 points: H0 bars (Euclidean MST edge lengths), the
-    prominent-feature split when ``select_features`` (else all bars are features and there is
-    no noise), and
+    group (floating labels that are all whole numbers look like class labels stored as floats:
+    a ``UserWarning``, once per instance). For every group with at least 3 points: H0 bars
+    (Euclidean MST edge lengths), the prominent-feature split when ``select_features`` (else
+    all bars are features and there is no noise), and
 
     .. math:: \text{loss} = -\beta \sum_g H(\text{features}_g)
               + \gamma \sum_g \operatorname{mean}(\text{noise}_g)
@@ -139,6 +151,7 @@ class PersistentEntropyLoss(Regularizer):
         self._cycle: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._cycle_logs: dict[str, float] = {}
         self._warned_replay = False
+        self._warned_float_labels = False
         self.select_features = check_flag(select_features, "select_features")
         self.pooling = pooling
         self.layer = layer
@@ -286,9 +299,8 @@ class PersistentEntropyLoss(Regularizer):
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
     def _group_ids(
-        labels: ArrayLike | None, batch: int, device: torch.device
+        self, labels: ArrayLike | None, batch: int, device: torch.device
     ) -> torch.Tensor | None:
         if labels is None:
             return None
@@ -301,6 +313,13 @@ class PersistentEntropyLoss(Regularizer):
                 f"got {tuple(lab.shape)}"
             )
         if lab.is_floating_point() or lab.is_complex():
+            if not self._warned_float_labels and _integral(lab):
+                self._warned_float_labels = True
+                warnings.warn(
+                    "PersistentEntropyLoss: the labels are floating point, so they are taken "
+                    "as regression targets and the batch is one group, but every value is a "
+                    "whole number: if they are class labels, pass them as integers "
+                    "(labels.long()) to split the batch by class", UserWarning, stacklevel=3)
             return None  # regression targets: one group
         return lab.detach().to(device=device, dtype=torch.long)
 

@@ -27,6 +27,7 @@ Point clouds have shape ``(n_points, dim)``.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -292,6 +293,8 @@ def isoscore_star(
     raise ``ValueError`` when :math:`\zeta = 0`; otherwise :math:`\Sigma_X = 0` exactly.
     With ``sync_dist=True`` under ``torch.distributed``, the score is that of the global batch
     (a rank may hold no rows); see :mod:`isotropy.distributed` for the gradient convention.
+    :math:`\zeta > 0` without ``shrinkage`` mixes :math:`\Sigma_X` with :math:`I`, whose
+    scale is fixed: the score then depends on the scale of ``X`` (a ``UserWarning`` says so).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> X = torch.randn(5000, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0])
@@ -300,9 +303,28 @@ def isoscore_star(
     >>> round(float(isoscore_star(X, zeta=1.0)), 3)  # only the identity
     1.0
     """
+    if shrinkage is None:
+        warn_identity_shrinkage(zeta, "isoscore_star", stacklevel=3)
     return _isoscore_star(
         X, zeta, shrinkage, sync_dist=sync_dist, process_group=process_group
     )
+
+
+def warn_identity_shrinkage(zeta: object, where: str, *, stacklevel: int = 2) -> None:
+    r"""Warn that ``zeta > 0`` with the identity :math:`\Sigma_S` makes IsoScore* depend on
+    the scale of the points (nothing for ``zeta = 0`` or an invalid ``zeta``, which the
+    caller's own check reports)."""
+    try:
+        z = float(zeta)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return
+    if z > 0 and not isinstance(zeta, bool):
+        warnings.warn(
+            f"{where}: zeta = {z:g} with no shrinkage matrix mixes Sigma_X with the identity, "
+            "so the score depends on the scale of the points (X and 10 * X score "
+            "differently); pass shrinkage= (e.g. the covariance of a large sample of the same "
+            "states, isotropy.collect_covariance) for a scale-free score",
+            UserWarning, stacklevel=stacklevel)
 
 
 def isoscore(X: ArrayLike) -> torch.Tensor:

@@ -38,7 +38,7 @@ from isotropy.measures.covariance import (
     packed_batch,
     packed_dim,
 )
-from isotropy.measures.isoscore import _trace_and_frobenius
+from isotropy.measures.isoscore import _trace_and_frobenius, warn_identity_shrinkage
 
 __all__ = ["IsoScoreMetric", "isoscore_star_compute", "isoscore_star_update"]
 
@@ -186,6 +186,8 @@ class IsoScoreMetric(Metric):
         super().__init__(**kwargs)
         self.zeta = check_zeta(zeta)
         self.shrinkage = _shrinkage(shrinkage, copy=True)
+        if self.shrinkage is None:
+            warn_identity_shrinkage(self.zeta, "IsoScoreMetric", stacklevel=3)
         if self.shrinkage is not None:
             if dim is not None and dim != self.shrinkage.shape[0]:
                 raise ValueError(f"dim={dim} but shrinkage has shape {tuple(self.shrinkage.shape)}")

@@ -8,8 +8,11 @@ eval mode without gradients (so dropout draws nothing and training is unchanged)
 - ``isoscore_star_token_layer{i}`` and ``isoscore_star_cls_layer{i}``: IsoScore\* of each
   layer's token cloud and pooled ([CLS]) cloud,
   :math:`\iota((1-\zeta)\Sigma_X + \zeta\Sigma_S)`, :math:`\Sigma_S` of that layer estimated
-  on ``shrinkage_batches`` at the same step (without them, or with ``zeta = 0``, plain
-  IsoScore: ``isoscore_last``, ``isoscore_union``);
+  on ``shrinkage_batches`` at the same step; without them, or with ``zeta = 0``, nothing is
+  shrunk and the same values are plain IsoScore, logged under ``isoscore_token_layer{i}``,
+  ``isoscore_cls_layer{i}`` and ``isoscore_cls_last`` (an ``isoscore_star_*`` key always
+  means a :math:`\Sigma_S` was used); ``isoscore_last``, ``isoscore_union``: plain IsoScore
+  of the last layer's and the union's token clouds;
 - ``twonn_cls_layer{i}``: the TwoNN intrinsic dimension of each layer's pooled cloud;
 - ``effective_rank_{token,cls}_layer{i}`` and ``rankme_{token,cls}_layer{i}``: the effective
   rank and RankMe (:mod:`isotropy.measures.rank`) of each layer's clouds;
@@ -100,6 +103,9 @@ def measure_geometry(
                 value = row[cloud].get(name)
                 if value is not None:
                     out[f"{name}_{cloud}_layer{row['layer']}"] = float(value)
+    if not use_star:  # nothing shrunk: IsoScore* at zeta = 0 is IsoScore, named so
+        out = {key.replace("isoscore_star_", "isoscore_"): value for key, value in out.items()
+               if key not in ("isoscore_star_last", "isoscore_star_union")}
     last = record.get("last") or {}
     for name in ("raw", "centred"):
         for k, value in enumerate(last.get(f"cls_spectrum_{name}") or [], start=1):
