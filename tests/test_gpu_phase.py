@@ -165,3 +165,9 @@ def test_multiplicity_is_holm_over_the_primary_comparisons() -> None:
     assert rows[2].endswith("| inconclusive |") and "Provisional" not in "".join(lines)
     partial = gp.multiplicity({**family, "B2: w": gp.Comparison({"a": {0: 1.0}}, {"a": False})})
     assert partial[-2].startswith("Provisional") and "| partial |" in "".join(partial)
+    # a member with no pairs yet keeps the family's size (p = 1) and is listed as not run
+    missing = gp.multiplicity({**family, "B2: w": gp.Comparison({"a": {}}, {"a": False})})
+    assert "| not run |" in "".join(missing) and missing[-2].startswith("Provisional")
+    holm4 = multipletests([*raw, 1.0], method="holm")[1]
+    rows4 = [line for line in missing if line.startswith("| B")]
+    assert [float(r.split(" | ")[2]) for r in rows4] == pytest.approx(holm4, abs=6e-4)

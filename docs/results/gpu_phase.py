@@ -14,7 +14,9 @@ seeds where both runs are there; the values above 0 in a one-sided exact sign te
 difference of exactly 0 counts against the claimed side, as in the review phase's rules).
 A verdict word is given only when all five seeds of every task of the comparison are there:
 **supported** if p('above') < 0.05, **contradicted** if p('below') < 0.05, else
-**inconclusive**; before that the counts are printed as they stand, marked partial.
+**inconclusive**; before that the counts are printed as they stand, marked partial. Beside
+the rule, a stricter reading added after the runs were seen: the primary comparisons' (B1, B2,
+B3's two doses) two-sided p, Holm-adjusted across the four.
 
 Usage: python gpu_phase.py [GPU_RUNS_DIR]   (default: docs/gpu-runs)
 """
@@ -174,8 +176,9 @@ def _p(p: float) -> str:
 
 
 def two_sided(c: Comparison) -> float:
-    """Twice the smaller one-sided sign-test p (capped at 1), a difference of 0 counted against
-    both sides, as the CPU verdicts' deciding p.
+    """Twice the smaller one-sided sign-test p (capped at 1), a difference of exactly 0
+    counted against both sides (as the phase's rule counts it against the claimed side; more
+    conservative than dropping ties, as ``claim_stats.sign_test`` does).
 
     >>> two_sided(Comparison({"mrpc": {0: 1.0, 1: 2.0, 2: 3.0}}, {"mrpc": False}))
     0.25
@@ -235,27 +238,30 @@ def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
         out += [f"### {title} (points)", "", *table(c), "", verdict(c), ""]
         if title.startswith(PRIMARY):
-            primary[title.split(" - ")[0]] = c
+            key = title.split(" - ")[0]
+            assert key not in primary, f"two primary comparisons named {key!r}"
+            primary[key] = c
     return out + multiplicity(primary)
 
 
 def multiplicity(primary: dict[str, Comparison]) -> list[str]:
     """A stricter reading than the phase's rule, added after its runs were seen (so it can only
-    take verdict words away): each primary comparison's two-sided p, Holm-adjusted across
-    them, a word at adjusted p < 0.05; marked provisional while any of them is partial."""
-    titles = [t for t in primary if primary[t].values()]
-    if not titles:
+    take verdict words away): each primary comparison's two-sided p, Holm-adjusted across all
+    of them (one not run yet counts as p = 1, so the family keeps its size), a word at
+    adjusted p < 0.05; marked provisional while any of them is partial."""
+    if not any(c.values() for c in primary.values()):
         return []
-    adjusted = holm([two_sided(primary[t]) for t in titles])
+    raw = {t: two_sided(c) if c.values() else 1.0 for t, c in primary.items()}
+    adjusted = holm(list(raw.values()))
     lines = ["### Multiplicity: two-sided p, Holm-adjusted across the primary comparisons", "",
              "| comparison | two-sided p | Holm-adjusted | reading |", "|---|---|---|---|"]
-    for t, a in zip(titles, adjusted, strict=True):
-        c, raw = primary[t], two_sided(primary[t])
+    for (t, c), a in zip(primary.items(), adjusted, strict=True):
         up = sum(v > 0 for v in c.values())
-        word = ("partial" if not c.complete() else "inconclusive" if a >= 0.05 else
+        word = ("not run" if not c.values() else "partial" if not c.complete() else
+                "inconclusive" if a >= 0.05 else
                 "supported" if 2 * up > len(c.values()) else "contradicted")
-        lines.append(f"| {t} | {_p(raw)} | {_p(a)} | {word} |")
-    if not all(primary[t].complete() for t in titles):
+        lines.append(f"| {t} | {_p(raw[t]) if c.values() else '-'} | {_p(a)} | {word} |")
+    if not all(c.complete() for c in primary.values()):
         lines += ["", "Provisional: a comparison of the family is partial, so every adjusted p "
                   "can still change."]
     return [*lines, ""]

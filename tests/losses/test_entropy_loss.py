@@ -146,14 +146,19 @@ def test_whole_number_float_labels_warn_once() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # regression targets with fractions: no warning
         reg.forward_embeddings(X, torch.linspace(0.0, 5.0, 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only the first floating labels are looked at
+        reg.forward_embeddings(X, torch.tensor([1.0, 2.0] * 5))
     classes = torch.tensor([0.0, 1.0] * 5)  # class labels stored as floats
-    with pytest.warns(UserWarning, match=r"labels.long\(\)"):
-        out = reg.forward_embeddings(X, classes)
+    fresh = PersistentEntropyLoss(select_features=False)
+    with pytest.warns(UserWarning, match=r"labels.long\(\)") as caught:
+        out = fresh(X.float().unsqueeze(1).repeat(1, 3, 1), torch.ones(10, 3), classes)
+    assert caught[0].filename == __file__  # names the user's line, not the library's
     assert out.logs["n_groups"] == 1.0  # still one group: the warning changes nothing
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per instance
-        reg.forward_embeddings(X, classes)
-    assert reg.forward_embeddings(X, classes.long()).logs["n_groups"] == 2.0
+        fresh.forward_embeddings(X, classes)
+    assert fresh.forward_embeddings(X, classes.long()).logs["n_groups"] == 2.0
 
 
 # --------------------------------------------------------------------------- hidden states

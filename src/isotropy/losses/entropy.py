@@ -31,7 +31,7 @@ from isotropy._validation import (
 )
 from isotropy.clouds import pool, select_layers
 from isotropy.distributed import gather_rows
-from isotropy.losses.base import Regularizer, RegularizerOutput
+from isotropy.losses.base import Regularizer, RegularizerOutput, _user_stacklevel
 from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
 
 __all__ = ["PersistentEntropyLoss"]
@@ -44,7 +44,7 @@ def _integral(labels: torch.Tensor) -> bool:
     (True, False)
     """
     lab = labels.detach()
-    return bool(torch.isfinite(lab).all() and (lab == lab.round()).all())
+    return bool(((lab == lab.round()) & lab.isfinite()).all())  # one reduction, one read
 
 
 MIN_GROUP_SIZE = 3
@@ -58,10 +58,10 @@ class PersistentEntropyLoss(Regularizer):
     hidden-state ``layer`` (``-1``: the last layer), gathered over ranks when ``sync_dist``
     (every rank then computes the loss of the global batch). Integer or boolean ``labels``
     split it into groups; ``labels=None`` or floating labels (regression, e.g. STS-B) give one
-    group (floating labels that are all whole numbers look like class labels stored as floats:
-    a ``UserWarning``, once per instance). For every group with at least 3 points: H0 bars
-    (Euclidean MST edge lengths), the prominent-feature split when ``select_features`` (else
-    all bars are features and there is no noise), and
+    group (when the first floating labels an instance sees are all whole numbers, they look
+    like class labels stored as floats: a ``UserWarning``). For every group with at least 3
+    points: H0 bars (Euclidean MST edge lengths), the prominent-feature split when
+    ``select_features`` (else all bars are features and there is no noise), and
 
     .. math:: \text{loss} = -\beta \sum_g H(\text{features}_g)
               + \gamma \sum_g \operatorname{mean}(\text{noise}_g)
@@ -151,7 +151,7 @@ class PersistentEntropyLoss(Regularizer):
         self._cycle: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         self._cycle_logs: dict[str, float] = {}
         self._warned_replay = False
-        self._warned_float_labels = False
+        self._checked_float_labels = False
         self.select_features = check_flag(select_features, "select_features")
         self.pooling = pooling
         self.layer = layer
@@ -313,13 +313,17 @@ class PersistentEntropyLoss(Regularizer):
                 f"got {tuple(lab.shape)}"
             )
         if lab.is_floating_point() or lab.is_complex():
-            if not self._warned_float_labels and _integral(lab):
-                self._warned_float_labels = True
-                warnings.warn(
-                    "PersistentEntropyLoss: the labels are floating point, so they are taken "
-                    "as regression targets and the batch is one group, but every value is a "
-                    "whole number: if they are class labels, pass them as integers "
-                    "(labels.long()) to split the batch by class", UserWarning, stacklevel=3)
+            # checked on the first floating labels only: one host read, and regression targets
+            # of later batches (which may hold only whole numbers by chance) never warn
+            if not self._checked_float_labels and not lab.is_complex():
+                self._checked_float_labels = True
+                if _integral(lab):
+                    warnings.warn(
+                        "PersistentEntropyLoss: the labels are floating point, so they are "
+                        "taken as regression targets and the batch is one group, but every "
+                        "value of the first batch is a whole number: if they are class labels, "
+                        "pass them as integers (labels.long()) to split the batch by class",
+                        UserWarning, stacklevel=_user_stacklevel())
             return None  # regression targets: one group
         return lab.detach().to(device=device, dtype=torch.long)
 

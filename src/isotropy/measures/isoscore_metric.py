@@ -148,7 +148,8 @@ class IsoScoreMetric(Metric):
     and returns that batch's own score. ``dim`` (optional; implied by ``shrinkage``) lets a
     rank that saw no rows take part in ``compute(sync_dist=True)``. ``shrinkage`` is checked
     once, here: symmetric positive semi-definite (``ValueError`` naming its smallest
-    eigenvalue otherwise).
+    eigenvalue otherwise). Without it, :math:`\zeta > 0` shrinks toward the identity and the
+    score depends on the scale of the rows (a ``UserWarning`` at construction).
 
     ``eager_checks``: ``True`` checks every batch's values at once (a host read per
     ``update``); ``False`` accumulates on the device with no host read
