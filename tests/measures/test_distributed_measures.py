@@ -105,12 +105,26 @@ def _metric(case: dict, rank: int) -> dict:
     metric.sync()
     synced = (metric.stats.count, float(metric.compute()), float(metric.compute(sync_dist=True)))
     metric.unsync()
-    # torchmetrics' own sync (Lightning's route): gather the packed states, merge them
-    tm = IsoScoreMetric(case["zeta"], case["s"], dim=case["x"].shape[1], sync_on_compute=True)
+    # torchmetrics' own sync, the default (Lightning's route): gather the packed states, merge
+    tm = IsoScoreMetric(case["zeta"], case["s"], dim=case["x"].shape[1])
     tm.update(case["x"][_local(case, rank)])
     torchmetrics_value = float(tm.compute())
+    local = IsoScoreMetric(case["zeta"], case["s"], sync_on_compute=False)
+    local_value = None
+    if case["sizes"][rank] > 1:
+        local.update(case["x"][_local(case, rank)])
+        local_value = float(local.compute())
+    # no dim on a rank without rows: every rank raises the same error, none hangs
+    no_dim = IsoScoreMetric(case["zeta"], case["s"] if case["s"] is not None else None)
+    if case["sizes"][rank]:
+        no_dim.update(case["x"][_local(case, rank)])
+    try:
+        no_dim_value: float | str = float(no_dim.compute())
+    except ValueError as err:
+        no_dim_value = str(err)
     return {"global": global_value, "synced": synced, "local_count": metric.stats.count,
-            "torchmetrics": torchmetrics_value, "torchmetrics_count": tm.stats.count}
+            "torchmetrics": torchmetrics_value, "torchmetrics_count": tm.stats.count,
+            "local": local_value, "no_dim": no_dim_value}
 
 
 def _bad_input(rank: int) -> list[str]:
@@ -198,6 +212,14 @@ def test_all_reduced_statistics_and_metric(ranks, name):
         assert m["local_count"] == case["sizes"][rank]
         assert m["torchmetrics"] == pytest.approx(expected, abs=1e-10)
         assert m["torchmetrics_count"] == case["sizes"][rank]  # unsynced after compute
+        if m["local"] is not None:  # sync_on_compute=False: this rank's rows alone
+            mine = case["x"][_local(case, rank)]
+            assert m["local"] == pytest.approx(float(eig_route(mine, case["zeta"], case["s"])),
+                                               abs=1e-10)
+        if case["s"] is None and 0 in case["sizes"]:  # a rank with no rows and no dim
+            assert "pass dim=" in m["no_dim"]
+        else:
+            assert m["no_dim"] == pytest.approx(expected, abs=1e-10)
 
 
 def test_bad_input_on_one_rank_raises_everywhere(ranks):

@@ -156,9 +156,11 @@ class IsoScoreMetric(Metric):
     (:func:`~isotropy.measures.covariance.packed_batch`), and ``compute`` raises if a kept
     row held NaN or infinity; ``None`` (default): eager on CPU, on the device elsewhere.
 
-    A ``torchmetrics.Metric``: other keyword arguments go to it. ``compute()`` scores this
-    rank's rows unless asked (``compute(sync_dist=True)``, :meth:`sync`, or
-    ``sync_on_compute=True``, which Lightning's logging uses): then the rows of every rank.
+    A ``torchmetrics.Metric``: other keyword arguments go to it. Under ``torch.distributed``,
+    ``compute()`` scores the rows of every rank (``sync_on_compute=True``, torchmetrics'
+    default, which Lightning's logging of a metric object relies on; a rank that saw no rows
+    then needs ``dim``); ``sync_on_compute=False`` scores this rank's rows unless asked
+    (``compute(sync_dist=True)`` or :meth:`sync`).
 
     >>> g = torch.Generator().manual_seed(0)
     >>> metric = IsoScoreMetric(zeta=0.0)
@@ -182,7 +184,7 @@ class IsoScoreMetric(Metric):
         if eager_checks is not None and not isinstance(eager_checks, bool):
             raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
         self.eager_checks = eager_checks
-        kwargs.setdefault("sync_on_compute", False)
+        kwargs.setdefault("sync_on_compute", True)  # torchmetrics' default: every rank's rows
         kwargs.setdefault("compute_with_cache", False)  # compute(sync_dist=...) differs per call
         super().__init__(**kwargs)
         self.zeta = check_zeta(zeta)
@@ -217,8 +219,9 @@ class IsoScoreMetric(Metric):
 
     @property
     def synced(self) -> bool:
-        """True between :meth:`sync` and :meth:`unsync`."""
-        return self._local is not None
+        """True between :meth:`sync` and :meth:`unsync` (ours, or torchmetrics' own around a
+        ``compute`` with ``sync_on_compute``)."""
+        return self._local is not None or bool(getattr(self, "_is_synced", False))
 
     def _add(self, stats: CovarianceStats) -> None:
         self._add_packed(_pack(stats), stats.dim, self.packed.device)
@@ -348,9 +351,18 @@ class IsoScoreMetric(Metric):
         (True, False)
         """
         if should_sync is not None:
-            super().sync(dist_sync_fn=dist_sync_fn, process_group=process_group,  # type: ignore[arg-type]
-                         should_sync=should_sync,
-                         distributed_available=distributed_available)  # type: ignore[arg-type]
+            if self._local is not None:  # synced by sync() already: the state is global
+                return None
+            try:
+                super().sync(dist_sync_fn=dist_sync_fn,  # type: ignore[arg-type]
+                             process_group=process_group, should_sync=should_sync,
+                             distributed_available=distributed_available)  # type: ignore[arg-type]
+            except RuntimeError as err:  # every rank gets here: the gather itself succeeded
+                if "equal size" not in str(err):
+                    raise
+                raise ValueError(
+                    "IsoScoreMetric: a rank that saw no rows has no dimension to sync: pass "
+                    "dim= (or shrinkage=) to the constructor") from err
             return None
         if self.synced:
             raise RuntimeError("IsoScoreMetric is already synced: call unsync() first")
