@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -139,8 +140,6 @@ def test_float_labels_give_one_group() -> None:
 
 
 def test_whole_number_float_labels_warn_once() -> None:
-    import warnings
-
     X = torch.randn(10, 5, dtype=torch.float64)
     reg = PersistentEntropyLoss(select_features=False)
     with warnings.catch_warnings():
@@ -175,8 +174,14 @@ def test_padding_does_not_change_mean_pooled_loss() -> None:
     noisy[-1][mask == 0] = 1e3 * torch.randn(int((mask == 0).sum()), 4, generator=g)
     noisy[0].normal_(generator=g)  # other layers are not used
     assert reg(noisy, mask, y).loss.item() == ref.loss.item()
-    # and the padded values do enter when the mask is left out
-    assert reg(noisy, None, y).loss.item() != ref.loss.item()
+    # and the padded values do enter when the mask is left out: warned once, at the user's line
+    with pytest.warns(UserWarning, match="without attention_mask") as caught:
+        assert reg(noisy, None, y).loss.item() != ref.loss.item()
+    assert caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg(noisy, None, y)  # once per instance
+        PersistentEntropyLoss()(noisy, None, y)  # [CLS] pooling reads no padding: no warning
 
 
 def test_cls_pooling_and_layer_choice() -> None:

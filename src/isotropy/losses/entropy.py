@@ -31,7 +31,12 @@ from isotropy._validation import (
 )
 from isotropy.clouds import pool, select_layers
 from isotropy.distributed import gather_rows
-from isotropy.losses.base import Regularizer, RegularizerOutput, _user_stacklevel
+from isotropy.losses.base import (
+    Regularizer,
+    RegularizerOutput,
+    _user_stacklevel,
+    warn_no_attention_mask,
+)
 from isotropy.measures.topology import h0_barcode, persistent_entropy, prominent_features
 
 __all__ = ["PersistentEntropyLoss"]
@@ -152,6 +157,7 @@ class PersistentEntropyLoss(Regularizer):
         self._cycle_logs: dict[str, float] = {}
         self._warned_replay = False
         self._checked_float_labels = False
+        self._warned_no_mask = False
         self.select_features = check_flag(select_features, "select_features")
         self.pooling = pooling
         self.layer = layer
@@ -195,6 +201,9 @@ class PersistentEntropyLoss(Regularizer):
                 "hidden_states is empty: call the model with output_hidden_states=True"
             )
         (hidden,) = select_layers(states, self.layer)
+        if self.pooling == "mean" and attention_mask is None and not self._warned_no_mask:
+            warn_no_attention_mask(type(self).__name__)  # the mean would take in the padding
+            self._warned_no_mask = True
         return pool(hidden, attention_mask, self.pooling)
 
     def prepare_cycle(self, embeddings: Sequence[torch.Tensor],
