@@ -78,7 +78,9 @@ def isoscore_star_compute(
 
     ``shrinkage`` (:math:`\Sigma_S`, ``(d, d)``) defaults to the identity; it must be symmetric
     positive semi-definite (checked, once per tensor; ``ValueError`` naming the smallest
-    eigenvalue otherwise). Returns a float64 scalar tensor.
+    eigenvalue otherwise). With the identity, :math:`\zeta > 0` makes the score depend on the
+    scale of the rows; this low-level step does not warn (``isoscore_star`` and
+    :class:`IsoScoreMetric` do). Returns a float64 scalar tensor.
 
     >>> s = isoscore_star_update(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     >>> isoscore_star_compute(s)  # equal variances in both dimensions
