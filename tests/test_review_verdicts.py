@@ -279,6 +279,23 @@ def test_the_screen_names_candidates_and_b3_hands_them_to_the_confirmation(
         rv.b3(tmp_path)
 
 
+def test_a_complete_lambda_gets_its_word_while_another_is_pending(tmp_path, monkeypatch
+                                                                   ) -> None:
+    done = _comparison({"sst2": [0.1, 0.2, 0.3], "mrpc": [-1.0, 0.0, 0.5],
+                        "cola": [-2.0, 0.1, 0.8], "stsb": [0.1, -0.1, 0.2]})
+
+    def screening(runs, lam):
+        if lam == -0.1:
+            return done
+        raise rv.Missing("dose/stsb-minilm-istar_l-0.03_z0.2-seed2")
+
+    monkeypatch.setattr(rv, "screening", screening)
+    text = "\n".join(rv.b3(tmp_path))
+    assert "task means above 0 on 2 of 4: **does not beat**" in text
+    assert "lambda = -0.03: pending (missing: dose/stsb-minilm-istar_l-0.03_z0.2-seed2)" in text
+    assert "The confirmation waits" in text and "#### B3's confirmation" not in text
+
+
 def test_missing_runs_are_named_for_every_lambda(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(rv, "CONFIRM_SPEC", tmp_path / "none.yaml")
     lines = rv.confirmation(tmp_path, FOUND)

@@ -276,15 +276,23 @@ def _candidates(comparisons: dict[float, Comparison]) -> dict[float, list[str]]:
 
 
 def b3(runs: Path) -> list[str]:
+    """B3's screen, each lambda's word as soon as its own runs are all there; the
+    confirmation (Holm-adjusted over the candidates) once every lambda's screen is."""
     out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
-    try:
-        comparisons = screens(runs)
-    except Missing as gone:
-        return [*out, f"pending (missing: {gone})", "", *dose_response(runs)]
-    for lam, c in comparisons.items():
+    comparisons, missing = {}, []
+    for lam in DOSES:
+        try:
+            c = comparisons[lam] = screening(runs, lam)
+        except Missing as gone:
+            missing.append(str(gone))
+            out += [f"lambda = {lam:g}: pending (missing: {gone})", ""]
+            continue
         up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
                 f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
+    if missing:
+        return [*out, "The confirmation waits for every lambda's screen.", "",
+                *dose_response(runs)]
     found = _candidates(comparisons)
     if found:
         out += confirmation(runs, found)
