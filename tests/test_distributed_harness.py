@@ -10,6 +10,11 @@ from _distributed import RanksFailed, require_gloo, run_on_ranks, step
 
 
 def _fail_differently(rank: int) -> None:
+    import torch.distributed as dist
+
+    # both ranks past the rendezvous first: a rank 0 that failed and tore down its group at once
+    # could make rank 1's init_process_group fail instead of reaching its own failure
+    dist.barrier()
     if rank == 0:
         raise ValueError("boom on rank 0")
     step("about to abort")

@@ -3,8 +3,9 @@
 A GPU machine receives the working tree (tracked and untracked files) plus carried paths, 64 MiB
 in all per command. The carried bundle (``benchmarks/gpu/make_bundle.py``: MiniLM in fp16 and
 the small GLUE tasks, xz-compressed) measures 34.6 MiB (``docs/gpu.md``), so the tracked
-tree is held to :data:`TRACKED_BUDGET_MIB`: 34.6 + 27 = 61.6 MiB, 2.4 MiB to spare for
-untracked files. Archived runs keep their large files gzip-compressed
+tree is held to :data:`TRACKED_BUDGET_MIB`: 34.6 + 28 = 62.6 MiB, 1.4 MiB to spare for
+untracked files. (27.2 MiB with the review phase's B3 runs and GPU runs 7-8; the runs still
+to come need room made first, ``docs/gpu.md``.) Archived runs keep their large files gzip-compressed
 (``docs/results/README.md``); GPU runs are kept as one ``.tar.xz`` per task
 (``docs/gpu-runs/``).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACKED_BUDGET_MIB = 27.0
+TRACKED_BUDGET_MIB = 28.0
 LARGEST_FILE_MIB = 1.0
 
 
