@@ -251,16 +251,23 @@ def screening(runs: Path, lam: float) -> Comparison:
     return compare(runs, [(t, istar(t, "dose", lam), base(t, "istar")) for t in PAPER])
 
 
-def screens(runs: Path) -> dict[float, Comparison]:
-    """Every lambda's screening values; ``Missing`` names every absent run of all of them."""
-    out, missing = {}, []
+def _screens(runs: Path) -> tuple[dict[float, Comparison], dict[float, str]]:
+    """The screening values of each lambda whose runs are all there, and the absent runs of
+    each other lambda."""
+    out, missing = {}, {}
     for lam in DOSES:
         try:
             out[lam] = screening(runs, lam)
         except Missing as gone:
-            missing.append(str(gone))
+            missing[lam] = str(gone)
+    return out, missing
+
+
+def screens(runs: Path) -> dict[float, Comparison]:
+    """Every lambda's screening values; ``Missing`` names every absent run of all of them."""
+    out, missing = _screens(runs)
     if missing:
-        raise Missing(", ".join(missing))
+        raise Missing(", ".join(missing.values()))
     return out
 
 
@@ -279,14 +286,12 @@ def b3(runs: Path) -> list[str]:
     """B3's screen, each lambda's word as soon as its own runs are all there; the
     confirmation (Holm-adjusted over the candidates) once every lambda's screen is."""
     out = ["### B3, the dose (d = I-STAR at lambda - phase A's base run, points)", ""]
-    comparisons, missing = {}, []
+    comparisons, missing = _screens(runs)
     for lam in DOSES:
-        try:
-            c = comparisons[lam] = screening(runs, lam)
-        except Missing as gone:
-            missing.append(str(gone))
-            out += [f"lambda = {lam:g}: pending (missing: {gone})", ""]
+        if lam in missing:
+            out += [f"lambda = {lam:g}: pending (missing: {missing[lam]})", ""]
             continue
+        c = comparisons[lam]
         up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
                 f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]

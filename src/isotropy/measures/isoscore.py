@@ -304,23 +304,18 @@ def isoscore_star(
     1.0
     """
     if shrinkage is None:
-        warn_identity_shrinkage(zeta, "isoscore_star", stacklevel=3)
+        warn_identity_shrinkage(check_zeta(zeta), "isoscore_star", stacklevel=3)
     return _isoscore_star(
         X, zeta, shrinkage, sync_dist=sync_dist, process_group=process_group
     )
 
 
-def warn_identity_shrinkage(zeta: object, where: str, *, stacklevel: int = 2) -> None:
-    r"""Warn that ``zeta > 0`` with the identity :math:`\Sigma_S` makes IsoScore* depend on
-    the scale of the points (nothing for ``zeta = 0`` or an invalid ``zeta``, which the
-    caller's own check reports)."""
-    try:
-        z = float(zeta)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return
-    if z > 0 and not isinstance(zeta, bool):
+def warn_identity_shrinkage(zeta: float, where: str, *, stacklevel: int = 2) -> None:
+    r"""Warn that a checked ``zeta > 0`` with the identity :math:`\Sigma_S` makes IsoScore*
+    depend on the scale of the points (nothing at ``zeta = 0``)."""
+    if zeta > 0:
         warnings.warn(
-            f"{where}: zeta = {z:g} with no shrinkage matrix mixes Sigma_X with the identity, "
+            f"{where}: zeta = {zeta:g} with no shrinkage matrix mixes Sigma_X with the identity, "
             "so the score depends on the scale of the points (X and 10 * X score "
             "differently); pass shrinkage= (e.g. the covariance of a large sample of the same "
             "states, isotropy.collect_covariance) for a scale-free score",
