@@ -1,61 +1,139 @@
-"""``docs/results/restore.sh`` and ``sync.sh``: the committed runs go back under ``$RUNS`` on a
-new machine and come back out byte for byte, and what ``$RUNS`` already holds is kept."""
+"""``docs/results/restore.sh`` and ``sync.sh``: the committed runs (one ``<sweep>.tar.xz`` per
+sweep) go back under ``$RUNS`` on a new machine and come back out with the same contents, an
+unchanged sweep's archive is left byte for byte, what ``$RUNS`` already holds is kept, and a
+sweep committed in the earlier layout (a folder of ``name.gz`` files) is packed in its place."""
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from isotropy.reporting.runs import expand_inputs, load_run
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "docs" / "results"
+ENV_PATH = "/usr/bin:/bin"
+pytestmark = pytest.mark.skipif(
+    any(shutil.which(t, path=ENV_PATH) is None for t in ("bash", "gzip", "tar", "xz", "cmp")),
+    reason="needs bash, gzip, GNU tar, xz and cmp")
+
+FILES = {  # the committed sweep, as name -> bytes
+    "dose/sweep.json": b'{"points": []}',
+    **{f"dose/sst2-seed{i}/{name}": text for i, value in enumerate((0.5, 0.75))
+       for name, text in (
+           ("config.json", json.dumps({"git_commit": "1a94adc3" + "0" * 32}).encode()),
+           ("results.json", json.dumps({"final": {"eval_accuracy": value}}).encode()),
+           ("metrics.jsonl", b'{"step": 1}\n'))},
+}
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    """The plain files of a ``.tar.xz`` as name -> bytes (read with Python, not the scripts)."""
+    with tarfile.open(archive, "r:xz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def _scripts(here: Path) -> None:
+    here.mkdir(parents=True, exist_ok=True)
+    for name in ("restore.sh", "sync.sh"):
+        shutil.copy(SCRIPTS / name, here / name)
 
 
 def _committed(here: Path) -> Path:
-    """A copy of both scripts beside a committed-style sweep of two runs."""
-    for name in ("restore.sh", "sync.sh"):
-        shutil.copy(SCRIPTS / name, here / name)
-    sweep = here / "runs" / "dose"
-    for i, value in enumerate((0.5, 0.75)):
-        run = sweep / f"sst2-seed{i}"
-        run.mkdir(parents=True)
-        (run / "config.json").write_text(json.dumps({"git_commit": "1a94adc3" + "0" * 32}))
-        for name, text in (("results.json", json.dumps({"final": {"eval_accuracy": value}})),
-                           ("metrics.jsonl", '{"step": 1}\n')):
-            (run / f"{name}.gz").write_bytes(gzip.compress(text.encode(), 9, mtime=0))
-    (sweep / "sweep.json").write_text('{"points": []}')
-    return sweep
+    """Both scripts beside a packed sweep of two runs (written with Python's tarfile)."""
+    _scripts(here)
+    (here / "runs").mkdir()
+    archive = here / "runs" / "dose.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        for name, data in FILES.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive
 
 
-@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("gzip") is None,
-                    reason="needs bash and gzip")
-def test_restore_then_sync_gives_the_committed_bytes_back(tmp_path: Path) -> None:
+def _bash(script: Path, runs: Path) -> str:
+    return subprocess.run(["bash", str(script)], env={"RUNS": str(runs), "PATH": ENV_PATH},
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_restore_then_sync_gives_the_committed_runs_back(tmp_path: Path) -> None:
     here, runs = tmp_path / "results", tmp_path / "verdict-runs"
-    here.mkdir()
-    sweep = _committed(here)
-    before = {p.relative_to(sweep): p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    archive = _committed(here)
     # a run already there (an interrupted one with its checkpoint) is left as it is
     kept = runs / "dose" / "sst2-seed1"
     (kept / "checkpoint-10").mkdir(parents=True)
     (kept / "config.json").write_text("{}")
-    out = subprocess.run(["bash", str(here / "restore.sh")], env={"RUNS": str(runs),
-                         "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
-    assert "dose: 1 run(s) restored" in out.stdout and "commit(s): 1a94adc" in out.stdout
+    out = _bash(here / "restore.sh", runs)
+    assert "dose: 1 run(s) restored" in out and "commit(s): 1a94adc" in out
     restored = runs / "dose" / "sst2-seed0"
     assert json.loads((restored / "results.json").read_text()) == {
         "final": {"eval_accuracy": 0.5}}
     assert not (kept / "results.json").exists() and (kept / "checkpoint-10").is_dir()
     assert not list(runs.rglob("*.restoring"))
-    # back out: sync.sh writes what was committed, byte for byte
+    # back out: sync.sh packs the same files again
     shutil.rmtree(kept)
-    subprocess.run(["bash", str(here / "restore.sh")], env={"RUNS": str(runs),
-                   "PATH": "/usr/bin:/bin"}, capture_output=True, check=True)
-    shutil.rmtree(here / "runs")
-    subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
-                   "PATH": "/usr/bin:/bin"}, capture_output=True, check=True)
-    after = {p.relative_to(sweep): p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
-    assert after == before
+    _bash(here / "restore.sh", runs)
+    archive.unlink()
+    assert "synced 2 finished runs" in _bash(here / "sync.sh", runs)
+    assert _members(archive) == FILES
+    # nothing new: the archive is not rewritten; rewritten, it has the same bytes
+    packed, stamp = archive.read_bytes(), archive.stat().st_mtime_ns
+    _bash(here / "sync.sh", runs)
+    assert archive.stat().st_mtime_ns == stamp and archive.read_bytes() == packed
+    archive.unlink()
+    _bash(here / "sync.sh", runs)
+    assert archive.read_bytes() == packed
+
+
+def test_sync_adds_a_finished_run_and_skips_an_unfinished_one(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    (runs / "dose").mkdir(parents=True)
+    (runs / "dose" / "sweep.json").write_text('{"points": [1]}')
+    done, running = runs / "dose" / "sst2-seed2", runs / "dose" / "sst2-seed3"
+    (done / "checkpoint-5").mkdir(parents=True)
+    (running / "checkpoint-5").mkdir(parents=True)
+    for run in (done, running):
+        (run / "config.json").write_text("{}")
+    (done / "results.json").write_text('{"final": {}}')
+    _bash(here / "sync.sh", runs)
+    got = _members(archive)
+    assert got == {**FILES, "dose/sweep.json": b'{"points": [1]}',
+                   "dose/sst2-seed2/config.json": b"{}",
+                   "dose/sst2-seed2/results.json": b'{"final": {}}'}
+    assert not (done / "checkpoint-5").exists() and (running / "checkpoint-5").is_dir()
+
+
+def test_sync_packs_a_sweep_of_the_earlier_layout_in_its_place(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _scripts(here)
+    old = here / "runs" / "dose"
+    for name, data in FILES.items():
+        p = here / "runs" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.name in ("config.json", "sweep.json"):
+            p.write_bytes(data)
+        else:
+            p.with_name(p.name + ".gz").write_bytes(gzip.compress(data, 9, mtime=0))
+    (runs / "dose").mkdir(parents=True)
+    shutil.copy(old / "sweep.json", runs / "dose" / "sweep.json")
+    _bash(here / "sync.sh", runs)
+    assert not old.exists() and _members(here / "runs" / "dose.tar.xz") == FILES
+
+
+def test_report_reads_a_packed_sweep_as_its_folder(tmp_path: Path) -> None:
+    archive = _committed(tmp_path / "results")
+    assert [p.name for p in expand_inputs([str(archive.parent)])] == ["sst2-seed0",
+                                                                       "sst2-seed1"]
+    assert [str(p) for p in expand_inputs([str(archive.parent / "dose" / "*-seed1")])] == [
+        str(archive.parent / "dose" / "sst2-seed1")]
+    with pytest.raises(ValueError, match="another format"):  # read, then judged on its content
+        load_run(archive.parent / "dose" / "sst2-seed0")

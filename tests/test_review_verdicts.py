@@ -18,6 +18,8 @@ import pytest
 from scipy.stats import binomtest, sem
 from scipy.stats import t as t_dist
 
+from isotropy.reporting import packed
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "docs" / "results" / "runs"
 _spec = importlib.util.spec_from_file_location(
@@ -60,7 +62,7 @@ def test_six_of_six_rule_and_the_constant_predictor() -> None:
 
 
 def test_committed_b1_and_b2_are_the_published_counts() -> None:
-    if not (RUNS / "review").is_dir():
+    if not packed.is_dir(RUNS / "review"):
         pytest.skip("no committed review runs")
     lines, p = rv.b1(RUNS)
     text = "\n".join(lines)
@@ -79,10 +81,10 @@ def test_committed_b1_and_b2_are_the_published_counts() -> None:
 
 
 def test_a_run_with_other_settings_is_refused_and_a_missing_one_is_pending(tmp_path) -> None:
-    if not (RUNS / "review").is_dir():
+    if not packed.is_dir(RUNS / "review"):
         pytest.skip("no committed review runs")
     name = "mrpc-minilm-none-seed0"
-    shutil.copytree(RUNS / "review" / name, tmp_path / "review" / name)
+    shutil.copytree(packed.real_path(RUNS / "review") / name, tmp_path / "review" / name)
     config = tmp_path / "review" / name / "config.json"
     data = json.loads(config.read_text())
     data["settings"]["training"]["learning_rate"] = 1e-4
@@ -97,7 +99,7 @@ def test_a_run_with_other_settings_is_refused_and_a_missing_one_is_pending(tmp_p
 
 
 def test_dose_response_reads_phase_a_and_marks_the_missing_doses_pending() -> None:
-    if not (RUNS / "istar").is_dir():
+    if not packed.is_dir(RUNS / "istar"):
         pytest.skip("no committed phase A runs")
     rows = {line.split(" |")[0][2:]: line for line in rv.dose_response(RUNS) if "lambda = -" in line
             and line.startswith("| ")}
@@ -158,16 +160,16 @@ def test_every_run_looked_up_is_a_run_its_spec_names(spec, cells) -> None:
 
 
 def test_an_unfinished_run_is_pending_and_other_settings_are_refused(tmp_path) -> None:
-    if not (RUNS / "review").is_dir():
+    if not packed.is_dir(RUNS / "review"):
         pytest.skip("no committed review runs")
     for name in ("mrpc-minilm-none-seed0", "mrpc-minilm-istar_l-1_z0.6-seed0"):
-        shutil.copytree(RUNS / "review" / name, tmp_path / "review" / name)
-    (tmp_path / "review" / "mrpc-minilm-none-seed0" / "results.json.gz").unlink()
+        shutil.copytree(packed.real_path(RUNS / "review") / name, tmp_path / "review" / name)
+    (tmp_path / "review" / "mrpc-minilm-none-seed0" / "results.json").unlink()
     with pytest.raises(rv.Missing, match="review/mrpc-minilm-none-seed0"):
         rv.metric(tmp_path, "mrpc", rv.base("mrpc", "review", lr=3e-5), 0)
     # a reference that differs in a setting the rule does not name (here the epochs)
     shutil.rmtree(tmp_path / "review" / "mrpc-minilm-none-seed0")
-    shutil.copytree(RUNS / "review" / "mrpc-minilm-none-seed0",
+    shutil.copytree(packed.real_path(RUNS / "review") / "mrpc-minilm-none-seed0",
                     tmp_path / "review" / "mrpc-minilm-none-seed0")
     config = tmp_path / "review" / "mrpc-minilm-none-seed0" / "config.json"
     data = json.loads(config.read_text())

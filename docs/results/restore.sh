@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Puts the committed runs back under $RUNS on a new machine, so that the sweeps resume where
-# they stopped (the inverse of sync.sh): per sweep of docs/results/runs/, its sweep.json and
-# results.csv, and each finished run's config.json with its files decompressed (a run
-# directory with a plain results.json counts as done). What $RUNS already holds is left as it
-# is: it may be newer (a running sweep's state, an interrupted run's checkpoint). Prints, per
-# sweep, the commits its runs were made at: pin the sweep's worktree at that commit.
+# they stopped (the inverse of sync.sh): per packed sweep docs/results/runs/<sweep>.tar.xz, its
+# sweep.json and results.csv, and each finished run's files (a run directory with a
+# results.json counts as done). What $RUNS already holds is left as it is: it may be newer (a
+# running sweep's state, an interrupted run's checkpoint). Prints, per sweep, the commits its
+# runs were made at: pin the sweep's worktree at that commit.
 #
 #   RUNS=/work/verdict-runs docs/results/restore.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 RUNS="${RUNS:-/work/verdict-runs}"
-for src in "$HERE"/runs/*/; do
-    name="$(basename "$src")"
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
+for archive in "$HERE"/runs/*.tar.xz; do
+    [ -f "$archive" ] || continue
+    name="$(basename "$archive" .tar.xz)"
+    xz -dc "$archive" | tar -xf - -C "$STAGE"
+    src="$STAGE/$name"
     [ -f "$src/sweep.json" ] || continue
     dest="$RUNS/$name"
     mkdir -p "$dest"
@@ -19,20 +24,15 @@ for src in "$HERE"/runs/*/; do
         if [ -f "$src/$f" ] && [ ! -e "$dest/$f" ]; then cp "$src/$f" "$dest/"; fi
     done
     restored=0
-    for run in "$src"*/; do
+    for run in "$src"/*/; do
         [ -f "$run/config.json" ] || continue
         out="$dest/$(basename "$run")"
         [ -e "$out" ] && continue
-        rm -rf "$out.restoring" && mkdir "$out.restoring"
-        cp "$run/config.json" "$out.restoring/"
-        for f in "$run"*.gz; do
-            [ -e "$f" ] || continue
-            gzip -dc "$f" > "$out.restoring/$(basename "$f" .gz)"
-        done
+        rm -rf "$out.restoring" && cp -r "$run" "$out.restoring"
         mv "$out.restoring" "$out"  # whole, or not at all
         restored=$((restored + 1))
     done
-    commits="$(sed -n 's/.*"git_commit": "\([0-9a-f]\{7\}\)[0-9a-f]*".*/\1/p' "$src"*/config.json \
+    commits="$(sed -n 's/.*"git_commit": "\([0-9a-f]\{7\}\)[0-9a-f]*".*/\1/p' "$src"/*/config.json \
         2>/dev/null | sort -u | tr '\n' ' ')"
     echo "$name: $restored run(s) restored into $dest; made at commit(s): ${commits:-unknown}"
 done

@@ -22,6 +22,7 @@ from typing import Any
 
 from isotropy.reporting.claim_stats import mean_interval
 from isotropy.reporting.claim_summary import constant_predictor, holm
+from isotropy.reporting.packed import real_path
 from isotropy.reporting.runs import Run, load_run
 from isotropy.training.config import default_run_name
 
@@ -81,11 +82,12 @@ def _same(got: Any, want: Any) -> bool:
 def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
     """(main metric at the final evaluation, the run) of one run; ``Missing`` if it is
     absent or unfinished, ``ValueError`` if its settings are not the cell's."""
-    path = runs / cell.root / run_name(task, cell, seed)
-    if not (path / "config.json").is_file() or not any(
-            (path / f).is_file() for f in ("results.json", "results.json.gz")):
+    path = runs / cell.root / run_name(task, cell, seed)  # a packed sweep reads as its folder
+    real = real_path(path)
+    if not (real / "config.json").is_file() or not any(
+            (real / f).is_file() for f in ("results.json", "results.json.gz")):
         raise Missing(str(path.relative_to(runs)))
-    settings = json.loads((path / "config.json").read_text())["settings"]
+    settings = json.loads((real / "config.json").read_text())["settings"]
     merged = {"classifier_pooling": "cls", **{k: v for k, v in settings["isotropy"].items()
                                               if v is not None}, **settings["training"]}
     want = {"task": task, "seed": seed, **dict(cell.settings)}

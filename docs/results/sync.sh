@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
-# Copies the small files of every finished run (results.json present) from RUNS/<sweep>/ into
-# docs/results/runs/<sweep>/ (config, results, metrics, measurements, dev predictions, and
-# each sweep's sweep.json and results.csv; all but config.json gzip-compressed, as name.gz,
-# which isotropy report reads), and deletes the finished runs' checkpoints and
-# saved models under RUNS. Never copies checkpoints or models.
+# Packs the small files of every finished run (results.json present) under RUNS/<sweep>/ into
+# docs/results/runs/<sweep>.tar.xz (config, results, metrics, measurements, dev predictions,
+# and the sweep's sweep.json and results.csv; isotropy report reads the archive as the folder
+# runs/<sweep>/), keeping the runs the archive already holds, and deletes the finished runs'
+# checkpoints and saved models under RUNS. Never copies checkpoints or models. The archive is
+# written the same way every time (names sorted, owner 0, time 0, modes u=rw,go=r; xz -9e in
+# one thread), and only when what it holds changes. A sweep committed as a folder of
+# gzip-compressed files (the earlier layout) is packed in its place.
 #
 #   RUNS=/work/verdict-runs docs/results/sync.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 RUNS="${RUNS:-/work/verdict-runs}"
 KEEP=(config.json results.json metrics.jsonl measurements.jsonl eval_predictions.csv)
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
+pack() {  # the sweep folder $STAGE/$1 as an uncompressed tar stream, the same bytes each time
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --mode=u=rwX,go=rX \
+        --format=gnu -C "$STAGE" -cf - "$1"
+}
+mkdir -p "$HERE/runs"
 for root in "$RUNS"/*/; do
     name="$(basename "$root")"
     [ -f "$root/sweep.json" ] || continue
-    dest="$HERE/runs/$name"
-    mkdir -p "$dest"
-    cp "$root/sweep.json" "$dest/"
-    [ -f "$root/results.csv" ] && cp "$root/results.csv" "$dest/"
+    archive="$HERE/runs/$name.tar.xz" old="$HERE/runs/$name"
+    rm -rf "${STAGE:?}/$name"
+    if [ -f "$archive" ]; then
+        xz -dc "$archive" | tar -xf - -C "$STAGE"
+    elif [ -d "$old" ]; then  # the earlier layout: a folder with name.gz files
+        cp -r "$old" "$STAGE/$name"
+        find "$STAGE/$name" -name '*.gz' -exec gzip -d {} +
+    fi
+    mkdir -p "$STAGE/$name"
+    cp "$root/sweep.json" "$STAGE/$name/"
+    [ -f "$root/results.csv" ] && cp "$root/results.csv" "$STAGE/$name/"
     for run in "$root"*/; do
         [ -f "$run/results.json" ] || continue
-        out="$dest/$(basename "$run")"
+        out="$STAGE/$name/$(basename "$run")"
         mkdir -p "$out"
         for f in "${KEEP[@]}"; do
-            [ -f "$run/$f" ] || continue
-            if [ "$f" = config.json ]; then
-                cp "$run/$f" "$out/"
-            else  # stored compressed (isotropy report reads name.gz where name is absent)
-                gzip -9nc "$run/$f" > "$out/$f.gz.tmp" && mv "$out/$f.gz.tmp" "$out/$f.gz"
-                rm -f "$out/$f"
-            fi
+            [ -f "$run/$f" ] && cp "$run/$f" "$out/"
         done
         rm -rf "$run"/checkpoint-* "$run"/model
     done
+    if [ -f "$archive" ] && pack "$name" | cmp -s - <(xz -dc "$archive"); then
+        continue  # nothing new: the archive stays as it is
+    fi
+    pack "$name" | xz -9e -T1 > "$archive.tmp"
+    mv "$archive.tmp" "$archive"
+    rm -rf "$old"
 done
-echo "synced $(find "$HERE/runs" -name 'results.json*' | wc -l) finished runs into $HERE/runs"
+echo "synced $(for a in "$HERE"/runs/*.tar.xz; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
+    | grep -c '/results\.json$') finished runs into $HERE/runs"

@@ -2,11 +2,11 @@
 (settings, method, final and best evaluations, logs, measurements) and how it is read
 (tolerant of a JSONL file cut short; a run of an unknown measurement format is skipped; an
 archived run's ``results.json``, ``metrics.jsonl`` and ``measurements.jsonl`` may be stored
-gzip-compressed as ``name.gz``, read where ``name`` is absent)."""
+gzip-compressed as ``name.gz``, read where ``name`` is absent; a sweep folder may be packed as
+``<sweep>.tar.xz`` beside, read as the folder: :mod:`isotropy.reporting.packed`)."""
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -20,6 +20,7 @@ import numpy as np
 
 from isotropy.clouds import parse_layers
 from isotropy.io import archived, read_text_utf8
+from isotropy.reporting.packed import exists, glob_packed, is_dir, is_file, list_dir, real_path
 from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS, read_jsonl_whole
 
 __all__ = [
@@ -219,7 +220,7 @@ class Run:
         return []
 
     def _records(self, name: str) -> list[dict[str, Any]]:
-        records, note = read_jsonl_whole(archived(self.path / name))
+        records, note = read_jsonl_whole(archived(real_path(self.path) / name))
         if note and note not in self.read_notes:
             self.read_notes.append(note)
         return records
@@ -326,16 +327,18 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
-    """Read one run directory; ``ValueError`` with the reason if it cannot be used."""
+    """Read one run directory (inside a packed sweep too; the run keeps ``path`` as its
+    path); ``ValueError`` with the reason if it cannot be used."""
     p = Path(path)
-    if not p.is_dir():
+    real = real_path(p)
+    if not real.is_dir():
         raise ValueError("not a directory")
-    if not (p / CONFIG).is_file():
+    if not (real / CONFIG).is_file():
         raise ValueError(f"no {CONFIG} (not an isotropy train run directory)")
-    if not archived(p / RESULTS).is_file():
+    if not archived(real / RESULTS).is_file():
         raise ValueError(f"incomplete: no {RESULTS} (the run is unfinished or failed)")
-    config = _read_json(p / CONFIG)
-    results = _read_json(archived(p / RESULTS))
+    config = _read_json(real / CONFIG)
+    results = _read_json(archived(real / RESULTS))
     settings = config.get("settings")
     if not isinstance(settings, dict) or not isinstance(settings.get("isotropy"), dict) \
             or not isinstance(settings.get("training"), dict):
@@ -378,29 +381,31 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
 
 def _sweep_logs(path: Path) -> bool:
     """Whether ``path`` is the ``logs/`` folder of an ``isotropy sweep`` output root."""
-    return path.name == "logs" and (path.parent / "sweep.json").is_file()
+    return path.name == "logs" and is_file(path.parent / "sweep.json")
 
 
 def _is_run(p: Path) -> bool:
-    return (p / CONFIG).exists() or archived(p / RESULTS).exists()
+    real = real_path(p)
+    return (real / CONFIG).exists() or archived(real / RESULTS).exists()
 
 
 def _is_sweep_root(p: Path) -> bool:
     """A sweep output root: a ``sweep.json`` and no run files."""
-    return (p / "sweep.json").is_file() and not _is_run(p)
+    return is_file(p / "sweep.json") and not _is_run(p)
 
 
 def _subdirs(p: Path) -> list[Path]:
-    """The sub-directories of ``p`` in name order, without hidden ones and a sweep's logs."""
-    return sorted(c for c in p.iterdir()
-                  if c.is_dir() and not c.name.startswith(".") and not _sweep_logs(c))
+    """The sub-directories of ``p`` in name order (packed sweeps among them), without hidden
+    ones and a sweep's logs."""
+    return [c for c in (p / name for name in list_dir(p))
+            if is_dir(c) and not c.name.startswith(".") and not _sweep_logs(c)]
 
 
 def _runs_under(p: Path) -> list[Path]:
     """``p`` if it is a run (or not a directory); else its sub-directories in name order,
     those that are sweep output roots themselves expanded in turn; ``[p]`` when it has none
     (it is then skipped with the reason)."""
-    if not p.is_dir() or _is_run(p):
+    if not is_dir(p) or _is_run(p):
         return [p]
     out: list[Path] = []
     for c in _subdirs(p):
@@ -432,10 +437,10 @@ def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
             walk(top, c)
 
     for pattern in patterns:
-        matches = (sorted(glob.glob(pattern)) if _GLOB_CHARS & set(pattern) else [pattern])
+        matches = glob_packed(pattern) if _GLOB_CHARS & set(pattern) else [pattern]
         for m in matches:
             p = Path(m)
-            if p.is_dir() and not _is_run(p) and not (p / "sweep.json").is_file():
+            if is_dir(p) and not _is_run(p) and not is_file(p / "sweep.json"):
                 walk(p, p)
     return list(named.items())
 
@@ -448,16 +453,17 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     output root with its ``sweep.json`` is expanded in turn, so that a folder of sweeps reads
     as all their runs); files a glob matches, hidden
     directories and the ``logs/`` folder of an ``isotropy sweep`` output root (beside its
-    ``sweep.json``) are ignored. ``FileNotFoundError`` for a glob that matches no directory or
-    a path that does not exist.
+    ``sweep.json``) are ignored. A packed sweep ``<sweep>.tar.xz`` reads as the folder
+    ``<sweep>`` (:mod:`isotropy.reporting.packed`), in paths and globs alike.
+    ``FileNotFoundError`` for a glob that matches no directory or a path that does not exist.
     """
     out: list[Path] = []
     for pattern in patterns:
         if _GLOB_CHARS & set(pattern):
-            matches = sorted(m for m in glob.glob(pattern) if os.path.isdir(m))
+            matches = [m for m in glob_packed(pattern) if is_dir(m)]
             if not matches:
                 raise FileNotFoundError(f"{pattern} matches no directory")
-        elif not os.path.exists(pattern):
+        elif not exists(pattern):
             raise FileNotFoundError(f"{pattern} does not exist")
         else:
             matches = [pattern]

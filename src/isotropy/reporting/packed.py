@@ -1,0 +1,161 @@
+"""Packed sweeps: a sweep folder stored as one ``<sweep>.tar.xz`` beside where the folder would
+be, read as if it were that folder (``runs/dose.tar.xz`` reads as ``runs/dose/``).
+
+An archive packs a sweep's small files together (``<sweep>/sweep.json``, ``<sweep>/<run>/
+config.json``, ``results.json``, ...), which compresses the many similar JSON files of a
+sweep far better than one file at a time. Reading one unpacks it once per process into a
+private temporary folder, removed at exit; a path inside it keeps the name it would have if
+the folder were there, so reports list the same paths either way. The folder wins where both
+exist. Only plain files and folders under ``<sweep>/`` may be in an archive (``ValueError``
+otherwise, before anything is unpacked).
+
+>>> import io, tarfile, tempfile
+>>> root = Path(tempfile.mkdtemp())
+>>> with tarfile.open(root / "dose.tar.xz", "w:xz") as tar:
+...     info = tarfile.TarInfo("dose/run-seed0/config.json"); info.size = 2
+...     tar.addfile(info, io.BytesIO(b"{}"))
+>>> list_dir(root), list_dir(root / "dose"), is_file(root / "dose" / "run-seed0" / "config.json")
+(['dose', 'dose.tar.xz'], ['run-seed0'], True)
+>>> glob_packed(str(root / "*" / "*-seed0")) == [str(root / "dose" / "run-seed0")]
+True
+"""
+
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import glob
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+__all__ = ["PACKED_SUFFIX", "exists", "glob_packed", "is_dir", "is_file", "list_dir",
+           "real_path"]
+
+PACKED_SUFFIX = ".tar.xz"
+_unpacked: dict[tuple[str, int, int], Path] = {}  # (archive, size, mtime) -> unpacked folder
+_scratch: list[str] = []
+
+
+def _scratch_dir() -> Path:
+    if not _scratch:
+        _scratch.append(tempfile.mkdtemp(prefix="isotropy-packed-"))
+        atexit.register(shutil.rmtree, _scratch[0], True)
+    return Path(_scratch[0])
+
+
+def _check_members(tar: tarfile.TarFile, archive: Path, top: str) -> list[tarfile.TarInfo]:
+    members = tar.getmembers()
+    for m in members:
+        parts = Path(m.name).parts
+        if not (m.isfile() or m.isdir()) or os.path.isabs(m.name) or ".." in parts \
+                or not parts or parts[0] != top:
+            raise ValueError(f"{archive} is not a packed sweep: it holds {m.name!r} (only plain "
+                             f"files and folders under {top}/ may be there)")
+    return members
+
+
+def _unpack(archive: Path) -> Path:
+    """The unpacked sweep folder of ``archive`` (unpacked on first use)."""
+    st = archive.stat()
+    key = (os.path.realpath(archive), st.st_size, st.st_mtime_ns)
+    if key not in _unpacked:
+        top = archive.name[: -len(PACKED_SUFFIX)]
+        dest = Path(tempfile.mkdtemp(dir=_scratch_dir()))
+        try:
+            with tarfile.open(archive, "r:xz") as tar:
+                members = _check_members(tar, archive, top)
+                for m in members:  # plain files and folders only, checked above
+                    target = dest.joinpath(*Path(m.name).parts)
+                    if m.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    src = tar.extractfile(m)
+                    assert src is not None  # a regular file
+                    with src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+        except (tarfile.TarError, EOFError, OSError) as err:
+            raise ValueError(f"unreadable packed sweep {archive}: {err}") from None
+        _unpacked[key] = dest / top
+    return _unpacked[key]
+
+
+def _archive_of(p: Path) -> Path | None:
+    """``p``'s ``<name>.tar.xz`` twin when ``p`` does not exist and the twin is a file."""
+    if not p.name or p.exists():
+        return None
+    twin = p.with_name(p.name + PACKED_SUFFIX)
+    return twin if twin.is_file() else None
+
+
+def real_path(path: str | os.PathLike[str]) -> Path:
+    """Where ``path`` is read from: itself, unless a folder on its way is missing and packed
+    beside (then the same path inside the unpacked copy)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    parts = p.parts
+    for i in range(1, len(parts) + 1):
+        head = Path(*parts[:i])
+        archive = _archive_of(head)
+        if archive is not None:
+            return _unpack(archive).joinpath(*parts[i:])
+        if not head.exists():
+            break
+    return p
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` exists, packed sweeps read as folders."""
+    return real_path(path).exists()
+
+
+def is_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder, packed sweeps read as folders."""
+    return real_path(path).is_dir()
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a file, packed sweeps read as folders."""
+    return real_path(path).is_file()
+
+
+def list_dir(path: str | os.PathLike[str]) -> list[str]:
+    """The names in folder ``path`` in sorted order, each packed sweep ``X.tar.xz`` also
+    listed as ``X`` (unless a folder ``X`` is there)."""
+    names = set(os.listdir(real_path(path)))
+    for n in list(names):
+        if n.endswith(PACKED_SUFFIX) and len(n) > len(PACKED_SUFFIX):
+            names.add(n[: -len(PACKED_SUFFIX)])
+    return sorted(names)
+
+
+def glob_packed(pattern: str) -> list[str]:
+    """:func:`glob.glob` (sorted) that sees packed sweeps as folders: ``runs/istar/*-seed0``
+    matches inside ``runs/istar.tar.xz``. Names starting with a dot match only a pattern
+    part that starts with one, as there."""
+    if not glob.has_magic(pattern):
+        return [pattern] if exists(pattern) else []
+    p = Path(pattern)
+    anchor, parts = (p.anchor, p.parts[1:]) if p.anchor else ("", p.parts)
+    found = [anchor]
+    for part in parts:
+        step: list[str] = []
+        for base in found:
+            here = base or "."
+            if not glob.has_magic(part):
+                cand = os.path.join(base, part) if base else part
+                if exists(cand):
+                    step.append(cand)
+                continue
+            if not is_dir(here):
+                continue
+            for name in list_dir(here):
+                if fnmatch.fnmatchcase(name, part) and \
+                        (not name.startswith(".") or part.startswith(".")):
+                    step.append(os.path.join(base, name) if base else name)
+        found = step
+    return sorted(set(found))
