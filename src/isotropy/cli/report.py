@@ -9,8 +9,9 @@ sweeps/NAME/ (the same outputs), so that one sweep's tables and figures are not 
 settings that only tell it apart from the others (a glob such as 'runs/*' names the sweep
 roots themselves and gets no such sub-reports; two sweeps that would share a name are
 refused). A sweep packed as NAME.tar.xz (docs/results/runs/ keeps its sweeps so) reads as the
-folder NAME beside it, in arguments and globs alike. Unfinished, unreadable or foreign directories are skipped and listed in report.md
-with the reason. The outputs are described in docs/report.md.
+folder NAME beside it, in arguments and globs alike. Unfinished, unreadable or foreign
+directories are skipped and listed in report.md with the reason. The outputs are described in
+docs/report.md.
 """
 
 from __future__ import annotations
