@@ -20,9 +20,17 @@ from isotropy.reporting.runs import expand_inputs, load_run
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "docs" / "results"
 ENV_PATH = "/usr/bin:/bin"
+
+
+def _gnu_tar() -> bool:
+    tar = shutil.which("tar", path=ENV_PATH)
+    return tar is not None and "GNU tar" in subprocess.run(
+        [tar, "--version"], capture_output=True, text=True).stdout
+
+
 pytestmark = pytest.mark.skipif(
-    any(shutil.which(t, path=ENV_PATH) is None for t in ("bash", "gzip", "tar", "xz", "cmp")),
-    reason="needs bash, gzip, GNU tar, xz and cmp")
+    any(shutil.which(t, path=ENV_PATH) is None for t in ("bash", "gzip", "xz", "cmp"))
+    or not _gnu_tar(), reason="needs bash, gzip, GNU tar, xz and cmp")
 
 FILES = {  # the committed sweep, as name -> bytes
     "dose/sweep.json": b'{"points": []}',
@@ -127,6 +135,39 @@ def test_sync_packs_a_sweep_of_the_earlier_layout_in_its_place(tmp_path: Path) -
     shutil.copy(old / "sweep.json", runs / "dose" / "sweep.json")
     _bash(here / "sync.sh", runs)
     assert not old.exists() and _members(here / "runs" / "dose.tar.xz") == FILES
+    # a folder beside an unchanged archive (unpacked in place) is removed: the archive holds it
+    packed = (here / "runs" / "dose.tar.xz").read_bytes()
+    (old / "stale").mkdir(parents=True)
+    _bash(here / "sync.sh", runs)
+    assert not old.exists() and (here / "runs" / "dose.tar.xz").read_bytes() == packed
+
+
+def test_a_run_synced_again_replaces_its_copy_whole_with_fixed_modes(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
+    run = runs / "dose" / "sst2-seed0"
+    (run / "metrics.jsonl").unlink()  # the run ran again and wrote no metrics this time
+    (run / "results.json").write_text('{"again": 1}')
+    (run / "config.json").chmod(0o755)
+    _bash(here / "sync.sh", runs)
+    with tarfile.open(archive, "r:xz") as tar:
+        modes = {m.name: m.mode for m in tar.getmembers()}
+    assert "dose/sst2-seed0/metrics.jsonl" not in modes
+    assert _members(archive)["dose/sst2-seed0/results.json"] == b'{"again": 1}'
+    assert modes["dose/sst2-seed0/config.json"] == 0o644 and modes["dose/sst2-seed0"] == 0o755
+
+
+def test_restore_goes_on_past_a_sweep_with_no_finished_run(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    with tarfile.open(here / "runs" / "a-started.tar.xz", "w:xz") as tar:
+        info = tarfile.TarInfo("a-started/sweep.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    out = _bash(here / "restore.sh", runs)
+    assert "a-started: 0 run(s) restored" in out and "commit(s): unknown" in out
+    assert "dose: 2 run(s) restored" in out and (runs / "dose" / "sst2-seed1").is_dir()
 
 
 def test_report_reads_a_packed_sweep_as_its_folder(tmp_path: Path) -> None:

@@ -33,6 +33,6 @@ for archive in "$HERE"/runs/*.tar.xz; do
         restored=$((restored + 1))
     done
     commits="$(sed -n 's/.*"git_commit": "\([0-9a-f]\{7\}\)[0-9a-f]*".*/\1/p' "$src"/*/config.json \
-        2>/dev/null | sort -u | tr '\n' ' ')"
+        2>/dev/null | sort -u | tr '\n' ' ' || true)"  # none: a sweep with no finished run
     echo "$name: $restored run(s) restored into $dest; made at commit(s): ${commits:-unknown}"
 done

@@ -3,10 +3,11 @@
 # docs/results/runs/<sweep>.tar.xz (config, results, metrics, measurements, dev predictions,
 # and the sweep's sweep.json and results.csv; isotropy report reads the archive as the folder
 # runs/<sweep>/), keeping the runs the archive already holds, and deletes the finished runs'
-# checkpoints and saved models under RUNS. Never copies checkpoints or models. The archive is
-# written the same way every time (names sorted, owner 0, time 0, modes u=rw,go=r; xz -9e in
-# one thread), and only when what it holds changes. A sweep committed as a folder of
-# gzip-compressed files (the earlier layout) is packed in its place.
+# checkpoints and saved models under RUNS. Never copies checkpoints or models. A run synced
+# again replaces its earlier copy whole. The archive is written the same way every time (names
+# sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and only when what
+# it holds changes. A sweep committed as a folder of gzip-compressed files (the earlier
+# layout) is packed in its place; a folder beside an archive is removed (the archive holds it).
 #
 #   RUNS=/work/verdict-runs docs/results/sync.sh
 set -euo pipefail
@@ -16,8 +17,9 @@ KEEP=(config.json results.json metrics.jsonl measurements.jsonl eval_predictions
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 pack() {  # the sweep folder $STAGE/$1 as an uncompressed tar stream, the same bytes each time
-    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --mode=u=rwX,go=rX \
-        --format=gnu -C "$STAGE" -cf - "$1"
+    find "$STAGE/$1" -type f -exec chmod 644 {} + -o -type d -exec chmod 755 {} +
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=gnu \
+        -C "$STAGE" -cf - "$1"
 }
 mkdir -p "$HERE/runs"
 for root in "$RUNS"/*/; do
@@ -37,17 +39,16 @@ for root in "$RUNS"/*/; do
     for run in "$root"*/; do
         [ -f "$run/results.json" ] || continue
         out="$STAGE/$name/$(basename "$run")"
-        mkdir -p "$out"
+        rm -rf "$out" && mkdir -p "$out"
         for f in "${KEEP[@]}"; do
             [ -f "$run/$f" ] && cp "$run/$f" "$out/"
         done
         rm -rf "$run"/checkpoint-* "$run"/model
     done
-    if [ -f "$archive" ] && pack "$name" | cmp -s - <(xz -dc "$archive"); then
-        continue  # nothing new: the archive stays as it is
+    if ! { [ -f "$archive" ] && pack "$name" | cmp -s - <(xz -dc "$archive"); }; then
+        pack "$name" | xz -9e -T1 > "$archive.tmp"  # something new (else left as it is)
+        mv "$archive.tmp" "$archive"
     fi
-    pack "$name" | xz -9e -T1 > "$archive.tmp"
-    mv "$archive.tmp" "$archive"
     rm -rf "$old"
 done
 echo "synced $(for a in "$HERE"/runs/*.tar.xz; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \

@@ -106,3 +106,52 @@ def test_an_unreadable_archive_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "dose.tar.xz").write_bytes(b"not xz at all")
     with pytest.raises(ValueError, match="unreadable packed sweep"):
         expand_inputs([str(tmp_path / "dose")])
+
+
+def test_another_kind_of_archive_beside_the_sweeps_is_not_a_folder(tmp_path: Path) -> None:
+    _sweep(tmp_path / "runs" / "istar")
+    with tarfile.open(tmp_path / "runs" / "backup.tar.xz", "w:xz") as tar:
+        info = tarfile.TarInfo("something/else.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    assert packed.list_dir(tmp_path / "runs") == ["backup.tar.xz", "istar"]
+    assert len(expand_inputs([str(tmp_path / "runs")])) == 6
+    assert len(expand_inputs([str(tmp_path / "runs" / "*")])) == 6
+
+
+def test_damaged_xz_data_is_a_clear_error(tmp_path: Path) -> None:
+    _sweep(tmp_path / "runs" / "dose")
+    archive = _pack(tmp_path / "runs" / "dose")
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="unreadable packed sweep"):
+        expand_inputs([str(tmp_path / "runs")])
+
+
+def test_an_archive_replaced_under_the_same_name_is_read_again(tmp_path: Path) -> None:
+    _sweep(tmp_path / "runs" / "dose")
+    archive = _pack(tmp_path / "runs" / "dose")
+    stamp = archive.stat()
+    assert packed.is_file(tmp_path / "runs" / "dose" / "sweep.json")
+    with tarfile.open(archive, "w:xz") as tar:  # another sweep, its time set back
+        info = tarfile.TarInfo("dose/other.json")
+        tar.addfile(info, io.BytesIO(b""))
+    os.utime(archive, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert packed.is_file(tmp_path / "runs" / "dose" / "other.json")
+    assert not packed.exists(tmp_path / "runs" / "dose" / "sweep.json")
+
+
+def test_dotdot_after_a_packed_folder_is_resolved_by_name(tmp_path: Path) -> None:
+    _sweep(tmp_path / "runs" / "dose")
+    _pack(tmp_path / "runs" / "dose")
+    (tmp_path / "runs" / "notes").mkdir()
+    assert packed.is_dir(tmp_path / "runs" / "dose" / ".." / "notes")
+    assert packed.is_file(tmp_path / "runs" / "notes" / ".." / "dose" / "sweep.json")
+
+
+def test_an_archive_too_large_to_be_a_sweep_is_refused(tmp_path: Path, monkeypatch) -> None:
+    _sweep(tmp_path / "runs" / "dose")
+    _pack(tmp_path / "runs" / "dose")
+    monkeypatch.setattr(packed, "MAX_UNPACKED_BYTES", 1000)
+    with pytest.raises(ValueError, match="would unpack to .* more than a packed sweep"):
+        packed.real_path(tmp_path / "runs" / "dose" / "sweep.json")

@@ -6,8 +6,10 @@ config.json``, ``results.json``, ...), which compresses the many similar JSON fi
 sweep far better than one file at a time. Reading one unpacks it once per process into a
 private temporary folder, removed at exit; a path inside it keeps the name it would have if
 the folder were there, so reports list the same paths either way. The folder wins where both
-exist. Only plain files and folders under ``<sweep>/`` may be in an archive (``ValueError``
-otherwise, before anything is unpacked).
+exist (``tar -xJf`` an archive elsewhere, ``-C DIR``, not beside it). A ``.tar.xz`` whose
+first member is not under ``<sweep>/`` is another kind of archive and is not listed as a
+folder. Only plain files and folders under ``<sweep>/``, at most :data:`MAX_UNPACKED_BYTES` in
+all, may be in a packed sweep (``ValueError`` otherwise, before anything is unpacked).
 
 >>> import io, tarfile, tempfile
 >>> root = Path(tempfile.mkdtemp())
@@ -25,18 +27,32 @@ from __future__ import annotations
 import atexit
 import fnmatch
 import glob
+import lzma
 import os
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
-__all__ = ["PACKED_SUFFIX", "exists", "glob_packed", "is_dir", "is_file", "list_dir",
-           "real_path"]
+__all__ = ["MAX_UNPACKED_BYTES", "PACKED_SUFFIX", "exists", "glob_packed", "is_dir", "is_file",
+           "list_dir", "real_path"]
 
 PACKED_SUFFIX = ".tar.xz"
-_unpacked: dict[tuple[str, int, int], Path] = {}  # (archive, size, mtime) -> unpacked folder
+MAX_UNPACKED_BYTES = 2 * 2**30  # a sweep's small files are tens of MB
+_Key = tuple[str, int, int, int, int]  # archive's real path, inode, size, mtime, ctime
+_unpacked: dict[_Key, Path] = {}  # -> the unpacked folder
+_is_sweep: dict[_Key, bool] = {}  # -> whether its first member is under <sweep>/
 _scratch: list[str] = []
+_READ_ERRORS = (tarfile.TarError, EOFError, OSError, lzma.LZMAError)
+
+
+def _key(archive: Path) -> _Key:
+    st = archive.stat()  # ctime too: a copy that keeps the mtime (cp -p) still changes it
+    return (os.path.realpath(archive), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _top(archive: Path) -> str:
+    return archive.name[: -len(PACKED_SUFFIX)]
 
 
 def _scratch_dir() -> Path:
@@ -50,19 +66,36 @@ def _check_members(tar: tarfile.TarFile, archive: Path, top: str) -> list[tarfil
     members = tar.getmembers()
     for m in members:
         parts = Path(m.name).parts
-        if not (m.isfile() or m.isdir()) or os.path.isabs(m.name) or ".." in parts \
-                or not parts or parts[0] != top:
+        if not (m.isfile() or m.isdir()) or m.issparse() or os.path.isabs(m.name) \
+                or ".." in parts or not parts or parts[0] != top:
             raise ValueError(f"{archive} is not a packed sweep: it holds {m.name!r} (only plain "
                              f"files and folders under {top}/ may be there)")
+    total = sum(m.size for m in members)
+    if total > MAX_UNPACKED_BYTES:
+        raise ValueError(f"{archive} would unpack to {total / 2**30:.1f} GiB, more than a "
+                         f"packed sweep's {MAX_UNPACKED_BYTES / 2**30:.0f} GiB")
     return members
+
+
+def _looks_packed(archive: Path) -> bool:
+    """Whether ``archive``'s first member is under ``<sweep>/`` (read from its start only); an
+    archive that cannot be read counts as one, so that its error is seen where it is read."""
+    key = _key(archive)
+    if key not in _is_sweep:
+        try:
+            with tarfile.open(archive, "r|xz") as tar:
+                first = tar.next()
+            _is_sweep[key] = first is None or Path(first.name).parts[:1] == (_top(archive),)
+        except _READ_ERRORS:
+            _is_sweep[key] = True
+    return _is_sweep[key]
 
 
 def _unpack(archive: Path) -> Path:
     """The unpacked sweep folder of ``archive`` (unpacked on first use)."""
-    st = archive.stat()
-    key = (os.path.realpath(archive), st.st_size, st.st_mtime_ns)
+    key = _key(archive)
     if key not in _unpacked:
-        top = archive.name[: -len(PACKED_SUFFIX)]
+        top = _top(archive)
         dest = Path(tempfile.mkdtemp(dir=_scratch_dir()))
         try:
             with tarfile.open(archive, "r:xz") as tar:
@@ -77,7 +110,8 @@ def _unpack(archive: Path) -> Path:
                     assert src is not None  # a regular file
                     with src, open(target, "wb") as out:
                         shutil.copyfileobj(src, out)
-        except (tarfile.TarError, EOFError, OSError) as err:
+        except _READ_ERRORS as err:
+            shutil.rmtree(dest, ignore_errors=True)
             raise ValueError(f"unreadable packed sweep {archive}: {err}") from None
         _unpacked[key] = dest / top
     return _unpacked[key]
@@ -93,8 +127,9 @@ def _archive_of(p: Path) -> Path | None:
 
 def real_path(path: str | os.PathLike[str]) -> Path:
     """Where ``path`` is read from: itself, unless a folder on its way is missing and packed
-    beside (then the same path inside the unpacked copy)."""
-    p = Path(path)
+    beside (then the same path inside the unpacked copy). ``..`` is resolved by name first,
+    as :func:`os.path.normpath` does."""
+    p = Path(os.path.normpath(path))
     if p.exists():
         return p
     parts = p.parts
@@ -125,10 +160,12 @@ def is_file(path: str | os.PathLike[str]) -> bool:
 
 def list_dir(path: str | os.PathLike[str]) -> list[str]:
     """The names in folder ``path`` in sorted order, each packed sweep ``X.tar.xz`` also
-    listed as ``X`` (unless a folder ``X`` is there)."""
-    names = set(os.listdir(real_path(path)))
+    listed as ``X`` (unless a folder ``X`` is there; an archive of another layout is not)."""
+    real = real_path(path)
+    names = set(os.listdir(real))
     for n in list(names):
-        if n.endswith(PACKED_SUFFIX) and len(n) > len(PACKED_SUFFIX):
+        if n.endswith(PACKED_SUFFIX) and len(n) > len(PACKED_SUFFIX) and (real / n).is_file() \
+                and _looks_packed(real / n):
             names.add(n[: -len(PACKED_SUFFIX)])
     return sorted(names)
 
@@ -136,7 +173,9 @@ def list_dir(path: str | os.PathLike[str]) -> list[str]:
 def glob_packed(pattern: str) -> list[str]:
     """:func:`glob.glob` (sorted) that sees packed sweeps as folders: ``runs/istar/*-seed0``
     matches inside ``runs/istar.tar.xz``. Names starting with a dot match only a pattern
-    part that starts with one, as there."""
+    part that starts with one, as there. Unlike there, a trailing ``/`` still matches files,
+    and the matches are spelled as :class:`~pathlib.Path` spells the pattern (``./`` and
+    ``//`` dropped): filter with :func:`is_dir` where folders are wanted."""
     if not glob.has_magic(pattern):
         return [pattern] if exists(pattern) else []
     p = Path(pattern)
