@@ -139,6 +139,9 @@ def test_screen_counts_task_means_above_zero_but_not_a_one_class_cell() -> None:
      else []),
     ("istar", lambda t, s: [rv.istar(t, "istar"), rv.istar(t, "istar", -0.3),
                             rv.base(t, "istar"), rv.cosreg(t)]),
+    ("mpnet", lambda t, s: [rv.istar(t, "mpnet", model="mpnet"),
+                            rv.base(t, "mpnet", model="mpnet")]
+     if t == "cola" and s in rv.MPNET_SEEDS else []),
 ])
 def test_every_run_looked_up_is_a_run_its_spec_names(spec, cells) -> None:
     # the names isotropy sweep gives the spec's points, against the names the script reads

@@ -1,4 +1,4 @@
-"""Print the review phase's verdicts (B1-B4 of ``docs/results.md``) from the committed runs,
+"""Print the review phase's verdicts (B1-B4 and B6's MPNet half of ``docs/results.md``) from the committed runs,
 by the decision rules written there before the runs started.
 
 Every comparison is seed-paired: d = metric(cell) - metric(reference, same seed), in points
@@ -44,17 +44,19 @@ class Cell:
 
 
 def istar(task: str, root: str, lam: float | None = None, zeta: float | None = None, *,
-          pad: bool = False, lr: float | None = None, head: str = "cls") -> Cell:
+          pad: bool = False, lr: float | None = None, head: str = "cls",
+          model: str = "minilm") -> Cell:
     lam0, zeta0 = PAPER[task]
     lam, zeta = lam0 if lam is None else lam, zeta0 if zeta is None else zeta
     return Cell(root, (("regularizer", ["istar"]), ("tuning", lam), ("zeta", zeta),
                        ("include_padding", pad), ("learning_rate", lr or LR[task]),
-                       ("classifier_pooling", head)))
+                       ("classifier_pooling", head), ("model", model)))
 
 
-def base(task: str, root: str, *, lr: float | None = None, head: str = "cls") -> Cell:
+def base(task: str, root: str, *, lr: float | None = None, head: str = "cls",
+         model: str = "minilm") -> Cell:
     return Cell(root, (("regularizer", ["none"]), ("learning_rate", lr or LR[task]),
-                       ("classifier_pooling", head)))
+                       ("classifier_pooling", head), ("model", model)))
 
 
 def cosreg(task: str) -> Cell:
@@ -65,8 +67,7 @@ def cosreg(task: str) -> Cell:
 
 def run_name(task: str, cell: Cell, seed: int) -> str:
     """The run directory's name, as ``isotropy train`` names it from its settings."""
-    return default_run_name({"task": task, "model": "minilm", "seed": seed,
-                             **dict(cell.settings)})
+    return default_run_name({"task": task, "seed": seed, **dict(cell.settings)})
 
 
 class Missing(Exception):
@@ -424,10 +425,23 @@ def b4(runs: Path) -> tuple[list[str], float]:
                       constant_rule=True)
 
 
+MPNET_SEEDS = (0, 1)  # B6's MPNet half: two seeds, reported without a verdict
+
+
+def b6(runs: Path) -> list[str]:
+    """B6's MPNet half: the paper's setting against the base run on CoLA, all-mpnet-base-v2,
+    seeds 0-1; reported without a verdict (two seeds: a sign test's p is at least 1/4)."""
+    c = compare(runs, [("cola", istar("cola", "mpnet", model="mpnet"),
+                        base("cola", "mpnet", model="mpnet"))], seeds=MPNET_SEEDS)
+    return ["### B6, MPNet-base (d = paper's setting - base run, CoLA, all-mpnet-base-v2)", "",
+            *_table(c), "", f"{c.above()} of {len(c.values())} above 0, {c.below()} below: "
+            "reported without a verdict (two seeds)."]
+
+
 def main(argv: list[str]) -> int:
     runs = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent / "runs"
     primary: dict[str, float] = {}
-    for step, fn in (("B1", b1), ("B2", b2), ("B3", b3), ("B4", b4)):
+    for step, fn in (("B1", b1), ("B2", b2), ("B3", b3), ("B4", b4), ("B6", b6)):
         try:
             result = fn(runs)
         except Missing as gone:

