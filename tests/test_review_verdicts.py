@@ -381,3 +381,27 @@ def test_run_confirm_runs_only_a_committed_spec_that_results_md_names(tmp_path) 
     spec.write_text(spec.read_text() + "# edited\n")  # changed after the commit
     got = run()
     assert got.returncode == 2 and "unchanged" in got.stderr
+
+
+def test_b6_reports_each_runs_metric_and_majority_share_and_no_verdict(tmp_path) -> None:
+    # phase A's CoLA runs of seeds 0-1 stand in for MPNet's, their model renamed
+    if not packed.is_dir(RUNS / "istar"):
+        pytest.skip("no committed phase A runs")
+    values = {}
+    for cell, seed in [(c, s) for c in ("none", "istar_l-1_z0.8") for s in rv.MPNET_SEEDS]:
+        src = packed.real_path(RUNS / "istar") / f"cola-minilm-{cell}-seed{seed}"
+        dest = tmp_path / "mpnet" / f"cola-mpnet-{cell}-seed{seed}"
+        shutil.copytree(src, dest)
+        config = json.loads((dest / "config.json").read_text())
+        config["settings"]["isotropy"]["model"] = "mpnet"
+        (dest / "config.json").write_text(json.dumps(config))
+        final = json.loads((dest / "results.json").read_text())["final"]
+        values[cell, seed] = (final["eval_matthews_correlation"], final["eval_majority_fraction"])
+    lines = "\n".join(rv.b6(tmp_path))
+    for mcc, share in values.values():
+        assert f"{mcc:.4f} (majority class {100 * share:.1f}%)" in lines
+    ds = [100 * (values["istar_l-1_z0.8", s][0] - values["none", s][0]) for s in rv.MPNET_SEEDS]
+    assert "| CoLA" in lines and all(f"{d:+.2f}" in lines or d == 0 for d in ds)
+    assert "without a verdict" in lines and "supported" not in lines
+    with pytest.raises(rv.Missing, match="mpnet/cola-mpnet-none-seed1"):
+        rv.b6(tmp_path / "empty")

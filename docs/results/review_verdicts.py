@@ -1,5 +1,5 @@
-"""Print the review phase's verdicts (B1-B4 and B6's MPNet half of ``docs/results.md``) from the committed runs,
-by the decision rules written there before the runs started.
+"""Print the review phase's verdicts (B1-B4, B6's MPNet half: ``docs/results.md``) from the
+committed runs, by the decision rules written there before the runs started.
 
 Every comparison is seed-paired: d = metric(cell) - metric(reference, same seed), in points
 (x 100). A test counts the values above 0 (a difference of exactly 0 counts against the
@@ -430,12 +430,24 @@ MPNET_SEEDS = (0, 1)  # B6's MPNet half: two seeds, reported without a verdict
 
 def b6(runs: Path) -> list[str]:
     """B6's MPNet half: the paper's setting against the base run on CoLA, all-mpnet-base-v2,
-    seeds 0-1; reported without a verdict (two seeds: a sign test's p is at least 1/4)."""
-    c = compare(runs, [("cola", istar("cola", "mpnet", model="mpnet"),
-                        base("cola", "mpnet", model="mpnet"))], seeds=MPNET_SEEDS)
+    seeds 0-1; reported without a verdict (two seeds: a sign test's p is at least 1/4), with
+    each run's metric and the share of its majority class at the final evaluation."""
+    cells = (("base run", base("cola", "mpnet", model="mpnet")),
+             ("paper's setting", istar("cola", "mpnet", model="mpnet")))
+    c = compare(runs, [("cola", cells[1][1], cells[0][1])], seeds=MPNET_SEEDS)
+    rows = ["| cell | " + " | ".join(f"seed {s}" for s in MPNET_SEEDS) + " |",
+            "|---|" + "---|" * len(MPNET_SEEDS)]
+    for label, cell in cells:
+        got = []
+        for seed in MPNET_SEEDS:
+            value, run = metric(runs, "cola", cell, seed)
+            share = run.value("majority_fraction")
+            got.append(f"{value:.4f}" + ("" if share is None else
+                                         f" (majority class {100 * share:.1f}%)"))
+        rows.append(f"| {label} | " + " | ".join(got) + " |")
     return ["### B6, MPNet-base (d = paper's setting - base run, CoLA, all-mpnet-base-v2)", "",
-            *_table(c), "", f"{c.above()} of {len(c.values())} above 0, {c.below()} below: "
-            "reported without a verdict (two seeds)."]
+            *rows, "", *_table(c), "", f"{c.above()} of {len(c.values())} above 0, "
+            f"{c.below()} below: reported without a verdict (two seeds)."]
 
 
 def main(argv: list[str]) -> int:

