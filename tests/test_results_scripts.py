@@ -5,7 +5,6 @@ sweep committed in the earlier layout (a folder of ``name.gz`` files) is packed 
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import shutil
@@ -33,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     or not _gnu_tar(), reason="needs bash, gzip, GNU tar, xz and cmp")
 
 FILES = {  # the committed sweep, as name -> bytes
-    "dose/sweep.json": b'{"points": []}',
+    "dose/sweep.json": b'{"points": []}',  # an invocation with every point done
     **{f"dose/sst2-seed{i}/{name}": text for i, value in enumerate((0.5, 0.75))
        for name, text in (
            ("config.json", json.dumps({"git_commit": "1a94adc3" + "0" * 32}).encode()),
@@ -101,45 +100,60 @@ def test_restore_then_sync_gives_the_committed_runs_back(tmp_path: Path) -> None
     assert archive.read_bytes() == packed
 
 
-def test_sync_adds_a_finished_run_and_skips_an_unfinished_one(tmp_path: Path) -> None:
+def _sweep_json(states: dict[str, str]) -> bytes:
+    return json.dumps({"points": [{"name": n, "state": st} for n, st in states.items()]}).encode()
+
+
+def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Path) -> None:
     here, runs = tmp_path / "results", tmp_path / "verdict-runs"
     archive = _committed(here)
-    (runs / "dose").mkdir(parents=True)
-    (runs / "dose" / "sweep.json").write_text('{"points": [1]}')
+    _bash(here / "restore.sh", runs)  # seeds 0-1 back under RUNS, as on a machine that goes on
+    running_json = _sweep_json({"sst2-seed2": "done", "sst2-seed3": "running"})
+    (runs / "dose" / "sweep.json").write_bytes(running_json)
     done, running = runs / "dose" / "sst2-seed2", runs / "dose" / "sst2-seed3"
-    (done / "checkpoint-5").mkdir(parents=True)
-    (running / "checkpoint-5").mkdir(parents=True)
     for run in (done, running):
+        (run / "checkpoint-5").mkdir(parents=True)
         (run / "config.json").write_text("{}")
     (done / "results.json").write_text('{"final": {}}')
-    _bash(here / "sync.sh", runs)
-    got = _members(archive)
-    assert got == {**FILES, "dose/sweep.json": b'{"points": [1]}',
-                   "dose/sst2-seed2/config.json": b"{}",
-                   "dose/sst2-seed2/results.json": b'{"final": {}}'}
+    out = _bash(here / "sync.sh", runs)
+    assert "synced 2 finished runs" in out and "1 more of sweeps still running" in out
+    pending = here / "runs" / ".pending" / "dose.tar.xz"
+    assert _members(archive) == FILES  # the report's runs do not change
+    assert _members(pending) == {"dose/sweep.json": running_json,
+                                 "dose/sst2-seed2/config.json": b"{}",
+                                 "dose/sst2-seed2/results.json": b'{"final": {}}'}
     assert not (done / "checkpoint-5").exists() and (running / "checkpoint-5").is_dir()
+    assert [p.name for p in expand_inputs([str(here / "runs")])] == ["sst2-seed0",
+                                                                     "sst2-seed1"]
+    # a new machine gets all three finished runs back, and the running sweep's sweep.json
+    fresh = tmp_path / "fresh-runs"
+    out = _bash(here / "restore.sh", fresh)
+    assert "dose (still running): 1 run(s) restored" in out and "dose: 2 run(s)" in out
+    assert (fresh / "dose" / "sweep.json").read_bytes() == running_json
+    assert sorted(p.name for p in (fresh / "dose").iterdir() if p.is_dir()) == [
+        "sst2-seed0", "sst2-seed1", "sst2-seed2"]
+    # once every point is done, the pending runs join the others
+    (running / "results.json").write_text('{"final": {"x": 1}}')
+    done_json = _sweep_json({"sst2-seed2": "done", "sst2-seed3": "done"})
+    (runs / "dose" / "sweep.json").write_bytes(done_json)
+    _bash(here / "sync.sh", runs)
+    assert not pending.exists() and not (here / "runs" / ".pending").exists()
+    assert _members(archive) == {**FILES, "dose/sweep.json": done_json,
+                                 "dose/sst2-seed2/config.json": b"{}",
+                                 "dose/sst2-seed2/results.json": b'{"final": {}}',
+                                 "dose/sst2-seed3/config.json": b"{}",
+                                 "dose/sst2-seed3/results.json": b'{"final": {"x": 1}}'}
 
 
-def test_sync_packs_a_sweep_of_the_earlier_layout_in_its_place(tmp_path: Path) -> None:
+def test_sync_removes_a_folder_beside_its_archive(tmp_path: Path) -> None:
     here, runs = tmp_path / "results", tmp_path / "verdict-runs"
-    _scripts(here)
-    old = here / "runs" / "dose"
-    for name, data in FILES.items():
-        p = here / "runs" / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.name in ("config.json", "sweep.json"):
-            p.write_bytes(data)
-        else:
-            p.with_name(p.name + ".gz").write_bytes(gzip.compress(data, 9, mtime=0))
-    (runs / "dose").mkdir(parents=True)
-    shutil.copy(old / "sweep.json", runs / "dose" / "sweep.json")
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
     _bash(here / "sync.sh", runs)
-    assert not old.exists() and _members(here / "runs" / "dose.tar.xz") == FILES
-    # a folder beside an unchanged archive (unpacked in place) is removed: the archive holds it
-    packed = (here / "runs" / "dose.tar.xz").read_bytes()
-    (old / "stale").mkdir(parents=True)
+    packed = archive.read_bytes()
+    (here / "runs" / "dose" / "stale").mkdir(parents=True)  # unpacked in place
     _bash(here / "sync.sh", runs)
-    assert not old.exists() and (here / "runs" / "dose.tar.xz").read_bytes() == packed
+    assert not (here / "runs" / "dose").exists() and archive.read_bytes() == packed
 
 
 def test_a_run_synced_again_replaces_its_copy_whole_with_fixed_modes(tmp_path: Path) -> None:

@@ -405,3 +405,13 @@ def test_b6_reports_each_runs_metric_and_majority_share_and_no_verdict(tmp_path)
     assert "without a verdict" in lines and "supported" not in lines
     with pytest.raises(rv.Missing, match="mpnet/cola-mpnet-none-seed1"):
         rv.b6(tmp_path / "empty")
+
+
+def test_a_run_of_a_sweep_still_running_is_read_from_pending(tmp_path) -> None:
+    if not packed.is_dir(RUNS / "review"):
+        pytest.skip("no committed review runs")
+    name = "mrpc-minilm-none-seed0"
+    shutil.copytree(packed.real_path(RUNS / "review") / name,
+                    tmp_path / rv.PENDING / "review" / name)
+    value, run = rv.metric(tmp_path, "mrpc", rv.base("mrpc", "review", lr=3e-5), 0)
+    assert run.path == tmp_path / rv.PENDING / "review" / name and 0 < value < 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Puts the committed runs back under $RUNS on a new machine, so that the sweeps resume where
-# they stopped (the inverse of sync.sh): per packed sweep docs/results/runs/<sweep>.tar.xz, its
-# sweep.json and results.csv, and each finished run's files (a run directory with a
-# results.json counts as done). What $RUNS already holds is left as it is: it may be newer (a
+# they stopped (the inverse of sync.sh): per packed sweep docs/results/runs/<sweep>.tar.xz (and
+# runs/.pending/<sweep>.tar.xz, the finished runs of a sweep still running, read first: its
+# sweep.json is the newer), its sweep.json and results.csv, and each finished run's files (a
+# run directory with a results.json counts as done). What $RUNS already holds is left as it is: it may be newer (a
 # running sweep's state, an interrupted run's checkpoint). Prints, per sweep, the commits its
 # runs were made at: pin the sweep's worktree at that commit.
 #
@@ -12,9 +13,10 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 RUNS="${RUNS:-/work/verdict-runs}"
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
-for archive in "$HERE"/runs/*.tar.xz; do
+for archive in "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
     [ -f "$archive" ] || continue
     name="$(basename "$archive" .tar.xz)"
+    rm -rf "${STAGE:?}/$name"
     xz -dc "$archive" | tar -xf - -C "$STAGE"
     src="$STAGE/$name"
     [ -f "$src/sweep.json" ] || continue
@@ -34,5 +36,6 @@ for archive in "$HERE"/runs/*.tar.xz; do
     done
     commits="$(sed -n 's/.*"git_commit": "\([0-9a-f]\{7\}\)[0-9a-f]*".*/\1/p' "$src"/*/config.json \
         2>/dev/null | sort -u | tr '\n' ' ' || true)"  # none: a sweep with no finished run
-    echo "$name: $restored run(s) restored into $dest; made at commit(s): ${commits:-unknown}"
+    from="$name"; case "$archive" in */.pending/*) from="$name (still running)";; esac
+    echo "$from: $restored run(s) restored into $dest; made at commit(s): ${commits:-unknown}"
 done

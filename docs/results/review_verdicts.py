@@ -27,6 +27,7 @@ from isotropy.reporting.runs import Run, load_run
 from isotropy.training.config import default_run_name
 
 SEEDS = (0, 1, 2)
+PENDING = ".pending"  # runs of a sweep still running (sync.sh), read where the others lack one
 CONFIRM_SEEDS = (3, 4, 5)  # B3's confirmation: fresh seeds, never the screen's
 DOSES = (-0.1, -0.03)  # B3's lambdas
 # the paper's best BERT (lambda, zeta) per task, and phase A's learning rate
@@ -81,13 +82,17 @@ def _same(got: Any, want: Any) -> bool:
 
 
 def metric(runs: Path, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
-    """(main metric at the final evaluation, the run) of one run; ``Missing`` if it is
-    absent or unfinished, ``ValueError`` if its settings are not the cell's."""
-    path = runs / cell.root / run_name(task, cell, seed)  # a packed sweep reads as its folder
-    real = real_path(path)
-    if not (real / "config.json").is_file() or not any(
-            (real / f).is_file() for f in ("results.json", "results.json.gz")):
-        raise Missing(str(path.relative_to(runs)))
+    """(main metric at the final evaluation, the run) of one run (under ``runs``, else under
+    ``runs/.pending``); ``Missing`` if it is absent or unfinished, ``ValueError`` if its
+    settings are not the cell's."""
+    name = run_name(task, cell, seed)
+    for path in (runs / cell.root / name, runs / PENDING / cell.root / name):
+        real = real_path(path)  # a packed sweep reads as its folder
+        if (real / "config.json").is_file() and any(
+                (real / f).is_file() for f in ("results.json", "results.json.gz")):
+            break
+    else:
+        raise Missing(f"{cell.root}/{name}")
     settings = json.loads((real / "config.json").read_text())["settings"]
     merged = {"classifier_pooling": "cls", **{k: v for k, v in settings["isotropy"].items()
                                               if v is not None}, **settings["training"]}

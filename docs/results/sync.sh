@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Packs the small files of every finished run (results.json present) under RUNS/<sweep>/ into
-# docs/results/runs/<sweep>.tar.xz (config, results, metrics, measurements, dev predictions,
-# and the sweep's sweep.json and results.csv; isotropy report reads the archive as the folder
-# runs/<sweep>/), keeping the runs the archive already holds, and deletes the finished runs'
-# checkpoints and saved models under RUNS. Never copies checkpoints or models. A run synced
-# again replaces its earlier copy whole. The archive is written the same way every time (names
-# sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and only when what
-# it holds changes. A sweep committed as a folder of gzip-compressed files (the earlier
-# layout) is packed in its place; a folder beside an archive is removed (the archive holds it).
+# Packs the small files of every finished run (results.json present) under RUNS/<sweep>/ (config,
+# results, metrics, measurements, dev predictions, and the sweep's sweep.json and results.csv),
+# keeping the runs the archives already hold, and deletes the finished runs' checkpoints and
+# saved models under RUNS. Never copies checkpoints or models.
+#
+# Where: docs/results/runs/<sweep>.tar.xz once every point of the sweep's latest invocation is
+# done (sweep.json's "points"): isotropy report reads it as the folder runs/<sweep>/, so the
+# committed report regenerates from whole steps only. Until then the finished runs the main
+# archive lacks go to docs/results/runs/.pending/<sweep>.tar.xz (a hidden folder, which
+# isotropy report passes over; restore.sh and review_verdicts.py read it), and move into the
+# main archive when the sweep is complete.
+#
+# A run synced again replaces its earlier copy whole. An archive is written the same way every
+# time (names sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and
+# only when what it holds changes. A folder beside its archive (unpacked in place) is removed.
 #
 #   RUNS=/work/verdict-runs docs/results/sync.sh
 set -euo pipefail
@@ -16,40 +22,64 @@ RUNS="${RUNS:-/work/verdict-runs}"
 KEEP=(config.json results.json metrics.jsonl measurements.jsonl eval_predictions.csv)
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
-pack() {  # the sweep folder $STAGE/$1 as an uncompressed tar stream, the same bytes each time
-    find "$STAGE/$1" -type f -exec chmod 644 {} + -o -type d -exec chmod 755 {} +
+pack() {  # the folder $1/$2 as an uncompressed tar stream, the same bytes each time
+    find "$1/$2" -type f -exec chmod 644 {} + -o -type d -exec chmod 755 {} +
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=gnu \
-        -C "$STAGE" -cf - "$1"
+        -C "$1" -cf - "$2"
+}
+write() {  # pack $1/$2 into archive $3 unless it holds exactly that already
+    if ! { [ -f "$3" ] && pack "$1" "$2" | cmp -s - <(xz -dc "$3"); }; then
+        mkdir -p "$(dirname "$3")"
+        pack "$1" "$2" | xz -9e -T1 > "$3.tmp"
+        mv "$3.tmp" "$3"
+    fi
+}
+complete() {  # whether every point of the sweep's latest invocation is done
+    python3 -c 'import json, sys
+points = json.load(open(sys.argv[1], encoding="utf-8")).get("points") or []
+sys.exit(0 if all(p.get("state") == "done" for p in points) else 1)' "$1"
 }
 mkdir -p "$HERE/runs"
 for root in "$RUNS"/*/; do
     name="$(basename "$root")"
     [ -f "$root/sweep.json" ] || continue
-    archive="$HERE/runs/$name.tar.xz" old="$HERE/runs/$name"
-    rm -rf "${STAGE:?}/$name"
-    if [ -f "$archive" ]; then
-        xz -dc "$archive" | tar -xf - -C "$STAGE"
-    elif [ -d "$old" ]; then  # the earlier layout: a folder with name.gz files
-        cp -r "$old" "$STAGE/$name"
-        find "$STAGE/$name" -name '*.gz' -exec gzip -d {} +
+    archive="$HERE/runs/$name.tar.xz" pending="$HERE/runs/.pending/$name.tar.xz"
+    main="$STAGE/main" wait="$STAGE/pending"
+    rm -rf "$main" "$wait" && mkdir -p "$main/$name" "$wait/$name"
+    [ -f "$archive" ] && xz -dc "$archive" | tar -xf - -C "$main"
+    [ -f "$pending" ] && xz -dc "$pending" | tar -xf - -C "$wait"
+    if complete "$root/sweep.json"; then
+        cp -r "$wait/$name/." "$main/$name/"  # the pending runs join the others
+        rm -rf "${wait:?}/$name" && mkdir -p "$wait/$name"
+        into="$main"
+    else
+        into="$wait"
     fi
-    mkdir -p "$STAGE/$name"
-    cp "$root/sweep.json" "$STAGE/$name/"
-    [ -f "$root/results.csv" ] && cp "$root/results.csv" "$STAGE/$name/"
+    cp "$root/sweep.json" "$into/$name/"
+    [ -f "$root/results.csv" ] && cp "$root/results.csv" "$into/$name/"
     for run in "$root"*/; do
         [ -f "$run/results.json" ] || continue
-        out="$STAGE/$name/$(basename "$run")"
+        base="$(basename "$run")"
+        out="$into/$name/$base"
+        if [ "$into" = "$wait" ] && [ -d "$main/$name/$base" ]; then
+            out="$main/$name/$base"  # a run the main archive holds stays there
+        fi
         rm -rf "$out" && mkdir -p "$out"
         for f in "${KEEP[@]}"; do
             [ -f "$run/$f" ] && cp "$run/$f" "$out/"
         done
         rm -rf "$run"/checkpoint-* "$run"/model
     done
-    if ! { [ -f "$archive" ] && pack "$name" | cmp -s - <(xz -dc "$archive"); }; then
-        pack "$name" | xz -9e -T1 > "$archive.tmp"  # something new (else left as it is)
-        mv "$archive.tmp" "$archive"
+    [ -f "$main/$name/sweep.json" ] && write "$main" "$name" "$archive"
+    if [ -n "$(ls -A "$wait/$name")" ]; then
+        write "$wait" "$name" "$pending"
+    else
+        rm -f "$pending"
     fi
-    rm -rf "$old"
+    rm -rf "${HERE:?}/runs/$name"
 done
-echo "synced $(for a in "$HERE"/runs/*.tar.xz; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
-    | grep -c '/results\.json$') finished runs into $HERE/runs"
+rmdir "$HERE/runs/.pending" 2>/dev/null || true
+count() { for a in "$@"; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
+    | grep -c '/results\.json$' || true; }
+echo "synced $(count "$HERE"/runs/*.tar.xz) finished runs into $HERE/runs," \
+    "$(count "$HERE"/runs/.pending/*.tar.xz) more of sweeps still running into runs/.pending"
