@@ -415,3 +415,19 @@ def test_a_run_of_a_sweep_still_running_is_read_from_pending(tmp_path) -> None:
                     tmp_path / rv.PENDING / "review" / name)
     value, run = rv.metric(tmp_path, "mrpc", rv.base("mrpc", "review", lr=3e-5), 0)
     assert run.path == tmp_path / rv.PENDING / "review" / name and 0 < value < 1
+
+
+def test_finished_pairs_lists_the_pairs_whose_two_runs_are_there(tmp_path) -> None:
+    if not packed.is_dir(RUNS / "review"):
+        pytest.skip("no committed review runs")
+    cell, ref = rv.istar("mrpc", "review", lr=3e-5), rv.base("mrpc", "review", lr=3e-5)
+    got = []
+    for c in (cell, ref):
+        name = rv.run_name("mrpc", c, 0)
+        shutil.copytree(packed.real_path(RUNS / "review") / name, tmp_path / "review" / name)
+        got.append(json.loads((tmp_path / "review" / name / "results.json").read_text())[
+            "final"]["eval_accuracy"])
+    lines = rv.finished_pairs(tmp_path, [("mrpc", cell, ref)])
+    assert lines == [f"- MRPC, seed 0: {got[0]:.4f} - {got[1]:.4f} = "
+                     f"{100 * (got[0] - got[1]):+.2f} points"]  # seeds 1-2 are absent
+    assert rv.finished_pairs(tmp_path / "empty", [("mrpc", cell, ref)]) == []

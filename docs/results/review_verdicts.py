@@ -423,11 +423,32 @@ def dose_response(runs: Path) -> list[str]:
     return [*lines, ""]
 
 
+def b4_pairs() -> list[tuple[str, Cell, Cell]]:
+    return [(t, istar(t, "readout", head="mean"), base(t, "readout", head="mean"))
+            for t in ("mrpc", "cola")]
+
+
 def b4(runs: Path) -> tuple[list[str], float]:
-    c = compare(runs, [(t, istar(t, "readout", head="mean"), base(t, "readout", head="mean"))
-                       for t in ("mrpc", "cola")])
-    return six_of_six(c, "B4, the readout (d = paper's setting - base run, mean readout)",
+    return six_of_six(compare(runs, b4_pairs()),
+                      "B4, the readout (d = paper's setting - base run, mean readout)",
                       constant_rule=True)
+
+
+def finished_pairs(runs: Path, pairs: list[tuple[str, Cell, Cell]],
+                   seeds: tuple[int, ...] = SEEDS) -> list[str]:
+    """The seed-paired d (points) of the pairs whose two runs are both there, while a step
+    waits for others: reported as they finish, no verdict."""
+    out = []
+    for task, cell, ref in pairs:
+        for seed in seeds:
+            try:
+                (a, run_a), (b, run_b) = (metric(runs, task, c, seed) for c in (cell, ref))
+            except Missing:
+                continue
+            check_same_but_method(run_a, run_b)
+            out.append(f"- {LABEL[task]}, seed {seed}: {a:.4f} - {b:.4f} = "
+                       f"{_points(100 * (a - b))} points")
+    return out
 
 
 MPNET_SEEDS = (0, 1)  # B6's MPNet half: two seeds, reported without a verdict
@@ -463,6 +484,9 @@ def main(argv: list[str]) -> int:
             result = fn(runs)
         except Missing as gone:
             print(f"### {step}: pending (missing: {gone})\n")
+            if step == "B4" and (done := finished_pairs(runs, b4_pairs())):
+                print("Finished so far (no verdict before every seed is there):\n"
+                      + "\n".join(done) + "\n")
             continue
         lines, p = result if isinstance(result, tuple) else (result, None)
         print("\n".join(lines) + "\n")
