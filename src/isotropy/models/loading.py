@@ -51,7 +51,9 @@ def alias_path(name: str) -> str | None:
     if name.lower() == MPNET_ALIAS:
         from isotropy.models.split_zip import MPNET, model_path
 
-        return model_path(MPNET)
+        path = model_path(MPNET)  # unpacked once: a copy cut later is named, with the mend
+        check_weight_files(path, advice=f"delete {path} to unpack the model again")
+        return path
     return None
 
 

