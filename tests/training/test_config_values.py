@@ -82,3 +82,10 @@ def test_a_value_out_of_range_in_a_file_names_the_file(tmp_path):
     with pytest.raises(ValueError) as err:  # given on the command line: no file named
         _args(tmp_path, "seed: 1\n", ".yaml", zeta=2.0)
     assert "config file" not in str(err.value)
+
+
+@pytest.mark.parametrize("typed, recorded", [("MiniLM", "minilm"), ("MPNET", "mpnet"),
+                                             ("bert-base-uncased", "bert-base-uncased")])
+def test_an_offline_alias_is_recorded_in_one_spelling(tmp_path, typed, recorded):
+    iso, _ = args_from_dict({"model": typed, "output_dir": str(tmp_path / "r")})
+    assert iso.model == recorded

@@ -20,6 +20,7 @@ all, may be in a packed sweep (``ValueError`` otherwise, before anything is unpa
 (['dose', 'dose.tar.xz'], ['run-seed0'], True)
 >>> glob_packed(str(root / "*" / "*-seed0")) == [str(root / "dose" / "run-seed0")]
 True
+>>> import shutil; shutil.rmtree(root)
 """
 
 from __future__ import annotations

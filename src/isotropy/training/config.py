@@ -24,6 +24,7 @@ from transformers import TrainingArguments
 from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
+from isotropy.models.loading import MINILM_ALIAS, MPNET_ALIAS
 
 __all__ = [
     "REGULARIZERS",
@@ -138,6 +139,8 @@ class IsotropyArguments:
     def __post_init__(self) -> None:
         _check_finite(self)
         self.task = get_task(self.task).name
+        if self.model.lower() in (MINILM_ALIAS, MPNET_ALIAS):  # one spelling: run names, resume
+            self.model = self.model.lower()
         self.data_source = check_data_source(self.data_source)
         regs = [r.strip().lower() for r in self.regularizer]
         unknown = [r for r in regs if r not in REGULARIZERS]
