@@ -192,3 +192,44 @@ def test_report_reads_a_packed_sweep_as_its_folder(tmp_path: Path) -> None:
         str(archive.parent / "dose" / "sst2-seed1")]
     with pytest.raises(ValueError, match="another format"):  # read, then judged on its content
         load_run(archive.parent / "dose" / "sst2-seed0")
+
+
+def test_an_earlier_invocations_unfinished_points_keep_a_sweep_pending(tmp_path: Path) -> None:
+    # a sweep run again without its new seeds: the latest points are done, others are not
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
+    state = {"points": [{"name": "sst2-seed0", "state": "done"}],
+             "other_points": [{"name": "sst2-seed2", "state": "interrupted"}]}
+    (runs / "dose" / "sweep.json").write_text(json.dumps(state))
+    (runs / "dose" / "sst2-seed2").mkdir()
+    (runs / "dose" / "sst2-seed2" / "config.json").write_text("{}")
+    (runs / "dose" / "sst2-seed2" / "results.json").write_text("{}")
+    _bash(here / "sync.sh", runs)
+    assert _members(archive) == FILES
+    assert "dose/sst2-seed2/results.json" in _members(here / "runs" / ".pending" / "dose.tar.xz")
+    # a folder unpacked beside the pending archive is removed too
+    (here / "runs" / ".pending" / "dose").mkdir()
+    _bash(here / "sync.sh", runs)
+    assert not (here / "runs" / ".pending" / "dose").exists()
+
+
+def test_restore_takes_the_archives_sweep_state_only_where_it_is_newer(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    (runs / "dose").mkdir(parents=True)
+    older = {"updated": "2026-11-25T00:00:00+0000", "points": []}
+    newer = {"updated": "2026-11-27T00:00:00+0000", "points": [{"name": "x", "state": "done"}]}
+    pending = here / "runs" / ".pending" / "dose.tar.xz"
+    pending.parent.mkdir(parents=True)
+    with tarfile.open(pending, "w:xz") as tar:
+        data = json.dumps(newer).encode()
+        info = tarfile.TarInfo("dose/sweep.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (runs / "dose" / "sweep.json").write_text(json.dumps(older))
+    _bash(here / "restore.sh", runs)  # the pending state is newer than the one left there
+    assert json.loads((runs / "dose" / "sweep.json").read_text()) == newer
+    (runs / "dose" / "sweep.json").write_text(json.dumps({**newer, "updated": "2027"}))
+    _bash(here / "restore.sh", runs)  # ... and one updated since is kept
+    assert json.loads((runs / "dose" / "sweep.json").read_text())["updated"] == "2027"

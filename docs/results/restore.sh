@@ -3,9 +3,10 @@
 # they stopped (the inverse of sync.sh): per packed sweep docs/results/runs/<sweep>.tar.xz (and
 # runs/.pending/<sweep>.tar.xz, the finished runs of a sweep still running, read first: its
 # sweep.json is the newer), its sweep.json and results.csv, and each finished run's files (a
-# run directory with a results.json counts as done). What $RUNS already holds is left as it is: it may be newer (a
-# running sweep's state, an interrupted run's checkpoint). Prints, per sweep, the commits its
-# runs were made at: pin the sweep's worktree at that commit.
+# run directory with a results.json counts as done). What $RUNS already holds is left as it
+# is: it may be newer (an interrupted run's checkpoint); a sweep.json (with its results.csv) is
+# replaced only by one updated later (a sweep that went on elsewhere). Prints, per sweep, the
+# commits its runs were made at: pin the sweep's worktree at that commit.
 #
 #   RUNS=/work/verdict-runs docs/results/restore.sh
 set -euo pipefail
@@ -13,6 +14,11 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 RUNS="${RUNS:-/work/verdict-runs}"
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
+newer() {  # whether sweep state $1 was updated after $2 (or $2 is absent)
+    [ ! -e "$2" ] || python3 -c 'import json, sys
+a, b = (json.load(open(p, encoding="utf-8")).get("updated") or "" for p in sys.argv[1:])
+sys.exit(0 if a > b else 1)' "$1" "$2"
+}
 for archive in "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
     [ -f "$archive" ] || continue
     name="$(basename "$archive" .tar.xz)"
@@ -22,9 +28,10 @@ for archive in "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
     [ -f "$src/sweep.json" ] || continue
     dest="$RUNS/$name"
     mkdir -p "$dest"
-    for f in sweep.json results.csv; do
-        if [ -f "$src/$f" ] && [ ! -e "$dest/$f" ]; then cp "$src/$f" "$dest/"; fi
-    done
+    if [ -f "$src/sweep.json" ] && newer "$src/sweep.json" "$dest/sweep.json"; then
+        cp "$src/sweep.json" "$dest/"  # the archive's state is the newer: a sweep gone on since
+        [ -f "$src/results.csv" ] && cp "$src/results.csv" "$dest/"
+    fi
     restored=0
     for run in "$src"/*/; do
         [ -f "$run/config.json" ] || continue

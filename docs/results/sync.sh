@@ -4,12 +4,13 @@
 # keeping the runs the archives already hold, and deletes the finished runs' checkpoints and
 # saved models under RUNS. Never copies checkpoints or models.
 #
-# Where: docs/results/runs/<sweep>.tar.xz once every point of the sweep's latest invocation is
-# done (sweep.json's "points"): isotropy report reads it as the folder runs/<sweep>/, so the
-# committed report regenerates from whole steps only. Until then the finished runs the main
-# archive lacks go to docs/results/runs/.pending/<sweep>.tar.xz (a hidden folder, which
-# isotropy report passes over; restore.sh and review_verdicts.py read it), and move into the
-# main archive when the sweep is complete.
+# Where: docs/results/runs/<sweep>.tar.xz once every point the sweep knows is done (sweep.json's
+# "points", its latest invocation's, and "other_points", earlier ones'): isotropy report reads
+# it as the folder runs/<sweep>/, so the committed report regenerates from whole steps only.
+# Until then the finished runs the main archive lacks go to
+# docs/results/runs/.pending/<sweep>.tar.xz (a hidden folder, which isotropy report passes
+# over; restore.sh and review_verdicts.py read it), and move into the main archive when the
+# sweep is complete. A sweep with a failed point stays there until the point is run again.
 #
 # A run synced again replaces its earlier copy whole. An archive is written the same way every
 # time (names sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and
@@ -34,9 +35,10 @@ write() {  # pack $1/$2 into archive $3 unless it holds exactly that already
         mv "$3.tmp" "$3"
     fi
 }
-complete() {  # whether every point of the sweep's latest invocation is done
+complete() {  # whether every point the sweep knows is done (its latest invocation's, others')
     python3 -c 'import json, sys
-points = json.load(open(sys.argv[1], encoding="utf-8")).get("points") or []
+state = json.load(open(sys.argv[1], encoding="utf-8"))
+points = (state.get("points") or []) + (state.get("other_points") or [])
 sys.exit(0 if all(p.get("state") == "done" for p in points) else 1)' "$1"
 }
 mkdir -p "$HERE/runs"
@@ -76,7 +78,7 @@ for root in "$RUNS"/*/; do
     else
         rm -f "$pending"
     fi
-    rm -rf "${HERE:?}/runs/$name"
+    rm -rf "${HERE:?}/runs/$name" "${HERE:?}/runs/.pending/$name"  # unpacked beside an archive
 done
 rmdir "$HERE/runs/.pending" 2>/dev/null || true
 count() { for a in "$@"; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
