@@ -155,3 +155,14 @@ def test_an_archive_too_large_to_be_a_sweep_is_refused(tmp_path: Path, monkeypat
     monkeypatch.setattr(packed, "MAX_UNPACKED_BYTES", 1000)
     with pytest.raises(ValueError, match="would unpack to .* more than a packed sweep"):
         packed.real_path(tmp_path / "runs" / "dose" / "sweep.json")
+
+
+def test_a_packed_sweep_named_by_its_archive_reads_as_its_folder(tmp_path: Path) -> None:
+    _sweep(tmp_path / "runs" / "dose")
+    archive = _pack(tmp_path / "runs" / "dose")
+    runs = expand_inputs([str(archive)])
+    assert len(runs) == 6 and {p.parent for p in runs} == {tmp_path / "runs" / "dose"}
+    other = tmp_path / "other.tar.xz"
+    with tarfile.open(other, "w:xz") as tar:
+        tar.addfile(tarfile.TarInfo("elsewhere/x"), io.BytesIO(b""))
+    assert packed.as_folder(other) == other  # not a packed sweep: a file as it is

@@ -35,8 +35,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-__all__ = ["MAX_UNPACKED_BYTES", "PACKED_SUFFIX", "exists", "glob_packed", "is_dir", "is_file",
-           "list_dir", "real_path"]
+__all__ = ["MAX_UNPACKED_BYTES", "PACKED_SUFFIX", "as_folder", "exists", "glob_packed", "is_dir",
+           "is_file", "list_dir", "real_path"]
 
 PACKED_SUFFIX = ".tar.xz"
 MAX_UNPACKED_BYTES = 2 * 2**30  # a sweep's small files are tens of MB
@@ -141,6 +141,16 @@ def real_path(path: str | os.PathLike[str]) -> Path:
             return _unpack(archive).joinpath(*parts[i:])
         if not head.exists():
             break
+    return p
+
+
+def as_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder a packed sweep named by its archive reads as (``runs/dose.tar.xz`` ->
+    ``runs/dose``); any other path as it is."""
+    p = Path(path)
+    if p.name.endswith(PACKED_SUFFIX) and len(p.name) > len(PACKED_SUFFIX) and p.is_file() \
+            and _looks_packed(p):
+        return p.with_name(_top(p))
     return p
 
 

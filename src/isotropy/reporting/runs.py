@@ -20,7 +20,15 @@ import numpy as np
 
 from isotropy.clouds import parse_layers
 from isotropy.io import archived, read_text_utf8
-from isotropy.reporting.packed import exists, glob_packed, is_dir, is_file, list_dir, real_path
+from isotropy.reporting.packed import (
+    as_folder,
+    exists,
+    glob_packed,
+    is_dir,
+    is_file,
+    list_dir,
+    real_path,
+)
 from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS, read_jsonl_whole
 
 __all__ = [
@@ -454,7 +462,8 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     as all their runs); files a glob matches, hidden
     directories and the ``logs/`` folder of an ``isotropy sweep`` output root (beside its
     ``sweep.json``) are ignored. A packed sweep ``<sweep>.tar.xz`` reads as the folder
-    ``<sweep>`` (:mod:`isotropy.reporting.packed`), in paths and globs alike.
+    ``<sweep>`` (:mod:`isotropy.reporting.packed`), in paths and globs alike, and named by
+    its archive too.
     ``FileNotFoundError`` for a glob that matches no directory or a path that does not exist.
     """
     out: list[Path] = []
@@ -466,7 +475,7 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
         elif not exists(pattern):
             raise FileNotFoundError(f"{pattern} does not exist")
         else:
-            matches = [pattern]
+            matches = [str(as_folder(pattern))]  # a packed sweep named by its archive
         for m in matches:
             p = Path(m)
             if _sweep_logs(p):
