@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from isotropy.reporting.runs import expand_inputs, load_run
+from isotropy.reporting.discovery import expand_inputs
+from isotropy.reporting.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "docs" / "results"

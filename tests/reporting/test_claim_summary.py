@@ -15,7 +15,7 @@ from _runs import make_run
 from isotropy.reporting import claim_summary as cs
 from isotropy.reporting.cells import collect_runs, group_cells
 from isotropy.reporting.claims import claims_report
-from isotropy.reporting.runs import expand_inputs
+from isotropy.reporting.discovery import expand_inputs
 
 
 def test_holm_matches_statsmodels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from scipy import stats
 
 from isotropy.reporting import claims
 from isotropy.reporting.cells import collect_runs, group_cells
-from isotropy.reporting.runs import expand_inputs
+from isotropy.reporting.discovery import expand_inputs
 
 
 def _claims_of(*roots: Path) -> tuple[str, str | None]:

@@ -13,7 +13,8 @@ from _runs import make_run
 
 from isotropy.cli.main import main
 from isotropy.reporting import packed
-from isotropy.reporting.runs import expand_inputs, load_run, sweeps_inside
+from isotropy.reporting.discovery import expand_inputs, sweeps_inside
+from isotropy.reporting.runs import load_run
 
 
 def _pack(folder: Path) -> Path:

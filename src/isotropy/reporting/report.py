@@ -28,6 +28,7 @@ outputs built from per-layer IsoScore* or from the training spectrum
 
 from isotropy.reporting.cells import Cell, collect_runs, group_cells, lower_is_better, pick_best
 from isotropy.reporting.claims import claim_verdict, claims_markdown
+from isotropy.reporting.discovery import expand_inputs, sweeps_inside
 from isotropy.reporting.runs import (
     COMPARED_SETTINGS,
     FORMAT_BOUND_OUTPUTS,
@@ -37,13 +38,11 @@ from isotropy.reporting.runs import (
     Method,
     Run,
     eval_history,
-    expand_inputs,
     load_run,
     mean_std,
     measurement_format,
     method_of,
     read_jsonl_whole,
-    sweeps_inside,
     tail_evaluations,
 )
 from isotropy.reporting.tables import (

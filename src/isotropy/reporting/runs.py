@@ -1,9 +1,10 @@
 """Run directories as :class:`Run` records: what a finished ``isotropy train`` run holds
-(settings, method, final and best evaluations, logs, measurements) and how it is read
+(settings, method, final and best evaluations, logs, measurements) and how one is read
 (tolerant of a JSONL file cut short; a run of an unknown measurement format is skipped; an
 archived run's ``results.json``, ``metrics.jsonl`` and ``measurements.jsonl`` may be stored
 gzip-compressed as ``name.gz``, read where ``name`` is absent; a sweep folder may be packed as
-``<sweep>.tar.xz`` beside, read as the folder: :mod:`isotropy.reporting.packed`)."""
+``<sweep>.tar.xz`` beside, read as the folder: :mod:`isotropy.reporting.packed`). Which
+directories the arguments name: :mod:`isotropy.reporting.discovery`."""
 
 from __future__ import annotations
 
@@ -20,15 +21,7 @@ import numpy as np
 
 from isotropy.clouds import parse_layers
 from isotropy.io import archived, read_text_utf8
-from isotropy.reporting.packed import (
-    as_folder,
-    exists,
-    glob_packed,
-    is_dir,
-    is_file,
-    list_dir,
-    real_path,
-)
+from isotropy.reporting.packed import real_path
 from isotropy.rundir import CONFIG, MEASUREMENTS, METRICS, RESULTS, read_jsonl_whole
 
 __all__ = [
@@ -39,10 +32,8 @@ __all__ = [
     "SPECTRUM_KEYS",
     "TABLE1_METRICS",
     "eval_history",
-    "expand_inputs",
     "load_run",
     "mean_std",
-    "sweeps_inside",
     "measurement_format",
     "Method",
     "method_of",
@@ -70,7 +61,6 @@ FORMAT_BOUND_OUTPUTS = {
     "table3": "Table 3 (persistent entropy, [CLS] spectrum over the last 30% of training)",
     "pe_fig1": "persistent-entropy Fig. 1 ([CLS] spectrum over training)",
 }
-_GLOB_CHARS = set("*?[")
 _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
              "entropy_weight", "select_features")
 # the settings that define an experiment besides task, model, method and seed: runs that differ
@@ -386,105 +376,6 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
                compared, measurement_format=fmt,
                train_steps=int(steps) if _is_number(steps) and steps > 0 else None)
 
-
-def _sweep_logs(path: Path) -> bool:
-    """Whether ``path`` is the ``logs/`` folder of an ``isotropy sweep`` output root."""
-    return path.name == "logs" and is_file(path.parent / "sweep.json")
-
-
-def _is_run(p: Path) -> bool:
-    real = real_path(p)
-    return (real / CONFIG).exists() or archived(real / RESULTS).exists()
-
-
-def _is_sweep_root(p: Path) -> bool:
-    """A sweep output root: a ``sweep.json`` and no run files."""
-    return is_file(p / "sweep.json") and not _is_run(p)
-
-
-def _subdirs(p: Path) -> list[Path]:
-    """The sub-directories of ``p`` in name order (packed sweeps among them), without hidden
-    ones and a sweep's logs."""
-    return [c for c in (p / name for name in list_dir(p))
-            if is_dir(c) and not c.name.startswith(".") and not _sweep_logs(c)]
-
-
-def _runs_under(p: Path) -> list[Path]:
-    """``p`` if it is a run (or not a directory); else its sub-directories in name order,
-    those that are sweep output roots themselves expanded in turn; ``[p]`` when it has none
-    (it is then skipped with the reason)."""
-    if not is_dir(p) or _is_run(p):
-        return [p]
-    out: list[Path] = []
-    for c in _subdirs(p):
-        out.extend(_runs_under(c) if _is_sweep_root(c) else [c])
-    return out or [p]
-
-
-def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
-    """The sweep output roots inside the arguments that are folders of sweeps (the nested roots
-    :func:`expand_inputs` expands), as ``(name, root)`` with ``name`` the root's path relative
-    to the folder given (``istar``, or ``phase-a/istar`` when nested twice). An argument that
-    is a run or a sweep root itself contributes nothing (so a glob such as ``runs/*`` that
-    matches the sweep roots themselves gives none); globs are expanded as there. A root reached
-    twice (the same folder given twice, links) is listed once. ``ValueError`` when two
-    different roots would get the same name (two folders that both hold an ``istar`` sweep)."""
-    named: dict[str, Path] = {}  # name -> root, in the order found
-    reached: set[str] = set()  # real paths of the roots found
-
-    def walk(top: Path, p: Path) -> None:
-        for c in filter(_is_sweep_root, _subdirs(p)):
-            real, name = os.path.realpath(c), c.relative_to(top).as_posix()
-            if real in reached:
-                continue
-            if name in named:
-                raise ValueError(f"two sweeps would both be reported as sweeps/{name}: "
-                                 f"{named[name]} and {c}; report them separately")
-            reached.add(real)
-            named[name] = c
-            walk(top, c)
-
-    for pattern in patterns:
-        matches = glob_packed(pattern) if _GLOB_CHARS & set(pattern) else [pattern]
-        for m in matches:
-            p = Path(m)
-            if is_dir(p) and not _is_run(p) and not is_file(p / "sweep.json"):
-                walk(p, p)
-    return list(named.items())
-
-
-def expand_inputs(patterns: Iterable[str]) -> list[Path]:
-    """Run directories of the arguments (directories or globs).
-
-    A directory with ``config.json`` or ``results.json`` is a run; any other directory is a
-    sweep root whose sub-directories are taken (in name order; a sub-directory that is a sweep
-    output root with its ``sweep.json`` is expanded in turn, so that a folder of sweeps reads
-    as all their runs); files a glob matches, hidden
-    directories and the ``logs/`` folder of an ``isotropy sweep`` output root (beside its
-    ``sweep.json``) are ignored. A packed sweep ``<sweep>.tar.xz`` reads as the folder
-    ``<sweep>`` (:mod:`isotropy.reporting.packed`), in paths and globs alike, and named by
-    its archive too.
-    ``FileNotFoundError`` for a glob that matches no directory or a path that does not exist.
-    """
-    out: list[Path] = []
-    for pattern in patterns:
-        if _GLOB_CHARS & set(pattern):
-            matches = [m for m in glob_packed(pattern) if is_dir(m)]
-            if not matches:
-                raise FileNotFoundError(f"{pattern} matches no directory")
-        elif not exists(pattern):
-            raise FileNotFoundError(f"{pattern} does not exist")
-        else:
-            matches = [str(as_folder(pattern))]  # a packed sweep named by its archive
-        for m in matches:
-            p = Path(m)
-            if _sweep_logs(p):
-                continue
-            out.extend(_runs_under(p))
-    seen: dict[str, Path] = {}
-    for p in out:
-        seen.setdefault(os.path.realpath(p), p)
-    return list(seen.values())
 
 def _normal(value: Any) -> Any:
     """One spelling per value: numbers (and strings that read as numbers, as YAML's ``1e-4``)

@@ -13,8 +13,9 @@ from typing import Any
 from isotropy.io import write_csv_atomic, write_text_atomic
 from isotropy.reporting.cells import Cell, collect_runs, group_cells, pick_best
 from isotropy.reporting.claims import claims_report
+from isotropy.reporting.discovery import expand_inputs
 from isotropy.reporting.figures import make_figures
-from isotropy.reporting.runs import SPECTRUM_KEYS, Run, _fmt, _num, expand_inputs
+from isotropy.reporting.runs import SPECTRUM_KEYS, Run, _fmt, _num
 from isotropy.reporting.tables import (
     _format_note,
     _md_table,
