@@ -234,3 +234,15 @@ def test_restore_takes_the_archives_sweep_state_only_where_it_is_newer(tmp_path:
     (runs / "dose" / "sweep.json").write_text(json.dumps({**newer, "updated": "2027"}))
     _bash(here / "restore.sh", runs)  # ... and one updated since is kept
     assert json.loads((runs / "dose" / "sweep.json").read_text())["updated"] == "2027"
+
+
+def test_a_sweep_that_ended_with_a_failed_point_is_named(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    _bash(here / "restore.sh", runs)
+    (runs / "dose" / "sweep.json").write_text(json.dumps({"points": [
+        {"name": "sst2-seed0", "state": "done"}, {"name": "sst2-seed2", "state": "failed"}]}))
+    out = subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
+                         "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
+    assert "dose has ended with failed points (sst2-seed2)" in out.stderr
+    assert (here / "runs" / ".pending" / "dose.tar.xz").is_file()  # held back, not lost

@@ -35,10 +35,14 @@ write() {  # pack $1/$2 into archive $3 unless it holds exactly that already
         mv "$3.tmp" "$3"
     fi
 }
-complete() {  # whether every point the sweep knows is done (its latest invocation's, others')
+complete() {  # whether every point the sweep knows is done (its latest invocation's, others');
+    # prints the failed points of a sweep that has ended with some
     python3 -c 'import json, sys
 state = json.load(open(sys.argv[1], encoding="utf-8"))
 points = (state.get("points") or []) + (state.get("other_points") or [])
+failed = [p.get("name") for p in points if p.get("state") == "failed"]
+if failed and all(p.get("state") in ("done", "failed") for p in points):
+    print(", ".join(map(str, failed)))
 sys.exit(0 if all(p.get("state") == "done" for p in points) else 1)' "$1"
 }
 mkdir -p "$HERE/runs"
@@ -50,12 +54,14 @@ for root in "$RUNS"/*/; do
     rm -rf "$main" "$wait" && mkdir -p "$main/$name" "$wait/$name"
     [ -f "$archive" ] && xz -dc "$archive" | tar -xf - -C "$main"
     [ -f "$pending" ] && xz -dc "$pending" | tar -xf - -C "$wait"
-    if complete "$root/sweep.json"; then
+    if failed="$(complete "$root/sweep.json")"; then
         cp -r "$wait/$name/." "$main/$name/"  # the pending runs join the others
         rm -rf "${wait:?}/$name" && mkdir -p "$wait/$name"
         into="$main"
     else
         into="$wait"
+        [ -n "$failed" ] && echo "sync.sh: $name has ended with failed points ($failed): its" \
+            "runs stay in runs/.pending until they are run again" >&2
     fi
     cp "$root/sweep.json" "$into/$name/"
     [ -f "$root/results.csv" ] && cp "$root/results.csv" "$into/$name/"
