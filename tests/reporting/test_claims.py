@@ -241,13 +241,13 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     # P1's raw growth at 2 · 42/64 > 1, and the two centred top-1 comparisons at 1 (every run
     # has the same centred share: 6 ties). Holm: the six become 9 · 2/64 = 0.281, the rest 1:
     # no verdict survives the adjustment. Task level: 2 tasks, p 1/4 at best.
-    held = "| 6 of 6 | 0.0156 | 0.281 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
-    against = "| 0 of 6 | 1 | 0.281 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
+    held = "| 6 of 6 | 0.0156 | 0.0312 | 0.281 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    against = "| 0 of 6 | 1 | 0.0312 | 0.281 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
     assert _row(out, "P1 held down").endswith(
         f"| 2 {held} inconclusive (unadjusted: supported) | – |")
     assert _row(out, "P2").endswith(f"| 2 {against} inconclusive (unadjusted: contradicted) | – |")
     assert _row(out, "P1 grows, raw").endswith(
-        "| 2 | 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
+        "| 2 | 3 of 6 | 0.656 | 1 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
     up = "inconclusive (unadjusted: supported) | – |"
     down = "inconclusive (unadjusted: contradicted) | – |"
     assert _row(out, "P1 grows, centred").endswith(f"{held} {up}")
@@ -255,12 +255,12 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
     assert _row(out, "P3 spectrum").endswith(f"{against} {down}")
     for key in ("P1 held down, centred", "P3 spectrum, centred"):
-        assert _row(out, key).endswith("| 2 | 0 of 0 | 1 | 1 | 0 of 0 | – | 0 / 0 / 2 | – | "
+        assert _row(out, key).endswith("| 2 | 0 of 0 | 1 | 1 | 1 | 0 of 0 | – | 0 / 0 / 2 | – | "
                                        "inconclusive | – |")
     # all bars 0.03 above the base run on every seed: "on par" contradicted per task, and
     # before the adjustment
     assert _row(out, "P4 all bars on par").endswith(
-        "| 2 | 6 of 6 | 0.0156 | 0.281 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
+        "| 2 | 6 of 6 | 0.0156 | 0.0312 | 0.281 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
         "(unadjusted: contradicted) | – |")
     summary = out[out.index("## Summary"):]
     assert "| C1 vs none |" not in summary  # no I-STAR cell: its claims are not listed
@@ -295,43 +295,43 @@ def test_summary_of_phase_a(tmp_path: Path) -> None:
     # union at P(≥ 4 of 6 rises) = 22/64, C4 λ = +1 at 2 · 42/64 > 1 and C7 at 1. Holm: 11/64 =
     # 0.172, then the seven at 10 · 2/64 = 0.3125 (9 · 2/64 and below are raised to it), then
     # 3 · 22/64 > 1: the rest 1.
-    one_way = "| 6 of 6 | 0.0156 | 0.312 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
+    one_way = "| 6 of 6 | 0.0156 | 0.0312 | 0.312 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
     assert _row(out, "C1 vs none").endswith(
-        "| 2 | 0 of 6 | 1 | 0.312 | 0 of 2 | 1 | 0 / 2 / 0 | – | inconclusive "
+        "| 2 | 0 of 6 | 1 | 0.0312 | 0.312 | 0 of 2 | 1 | 0 / 2 / 0 | – | inconclusive "
         "(unadjusted: contradicted) | – |")
     assert _row(out, "C1 vs CosReg").endswith(f"| 2 {one_way} inconclusive (unadjusted: "
                                               "supported) | – |")
     # the last layer (primary) rises 6 of 6: not "not contradicted" before the adjustment
     assert _row(out, "C3 no rise").endswith(
-        "| 6 of 6 | 0.0156 | 0.172 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
+        "| 6 of 6 | 0.0156 | 0.0156 | 0.172 | 2 of 2 | 0.25 | 0 / 2 / 0 | – | not contradicted "
         "(unadjusted: contradicted) | – |")
     assert _row(out, "C3 no rise, union").endswith(
-        "| 4 of 6 | 0.344 | 1 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted | – |")
+        "| 4 of 6 | 0.344 | 0.344 | 1 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | not contradicted | – |")
     up = "inconclusive (unadjusted: supported) | – |"
     assert _row(out, "C3 centres").endswith(f"{one_way} {up}")
     assert _row(out, "C4 paper's λ").endswith(f"{one_way} {up}")
     assert _row(out, "C4 λ = +1").endswith(
-        "| 3 of 6 | 0.656 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
+        "| 3 of 6 | 0.656 | 1 | 1 | 1 of 2 | 0.75 | 1 / 1 / 0 | – | inconclusive | – |")
     # λ = +1 is 0.01 below the base run on every seed (no spread: no per-task verdict)
     assert _row(out, "C6 λ = +1 hurts").endswith(
-        "| 2 | 6 of 6 | 0.0156 | 0.312 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | inconclusive "
+        "| 2 | 6 of 6 | 0.0156 | 0.0312 | 0.312 | 2 of 2 | 0.25 | 0 / 0 / 2 | – | inconclusive "
         "(unadjusted: supported) | – |")
     # CosReg 0.05 below the base run: no rise
     assert _row(out, "C7 CosReg no gain").endswith(
-        "| 2 | 0 of 6 | 1 | 1 | 0 of 2 | 1 | 0 / 0 / 2 | – | not contradicted | – |")
+        "| 2 | 0 of 6 | 1 | 1 | 1 | 0 of 2 | 1 | 0 / 0 / 2 | – | not contradicted | – |")
     # TwoNN against the metric over λ ∈ {-1, 0, +1}: ρ = +0.5 on MRPC's seeds (ranks 1, 2, 3
     # against 1, 3, 2) and +1 on CoLA's (exact p of 3 · +1: 1/216, contradicted)
     assert _row(out, "C8").endswith(
-        "| 2 | 0 of 6 | 1 | 0.312 | 0 of 2 | 1 | 0 / 1 / 1 | – | inconclusive "
+        "| 2 | 0 of 6 | 1 | 0.0312 | 0.312 | 0 of 2 | 1 | 0 / 1 / 1 | – | inconclusive "
         "(unadjusted: contradicted) | – |")
     # no layer-1 IsoScore* in these runs
     assert "| C9 early layers |" in out and _row(out, "C9 early layers").endswith(
         "not run: needs I-STAR at λ = +1 (the paper's ζ) and a base run, same seeds | – |")
     assert _row(out, "C4 λ = -0.3").endswith(
-        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at λ = -0.3 "
+        "| 0 | 0 of 0 | – | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at λ = -0.3 "
         "(the paper's ζ) and a base run, same seeds | – |")
     assert _row(out, "C5").endswith(
-        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at "
+        "| 0 | 0 of 0 | – | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs I-STAR at "
         "λ = -1 with ζ = 0 and with ζ in (0, 1), same seeds | – |")
     assert "| P2 |" not in out[out.index("## Summary"):]
     # C2: per seed, IsoScore* 0.01 < 0.2 < 0.5 (λ = -1, base, +1) against metric ranks 1, 3, 2:
@@ -404,7 +404,7 @@ def test_isoscore_of_different_measurement_zeta_is_not_compared(tmp_path: Path) 
     assert why is None
     assert "IsoScore\\* not compared on mrpc" in out
     assert _row(out, "C3 no rise").endswith(
-        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs CosReg (λ = 1) and "
+        "| 0 | 0 of 0 | – | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs CosReg (λ = 1) and "
         "a base run, same seeds | – |")
 
 
@@ -426,7 +426,7 @@ def test_a_claim_tested_without_values_is_inconclusive(tmp_path: Path) -> None:
     out, _ = _claims_lines(tmp_path)
     assert "| mrpc | 2 | fewer than 4 runs with both values | | | inconclusive |" in out
     assert _row(out, "C2").endswith(
-        "| 1 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 1 | – | inconclusive | – |")
+        "| 1 | 0 of 0 | – | – | – | 0 of 0 | – | 0 / 0 / 1 | – | inconclusive | – |")
     assert "Cells no claim compares: mrpc: cosreg λ=0.5." in out
     assert "Seeds per cell: 1 (one seed" in out
 
@@ -438,7 +438,7 @@ def test_spectrum_left_out_when_formats_differ(tmp_path: Path) -> None:
     out, _ = _claims_lines(tmp_path, spectrum=False)
     assert "The training [CLS] spectrum is not compared" in out
     assert _row(out, "P1 held down").endswith(
-        "| 0 | 0 of 0 | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs the entropy loss "
+        "| 0 | 0 of 0 | – | – | – | 0 of 0 | – | 0 / 0 / 0 | – | not run: needs the entropy loss "
         "(selected bars) and a base run, same seeds | – |")
 
 
@@ -458,11 +458,11 @@ def test_a_claim_needs_two_seeds_of_each_task() -> None:
     rows = claims.summary({"C4 λ = +1": one_seed, "C1 vs none": three}, "C")
     (c4,) = [r for r in rows if r.startswith("| C4 λ = +1 |")]
     (c1,) = [r for r in rows if r.startswith("| C1 vs none |")]
-    assert c4.endswith("| 6 of 6 | 0.0156 | – | 6 of 6 | 0.0156 | 0 / 0 / 6 | – | inconclusive "
+    assert c4.endswith("| 6 of 6 | 0.0156 | 0.0312 | – | 6 of 6 | 0.0156 | 0 / 0 / 6 | – | inconclusive "
                        "(a task with fewer than 2 seeds) | – |")
     # the only claim tested: Holm leaves its two-sided p, 2/64, as it is; 2 task means of 0.1:
     # p = 1/4
-    assert c1.endswith("| 6 of 6 | 0.0156 | 0.0312 | 2 of 2 | 0.25 | 2 / 0 / 0 | – | "
+    assert c1.endswith("| 6 of 6 | 0.0156 | 0.0312 | 0.0312 | 2 of 2 | 0.25 | 2 / 0 / 0 | – | "
                        "supported | – |")
 
 

@@ -217,8 +217,9 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"(see `isotropy.reporting.claim_summary`): *k of n* values move the claimed way "
            "(for \"no rise\": rise), with its one-sided p; then the test's deciding p "
-           "(two-sided, twice the smaller one-sided p, where either verdict can be reached; "
-           "for \"no rise\" the one-sided p of a rise) Holm-adjusted across the "
+           "(two-sided, twice the smaller one-sided p, where either verdict can be reached, so "
+           "it can be far below the one-sided p of the claimed way when the values go the "
+           "other way; for \"no rise\" the one-sided p of a rise), and that p Holm-adjusted across the "
            f"{family} claims tested here, which the verdict uses at {ALPHA:g}. Beside it, the "
            "task-level test: one value per task (its "
            "mean over seeds), *k of n* tasks the claimed way and its one-sided p (shown, not "
@@ -229,11 +230,11 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
            "A task comparing a cell that predicted one class on every seed is left out of the "
            "counts (listed); the last column gives the claim's verdict with such tasks counted "
            "(every claim's, adjusted again).", "",
-           "| claim | what is tested | tasks | values the claimed way | one-sided p | "
-           "Holm-adjusted p | tasks the claimed way (task means) | task-level p | tasks "
-           "supported / contradicted / other | left out | verdict | with the left-out tasks "
-           "counted |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| claim | what is tested | tasks | values the claimed way | one-sided p, the "
+           "claimed way | deciding p | Holm-adjusted p | tasks the claimed way (task means) | "
+           "task-level p | tasks supported / contradicted / other | left out | verdict | with "
+           "the left-out tasks counted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         changed = ("" if r.p_holm is None or r.verdict == r.verdict_unadjusted
                    else f" (unadjusted: {r.verdict_unadjusted})")
@@ -241,7 +242,7 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
                    f"{r.counted_k} of {r.counted_n}, Holm p {_p(r.counted_p_holm)}: "
                    f"{r.counted_verdict}")
         out.append(f"| {r.claim} | {r.tested} | {r.tasks} | {r.k} of {r.n} | {_p(r.p)} | "
-                   f"{_p(r.p_holm)} | {r.task_k} of {r.task_n} | {_p(r.task_p)} | "
+                   f"{_p(r.p_decide)} | {_p(r.p_holm)} | {r.task_k} of {r.task_n} | {_p(r.task_p)} | "
                    f"{r.supported} / {r.contradicted} / {r.tasks - r.supported - r.contradicted}"
                    f" | {'; '.join(r.left_out) or '–'} | {r.verdict}{changed} | {counted} |")
     return out
