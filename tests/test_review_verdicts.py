@@ -431,3 +431,52 @@ def test_finished_pairs_lists_the_pairs_whose_two_runs_are_there(tmp_path) -> No
     assert lines == [f"- MRPC, seed 0: {got[0]:.4f} - {got[1]:.4f} = "
                      f"{100 * (got[0] - got[1]):+.2f} points"]  # seeds 1-2 are absent
     assert rv.finished_pairs(tmp_path / "empty", [("mrpc", cell, ref)]) == []
+
+
+def test_b4_reports_its_secondaries_beside_the_primary_test(tmp_path) -> None:
+    # phase A's MRPC and CoLA runs stand in for B4's, moved under the mean readout, with the
+    # base run's metric raised by 0.01 there: the readout secondary is +1.00 point per seed
+    if not packed.is_dir(RUNS / "istar"):
+        pytest.skip("no committed phase A runs")
+    key = {"mrpc": "eval_accuracy", "cola": "eval_matthews_correlation"}
+    phase_a: dict[tuple[str, str, int], float] = {}
+    for task in rv.B4_TASKS:
+        for which in ("paper", "base"):
+            cls = rv.istar(task, "istar") if which == "paper" else rv.base(task, "istar")
+            mean = (rv.istar(task, "readout", head="mean") if which == "paper"
+                    else rv.base(task, "readout", head="mean"))
+            for seed in rv.SEEDS:
+                src = packed.real_path(RUNS / "istar") / rv.run_name(task, cls, seed)
+                shutil.copytree(src, tmp_path / "istar" / src.name)
+                dest = tmp_path / "readout" / rv.run_name(task, mean, seed)
+                shutil.copytree(src, dest)
+                config = json.loads((dest / "config.json").read_text())
+                config["settings"]["isotropy"]["classifier_pooling"] = "mean"
+                (dest / "config.json").write_text(json.dumps(config))
+                results = json.loads((dest / "results.json").read_text())
+                phase_a[task, which, seed] = results["final"][key[task]]
+                if which == "base":
+                    results["final"][key[task]] += 0.01
+                    (dest / "results.json").write_text(json.dumps(results))
+    lines, p = rv.b4(tmp_path)
+    text = "\n".join(lines)
+    # primary: phase A's d minus 1 point, every value below 0 (CoLA's paper cell predicts one
+    # class on every seed under [CLS], so it counts as not above anyway)
+    ds = {(t, s): 100 * (phase_a[t, "paper", s] - phase_a[t, "base", s]) - 1
+          for t in rv.B4_TASKS for s in rv.SEEDS}
+    assert all(d < 0 for d in ds.values())
+    assert "0 of 6 above 0, 6 below" in text and "**contradicted**" in text and p == 1.0
+    readout, cls = text.split("Secondary")[1:]
+    assert "| MRPC | +1.00 | +1.00 | +1.00 | +1.00" in readout
+    assert "| CoLA | +1.00 | +1.00 | +1.00 | +1.00" in readout
+    for task, label in (("mrpc", "| MRPC | "), ("cola", "| CoLA (the cell predicts")):
+        cells = " | ".join(f"{ds[task, s] + 1:+.2f}" for s in rv.SEEDS)
+        assert label in cls and cells in cls
+    # a pair that differs in more than the method and the readout is still refused
+    config = tmp_path / "readout" / rv.run_name("mrpc", rv.base("mrpc", "readout", head="mean"),
+                                                0) / "config.json"
+    data = json.loads(config.read_text())
+    data["settings"]["training"]["num_train_epochs"] = 4
+    config.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="differ in more than the method"):
+        rv.b4(tmp_path)

@@ -458,8 +458,8 @@ def test_a_claim_needs_two_seeds_of_each_task() -> None:
     rows = claims.summary({"C4 λ = +1": one_seed, "C1 vs none": three}, "C")
     (c4,) = [r for r in rows if r.startswith("| C4 λ = +1 |")]
     (c1,) = [r for r in rows if r.startswith("| C1 vs none |")]
-    assert c4.endswith("| 6 of 6 | 0.0156 | 0.0312 | – | 6 of 6 | 0.0156 | 0 / 0 / 6 | – | inconclusive "
-                       "(a task with fewer than 2 seeds) | – |")
+    assert c4.endswith("| 6 of 6 | 0.0156 | 0.0312 | – | 6 of 6 | 0.0156 | 0 / 0 / 6 | – | "
+                       "inconclusive (a task with fewer than 2 seeds) | – |")
     # the only claim tested: Holm leaves its two-sided p, 2/64, as it is; 2 task means of 0.1:
     # p = 1/4
     assert c1.endswith("| 6 of 6 | 0.0156 | 0.0312 | 0.0312 | 2 of 2 | 0.25 | 2 / 0 / 0 | – | "

@@ -219,7 +219,8 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
            "(for \"no rise\": rise), with its one-sided p; then the test's deciding p "
            "(two-sided, twice the smaller one-sided p, where either verdict can be reached, so "
            "it can be far below the one-sided p of the claimed way when the values go the "
-           "other way; for \"no rise\" the one-sided p of a rise), and that p Holm-adjusted across the "
+           "other way; for \"no rise\" the one-sided p of a rise), and that p Holm-adjusted "
+           "across the "
            f"{family} claims tested here, which the verdict uses at {ALPHA:g}. Beside it, the "
            "task-level test: one value per task (its "
            "mean over seeds), *k of n* tasks the claimed way and its one-sided p (shown, not "
@@ -242,7 +243,8 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
                    f"{r.counted_k} of {r.counted_n}, Holm p {_p(r.counted_p_holm)}: "
                    f"{r.counted_verdict}")
         out.append(f"| {r.claim} | {r.tested} | {r.tasks} | {r.k} of {r.n} | {_p(r.p)} | "
-                   f"{_p(r.p_decide)} | {_p(r.p_holm)} | {r.task_k} of {r.task_n} | {_p(r.task_p)} | "
+                   f"{_p(r.p_decide)} | {_p(r.p_holm)} | {r.task_k} of {r.task_n} | "
+                   f"{_p(r.task_p)} | "
                    f"{r.supported} / {r.contradicted} / {r.tasks - r.supported - r.contradicted}"
                    f" | {'; '.join(r.left_out) or '–'} | {r.verdict}{changed} | {counted} |")
     return out
