@@ -196,3 +196,65 @@ def test_embedding_methods_reach_the_wrapped_model():
     assert inner.get_input_embeddings().weight.shape[0] == VOCAB + 5
     assert inner.get_output_embeddings().weight is inner.get_input_embeddings().weight
     assert model.get_input_embeddings() is inner.get_input_embeddings()
+
+
+def test_label_smoothing_keeps_the_regularizers_in_the_loss(tmp_path):
+    # the Trainer takes the labels away under label smoothing and computes the task loss from
+    # the logits: the regularizers' terms must stay in the loss. At learning rate 0 the logged
+    # loss of the single step (the whole dataset as one batch) is the smoothed cross-entropy,
+    # by torch, plus the regularizers' values on the same hidden states, by the losses
+    import torch.nn.functional as F
+    from transformers import BertForSequenceClassification
+
+    from isotropy import PersistentEntropyLoss
+
+    data = _data(16)
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=0, num_labels=2,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    entropy = PersistentEntropyLoss(weight=1.0)
+    model = RegularizedModel(inner, [IStarLoss(tuning=-1.0, zeta=0.0), entropy])
+    trainer = RegularizedTrainer(model=model, train_dataset=data, args=_args(
+        tmp_path / "run", per_device_train_batch_size=16, max_steps=1, learning_rate=0.0,
+        label_smoothing_factor=0.1, save_strategy="no"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    logged = trainer.state.log_history[0]
+    batch = {k: torch.stack([row[k] for row in data]) for k in data[0]}
+    inner.train()
+    with torch.no_grad():
+        out = inner(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    output_hidden_states=True)
+        task = F.cross_entropy(out.logits, batch["labels"], label_smoothing=0.1)
+        istar = IStarLoss(tuning=-1.0, zeta=0.0)(out.hidden_states, batch["attention_mask"])
+        ent = PersistentEntropyLoss(weight=1.0)(out.hidden_states, batch["attention_mask"],
+                                                labels=batch["labels"])
+    assert logged["loss"] == pytest.approx(float(task + istar.loss + ent.loss), rel=1e-5)
+    # the entropy loss got the labels: one group per class
+    assert logged["persistententropy/n_groups"] == 2.0
+    # the regularizers' labels are not among the label names the Trainer requires of a batch
+    # (else it would compute no evaluation loss)
+    assert trainer.label_names == ["labels"]
+
+
+def test_compute_loss_func_under_accumulation_weighs_the_regularizers_as_without_it(tmp_path):
+    # a compute_loss_func normalised over the whole accumulation cycle (the Trainer then does
+    # not divide by the accumulation steps) gives the same objective as the model's own mean
+    # loss divided by them; the regularizers must weigh the same in both: same weights
+    import torch.nn.functional as F
+
+    def summed_ce(outputs, labels, num_items_in_batch=None):
+        return F.cross_entropy(outputs.logits, labels, reduction="sum") / num_items_in_batch
+
+    weights = []
+    for kw in ({}, {"compute_loss_func": summed_ce}):
+        model = _wrapped()
+        trainer = RegularizedTrainer(model=model, train_dataset=_data(), args=_args(
+            tmp_path / f"run{len(weights)}", per_device_train_batch_size=4,
+            gradient_accumulation_steps=2, save_strategy="no", learning_rate=1e-2), **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    # without the regularizers in the second run, the weights differ by far more than this
+    torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=1e-5)

@@ -273,9 +273,15 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
         labels: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
+        regularizer_targets: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run the model with hidden states and add every regularizer to its loss."""
+        """Run the model with hidden states and add every regularizer to its loss.
+        ``regularizer_targets`` are labels that reach the regularizers only (where ``labels``
+        are not given): for a ``Trainer`` that takes ``labels`` away to compute the task loss
+        itself (:class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`). Its name
+        holds no "label", so that the ``Trainer`` does not count it among the label names it
+        finds in this signature."""
         named = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -309,7 +315,8 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
                 "(a model without a task head?): the loss would be the regularizers' alone. "
                 "Wrap an AutoModelFor... model, or pass require_task_loss=False to train on "
                 "the regularizers alone on purpose")
-        reg_losses, reg_logs = (self._regularizer_losses(outputs, attention_mask, labels)
+        reg_labels = labels if labels is not None else regularizer_targets
+        reg_losses, reg_logs = (self._regularizer_losses(outputs, attention_mask, reg_labels)
                                 if regularize else ({}, {}))
         result = self._with_losses(outputs, reg_losses, reg_logs, keep_hidden=bool(want_hidden))
         if return_dict is False and hasattr(result, "to_tuple"):

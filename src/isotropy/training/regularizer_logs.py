@@ -60,13 +60,44 @@ class RegularizerLogMixin:
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The Trainer's loss; in training, the wrapped model's logs of this micro-batch are
-        added to the interval's sums."""
-        out = super().compute_loss(model, inputs, return_outputs=return_outputs,  # type: ignore[misc]
-                                   num_items_in_batch=num_items_in_batch)
+        added to the interval's sums.
+
+        With ``label_smoothing_factor`` or a ``compute_loss_func`` the ``Trainer`` takes
+        ``labels`` away from the model and computes the task loss from its logits, which would
+        drop the regularizers' terms from the loss. Here they are kept: the labels reach the
+        regularizers (``regularizer_targets``), and their sum is added to the Trainer's task
+        loss, divided by the accumulation steps where the Trainer counts that loss as already
+        scaled for them (so that each micro-batch's terms weigh as they do without either
+        option)."""
         wrapped = find_regularized(model)
+        drops = (wrapped is not None and "labels" in inputs
+                 and (self.label_smoother is not None  # type: ignore[attr-defined]
+                      or self.compute_loss_func is not None))  # type: ignore[attr-defined]
+        if drops:
+            inputs = {**inputs, "regularizer_targets": inputs["labels"]}
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True,  # type: ignore[misc]
+                                             num_items_in_batch=num_items_in_batch)
+        if drops:
+            terms = getattr(outputs, "regularizer_losses", None) or {}
+            if terms:
+                added = sum(terms.values())
+                if self._task_loss_scaled_for_accumulation(num_items_in_batch):
+                    added = added / self.current_gradient_accumulation_steps  # type: ignore[attr-defined]
+                loss = loss + added
         if wrapped is not None and model.training:
             self._add_logs(wrapped.last_logs)
-        return out
+        return (loss, outputs) if return_outputs else loss
+
+    def _task_loss_scaled_for_accumulation(self, num_items_in_batch: Any) -> bool:
+        """Whether the ``Trainer`` uses its loss as is, not divided by the accumulation steps
+        (its own rule: ``loss_is_scaled_for_ga``, else a loss normalised by
+        ``num_items_in_batch`` or a ``compute_loss_func``)."""
+        scaled = getattr(self, "loss_is_scaled_for_ga", None)
+        if scaled is not None:
+            return bool(scaled)
+        return bool((self.model_accepts_loss_kwargs  # type: ignore[attr-defined]
+                     and num_items_in_batch is not None)
+                    or self.compute_loss_func is not None)  # type: ignore[attr-defined]
 
     def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's log / save / evaluate, after a check that no regularizer value of the
