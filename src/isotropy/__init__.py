@@ -68,7 +68,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         LightningGeometryMonitor,
         measure_geometry,
     )
-    from isotropy.training.regularizer_logs import RegularizedTrainer, RegularizerLogMixin
+    from isotropy.training.regularized_trainer import RegularizedTrainer
+    from isotropy.training.regularizer_logs import RegularizerLogMixin
 
 try:  # the one place the version is read: the installed package's metadata (pyproject.toml)
     __version__ = _metadata.version("isotropy")
@@ -103,8 +104,8 @@ _LAZY = {
     **dict.fromkeys(["alignment", "uniformity"], "isotropy.measures.uniformity"),
     "RegularizedModel": "isotropy.models.regularized",
     "MeanPooledClassifier": "isotropy.models.mean_pooling",
-    **dict.fromkeys(["RegularizedTrainer", "RegularizerLogMixin"],
-                    "isotropy.training.regularizer_logs"),
+    "RegularizedTrainer": "isotropy.training.regularized_trainer",
+    "RegularizerLogMixin": "isotropy.training.regularizer_logs",
     "LightningShrinkageRefresh": "isotropy.training.lightning_callbacks",
     **dict.fromkeys(["GeometryMonitor", "LightningGeometryMonitor", "measure_geometry"],
                     "isotropy.training.monitor"),

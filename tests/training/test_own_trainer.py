@@ -258,3 +258,53 @@ def test_compute_loss_func_under_accumulation_weighs_the_regularizers_as_without
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     # without the regularizers in the second run, the weights differ by far more than this
     torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=1e-5)
+
+
+def _no_dropout_entropy_model(accumulation_steps: int, accumulation: str = "exact"
+                              ) -> RegularizedModel:
+    from transformers import BertForSequenceClassification
+
+    from isotropy import PersistentEntropyLoss
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=0, num_labels=2,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return RegularizedModel(inner, PersistentEntropyLoss(
+        weight=1.0, accumulation_steps=accumulation_steps, accumulation=accumulation))
+
+
+def test_regularized_trainer_scores_the_exact_entropy_of_the_accumulated_batch(tmp_path):
+    # one optimizer step of 2 micro-batches of 4 with the exact entropy loss gives the weights
+    # of one step on the batch of 8 without accumulation: the task loss's mean over 8 is the
+    # mean of the two means over 4, and the entropy scores the 8-point cloud once, weight 1.
+    # Scoring each micro-batch alone (a window of 1) is another objective: other weights
+    weights, logs = [], []
+    for batch, steps, model in ((8, 1, _no_dropout_entropy_model(1)),
+                                (4, 2, _no_dropout_entropy_model(2)),
+                                (4, 2, _no_dropout_entropy_model(1, "window"))):
+        trainer = RegularizedTrainer(model=model, train_dataset=_data(), args=_args(
+            tmp_path / f"run{len(weights)}", per_device_train_batch_size=batch, max_steps=1,
+            gradient_accumulation_steps=steps, save_strategy="no", learning_rate=1e-2))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        logs.append(trainer.state.log_history[0])
+    assert logs[1]["persistententropy/n_points"] == 8.0
+    assert logs[1]["persistententropy/loss"] == pytest.approx(logs[0]["persistententropy/loss"],
+                                                              rel=1e-5)
+    # Adam's first step moves every weight by about the learning rate (1e-2): float rounding
+    # of the two routes' gradients stays far below that
+    torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=1e-5)
+    assert float((weights[2] - weights[0]).abs().max()) > 1e-3
+
+
+def test_an_entropy_loss_set_for_other_accumulation_is_refused_before_training(tmp_path):
+    model = _no_dropout_entropy_model(1)
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    trainer = RegularizedTrainer(model=model, train_dataset=_data(), args=_args(
+        tmp_path / "run", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        save_strategy="no"))
+    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=2, but "
+                       r"PersistentEntropyLoss\(accumulation_steps=1"):
+        trainer.train()
+    assert torch.equal(torch.cat([p.detach().flatten() for p in model.parameters()]), before)

@@ -7,7 +7,7 @@ checkpoints and ``save_model`` hold its adapter (``adapter_model.safetensors``,
 where the ``Trainer`` goes wrong: it recognises a PEFT model by its class, so through the
 wrapper it looks for a whole model's ``model.safetensors`` and ``resume_from_checkpoint`` and
 ``load_best_model_at_end`` fail. :class:`PeftCheckpointMixin` (in
-:class:`~isotropy.training.regularizer_logs.RegularizedTrainer`) hands the ``Trainer`` the
+:class:`~isotropy.training.regularized_trainer.RegularizedTrainer`) hands the ``Trainer`` the
 PEFT model itself for those two loads, and changes nothing for any other model.
 
 >>> from transformers import Trainer

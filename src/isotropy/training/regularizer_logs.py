@@ -2,8 +2,9 @@ r"""The regularizers' values in the Hugging Face ``Trainer``'s logs, for your ow
 
 A ``Trainer`` training a :class:`~isotropy.models.regularized.RegularizedModel` optimises
 :math:`L = L_\text{task} + \sum_r \text{reg}_r`, but logs only :math:`L`. With
-:class:`RegularizerLogMixin` before ``Trainer`` in its bases (or :class:`RegularizedTrainer`),
-every training log also holds, as means over the micro-batches since the previous log:
+:class:`RegularizerLogMixin` before ``Trainer`` in its bases (or
+:class:`~isotropy.training.regularized_trainer.RegularizedTrainer`), every training log also
+holds, as means over the micro-batches since the previous log:
 
 - ``task_loss``: :math:`L_\text{task}`;
 - ``<name>/loss``: each regularizer's term, and ``<name>/<key>`` its other values (I-STAR's
@@ -28,12 +29,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from transformers import Trainer
 
 from isotropy.models.regularized import find_regularized
-from isotropy.training.peft_checkpoints import PeftCheckpointMixin
 
-__all__ = ["RegularizedTrainer", "RegularizerLogMixin"]
+__all__ = ["RegularizerLogMixin"]
 
 
 class RegularizerLogMixin:
@@ -70,9 +69,7 @@ class RegularizerLogMixin:
         scaled for them (so that each micro-batch's terms weigh as they do without either
         option)."""
         wrapped = find_regularized(model)
-        drops = (wrapped is not None and "labels" in inputs
-                 and (self.label_smoother is not None  # type: ignore[attr-defined]
-                      or self.compute_loss_func is not None))  # type: ignore[attr-defined]
+        drops = wrapped is not None and self._labels_taken_away(inputs)
         if drops:
             inputs = {**inputs, "regularizer_targets": inputs["labels"]}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True,  # type: ignore[misc]
@@ -87,6 +84,13 @@ class RegularizerLogMixin:
         if wrapped is not None and model.training:
             self._add_logs(wrapped.last_logs)
         return (loss, outputs) if return_outputs else loss
+
+    def _labels_taken_away(self, inputs: Mapping[str, Any]) -> bool:
+        """Whether the ``Trainer`` takes this batch's ``labels`` away from the model (label
+        smoothing, a ``compute_loss_func``)."""
+        return "labels" in inputs and (
+            self.label_smoother is not None  # type: ignore[attr-defined]
+            or self.compute_loss_func is not None)  # type: ignore[attr-defined]
 
     def _task_loss_scaled_for_accumulation(self, num_items_in_batch: Any) -> bool:
         """Whether the ``Trainer`` uses its loss as is, not divided by the accumulation steps
@@ -137,9 +141,3 @@ class RegularizerLogMixin:
             self._raise_if_not_finite(k for k, v in logs.items() if "/" in k
                                       and isinstance(v, float) and not math.isfinite(v))
         super().log(logs, start_time)  # type: ignore[misc]
-
-
-class RegularizedTrainer(RegularizerLogMixin, PeftCheckpointMixin, Trainer):
-    """``transformers.Trainer`` with the regularizers' values in its logs
-    (:class:`RegularizerLogMixin`), and resume / best-model loading of a PEFT model inside the
-    wrapper (:class:`~isotropy.training.peft_checkpoints.PeftCheckpointMixin`)."""

@@ -6,11 +6,10 @@ checkpoints."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,6 @@ from isotropy.distributed import gather_rows
 from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss
 from isotropy.models.regularized import (
     RegularizedModel,
-    exact_cycle_losses,
-    prepare_exact_cycle,
 )
 from isotropy.models.shrinkage import (
     DEFAULT_N_TOKENS,
@@ -37,7 +34,7 @@ from isotropy.progress import stage
 from isotropy.rundir import (
     RunDirectory,
 )
-from isotropy.runtime import RngState, fault_point, set_rng_state
+from isotropy.runtime import RngState, fault_point
 from isotropy.training.callbacks import (
     IsotropyStateCallback,
     _point_tensorboard,
@@ -45,7 +42,7 @@ from isotropy.training.callbacks import (
     _write_checkpoint_state,
 )
 from isotropy.training.config import IsotropyArguments
-from isotropy.training.regularizer_logs import RegularizerLogMixin
+from isotropy.training.exact_cycle import ExactCycleMixin
 
 __all__ = [
     "IsotropyTrainer",
@@ -78,7 +75,7 @@ def build_regularizers(
     return regs
 
 
-class IsotropyTrainer(RegularizerLogMixin, Trainer):
+class IsotropyTrainer(ExactCycleMixin, Trainer):
     r"""``Trainer`` that logs the task loss, the regularizers' logs and the top-3 anisotropy
     spectrum of every optimizer step's last-layer [CLS] cloud (all averaged over the logging
     interval), and measures the evaluation set's representations at every evaluation.
@@ -173,13 +170,6 @@ class IsotropyTrainer(RegularizerLogMixin, Trainer):
         self.resumed_eval_step = state.get("last_eval_step")
         self._resumed_loss_sum = state.get("loss_sum")
 
-    def _exact_losses(self) -> list[PersistentEntropyLoss]:
-        """The exact persistent-entropy losses of the model (found once)."""
-        if self._exact is None:
-            self._exact = (exact_cycle_losses(self.model)
-                           if isinstance(self.model, RegularizedModel) else [])
-        return self._exact
-
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
         resumed from its final checkpoint mid-epoch would otherwise train one more step)."""
@@ -248,45 +238,11 @@ class IsotropyTrainer(RegularizerLogMixin, Trainer):
                                          learning_rate=learning_rate)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud
-        (class doc)."""
+        """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
+        the cycle's [CLS] rows started afresh."""
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
-        self._cycle, self._cycle_pos, self._cycle_rng, self._cycle_cls = list(batches), 0, [], []
-        self._cycle_items = num_items
-        for loss in self._exact_losses():
-            loss.reset()  # nothing of an earlier cycle is ever consumed
+        self._cycle_cls = []
         return batches, num_items
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """The Trainer's step; before a cycle's first micro-batch the exact persistent-entropy
-        pass, and before each micro-batch its replayed random state (class doc)."""
-        pos = self._cycle_pos
-        accumulating = len(self._cycle) > 1 or self.args.gradient_accumulation_steps > 1
-        if pos == 0 and self._cycle and accumulating and self._exact_losses():
-            self.model.train()
-
-            def autocast() -> Any:
-                return _both(self.compute_loss_context_manager(), self.accelerator.autocast())
-
-            self._cycle_rng = prepare_exact_cycle(
-                self.model, [self._prepare_inputs(b) for b in self._cycle],
-                loss_divisor=self._loss_divisor(), context=autocast)
-        if pos < len(self._cycle_rng):
-            set_rng_state(self._cycle_rng[pos])
-        self._cycle_pos = pos + 1
-        return super().training_step(model, inputs, num_items_in_batch)
-
-    def _loss_divisor(self) -> float:
-        """What the Trainer's ``training_step`` divides each micro-batch's loss by: the
-        cycle's micro-batches, unless the loss is already scaled for accumulation (a
-        ``compute_loss_func``, or a model taking ``num_items_in_batch``)."""
-        # transformers >= 5.20 has loss_is_scaled_for_ga; before, the rule below is the one
-        # its training_step applied
-        scaled = getattr(self, "loss_is_scaled_for_ga", None)
-        if scaled is None:
-            scaled = (self.model_accepts_loss_kwargs and self._cycle_items is not None) \
-                or self.compute_loss_func is not None
-        return 1.0 if scaled else float(self.current_gradient_accumulation_steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The Trainer's loss; in training also the regularizer logs and the [CLS] rows of the
@@ -432,13 +388,6 @@ class _ContinueLossSum(TrainerCallback):
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
         # that did not restore the state) keeps the Trainer's own train_loss
         t._whole_run_loss = resumed is not None or state.global_step == 0
-
-
-@contextlib.contextmanager
-def _both(first: Any, second: Any) -> Iterator[None]:
-    """Enter two context managers (the Trainer's loss context and its autocast)."""
-    with first, second:
-        yield
 
 
 def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
