@@ -119,3 +119,41 @@ def test_lightning_refreshes_sigma_s_each_epoch_and_logs_isoscore(tmp_path):
         warnings.simplefilter("ignore")
         theirs = float(reference(last))  # rows are points
     assert logged[-1] == pytest.approx(theirs, rel=1e-5)
+
+
+def test_lightning_resumed_mid_epoch_keeps_the_epochs_sigma_s(tmp_path):
+    # two epochs of 3 steps, a checkpoint after each step: resumed from the one at step 5
+    # (epoch 1), the loss has epoch 1's Sigma_S of the uninterrupted run, the checkpoint's (not
+    # one estimated from the model at step 5, nor none: Lightning resumes mid-epoch without
+    # on_train_epoch_start). Lightning's own mid-epoch resume does not repeat the run's
+    # weights (its data position), so they are not compared
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader
+    from transformers import BertForSequenceClassification
+
+    def fit(ckpt_path=None):
+        inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2)
+        loss = IStarLoss(tuning=-1.0, zeta=0.5)
+        module = _Module(RegularizedModel(inner, loss))
+        refresh = LightningShrinkageRefresh(n_tokens=10**6)
+        saves = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1,
+                                save_top_k=-1, filename="{step}")
+        trainer = lightning.Trainer(
+            max_epochs=2, accelerator="cpu", devices=1, logger=False,
+            callbacks=[refresh, saves], enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+            deterministic=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(module, DataLoader(_rows(24, 0), batch_size=8), ckpt_path=ckpt_path)
+        return refresh, loss, inner
+
+    first, _, _ = fit()
+    (path,) = (tmp_path / "ckpt").glob("step=5*.ckpt")
+    stored = torch.load(path, map_location="cpu", weights_only=False)["callbacks"]
+    (state,) = [v for k, v in stored.items() if "LightningShrinkageRefresh" in k]
+    assert state["epoch"] == 1
+    torch.testing.assert_close(state["shrinkage"][0], first.last_shrinkage[0], rtol=0, atol=0)
+    resumed, loss, _ = fit(ckpt_path=str(path))
+    assert loss.shrinkage is not None and resumed.shrinkage_epoch == 1
+    torch.testing.assert_close(loss.shrinkage.cpu(), first.last_shrinkage[0], rtol=0, atol=0)

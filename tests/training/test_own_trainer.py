@@ -308,3 +308,50 @@ def test_an_entropy_loss_set_for_other_accumulation_is_refused_before_training(t
                        r"PersistentEntropyLoss\(accumulation_steps=1"):
         trainer.train()
     assert torch.equal(torch.cat([p.detach().flatten() for p in model.parameters()]), before)
+
+
+def _istar_model() -> RegularizedModel:
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=0, num_labels=2)
+    return RegularizedModel(inner, IStarLoss(tuning=-1.0, zeta=0.2))
+
+
+def _train_with_refresh(out, resume=None, **kw):
+    from isotropy import ShrinkageRefreshCallback
+
+    model = _istar_model()
+    trainer = RegularizedTrainer(model=model, args=_args(out, per_device_train_batch_size=4, **kw),
+                                 train_dataset=_data(16),
+                                 callbacks=[ShrinkageRefreshCallback(n_tokens=60)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train(resume_from_checkpoint=resume)
+    return model
+
+
+def test_a_run_resumed_mid_epoch_keeps_the_epochs_shrinkage(tmp_path):
+    # 4 steps in one epoch, a checkpoint at step 2: resumed there, the run ends with the
+    # uninterrupted run's weights, because the epoch's Sigma_S comes from the checkpoint
+    # instead of being estimated again from the model at step 2
+    full = _train_with_refresh(tmp_path / "run")
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    assert (checkpoint / "shrinkage_refresh.pt").is_file()
+    resumed = _train_with_refresh(tmp_path / "run", resume=str(checkpoint))
+    for name, value in full.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[name], value, rtol=1e-5,
+                                   atol=1e-6)
+    # without the file the resumed run re-estimates Sigma_S, says so, and ends elsewhere
+    (checkpoint / "shrinkage_refresh.pt").unlink()
+    from isotropy import ShrinkageRefreshCallback
+
+    model = _istar_model()
+    trainer = RegularizedTrainer(model=model, args=_args(tmp_path / "run",
+                                                         per_device_train_batch_size=4),
+                                 train_dataset=_data(16),
+                                 callbacks=[ShrinkageRefreshCallback(n_tokens=60)])
+    with pytest.warns(UserWarning, match="Sigma_S of the current epoch is estimated from the "
+                                         "resumed model"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert max(float((model.model.state_dict()[k] - v).abs().max())
+               for k, v in full.model.state_dict().items()) > 1e-5

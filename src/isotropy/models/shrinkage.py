@@ -21,10 +21,13 @@ stored. If the data runs out first, a warning says how many rows were used. A ba
 
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -368,6 +371,9 @@ def refresh_shrinkage(
     return cov
 
 
+SAVED_SHRINKAGE = "shrinkage_refresh.pt"  # ShrinkageRefreshCallback's file in a checkpoint
+
+
 class ShrinkageRefreshCallback(TrainerCallback):
     r"""Hugging Face ``Trainer`` callback: :func:`refresh_shrinkage` at the start of every epoch.
 
@@ -379,6 +385,12 @@ class ShrinkageRefreshCallback(TrainerCallback):
             leaves torch's global random state as it was; a loader's own ``generator`` is
             advanced by it).
         n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).
+
+    Every checkpoint the ``Trainer`` writes under its ``output_dir`` gets the current
+    :math:`\Sigma_S` and the epoch it was estimated for (:data:`SAVED_SHRINKAGE`), so that
+    ``trainer.train(resume_from_checkpoint=...)`` mid-epoch reuses that epoch's
+    :math:`\Sigma_S` instead of estimating it from the mid-epoch model, as an uninterrupted run
+    would. A resumed run whose checkpoint lacks it re-estimates it, with a warning.
     """
 
     def __init__(
@@ -392,6 +404,23 @@ class ShrinkageRefreshCallback(TrainerCallback):
         self.dataloader = dataloader
         self.n_tokens = _check_n_tokens(n_tokens)
         self.last_shrinkage: dict[int, torch.Tensor] = {}
+        self.shrinkage_epoch: int | None = None  # the epoch last_shrinkage was estimated for
+        self._saved: dict[str, Any] | None = None  # a resumed checkpoint's SAVED_SHRINKAGE
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> TrainerControl:
+        """On a resumed run, read the checkpoint's saved Sigma_S (class doc)."""
+        self._saved = None
+        if state.global_step > 0:
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / SAVED_SHRINKAGE
+            if path.is_file():
+                self._saved = torch.load(path, map_location="cpu", weights_only=True)
+            else:
+                warnings.warn(
+                    f"resumed at step {state.global_step} without {path}: Sigma_S of the "
+                    "current epoch is estimated from the resumed model, not from the model "
+                    "at the epoch's start as in an uninterrupted run", stacklevel=2)
+        return control
 
     def on_epoch_begin(
         self,
@@ -400,15 +429,43 @@ class ShrinkageRefreshCallback(TrainerCallback):
         control: TrainerControl,
         **kwargs: Any,
     ) -> TrainerControl:
-        """Refresh Sigma_S of every target loss from ``kwargs['model']`` and the data."""
+        """Refresh Sigma_S of every target loss from ``kwargs['model']`` and the data (on a
+        run resumed mid-epoch: set the checkpoint's Sigma_S of that epoch instead)."""
         model = kwargs.get("model")
         if model is None:
             raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")
         losses = istar_losses(model, self.losses, "ShrinkageRefreshCallback")
+        epoch = int(math.floor(state.epoch + 1e-9)) if state.epoch else 0
+        saved, self._saved = self._saved, None
+        if saved is not None and saved["epoch"] == epoch:
+            if len(saved["shrinkage"]) != len(losses):
+                raise ValueError(
+                    f"the resumed checkpoint holds Sigma_S of {len(saved['shrinkage'])} I-STAR "
+                    f"loss(es); the model has {len(losses)}")
+            device = model_device(model)
+            for loss, cov in zip(losses, saved["shrinkage"], strict=True):
+                loss.set_shrinkage(cov.to(device))
+            self.last_shrinkage = dict(enumerate(saved["shrinkage"]))
+            self.shrinkage_epoch = epoch
+            return control
         data = self.dataloader if self.dataloader is not None else kwargs.get("train_dataloader")
         if data is None:
             raise ValueError("ShrinkageRefreshCallback has no dataloader: pass dataloader=")
         self.last_shrinkage = dict(enumerate(refresh_all(model, data, losses, self.n_tokens)))
+        self.shrinkage_epoch = epoch
+        return control
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> TrainerControl:
+        """Write the current Sigma_S and its epoch into the checkpoint just saved (written
+        aside and renamed into place; by the main process only)."""
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and self.last_shrinkage and folder.is_dir():
+            tmp = folder / f".{SAVED_SHRINKAGE}.tmp"
+            torch.save({"epoch": self.shrinkage_epoch,
+                        "shrinkage": [self.last_shrinkage[i].detach().cpu()
+                                      for i in sorted(self.last_shrinkage)]}, tmp)
+            os.replace(tmp, folder / SAVED_SHRINKAGE)
         return control
 
 

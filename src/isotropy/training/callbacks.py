@@ -71,6 +71,10 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
         self.shrinkage_epoch: int | None = None
         self._restored = resume_state  # the resumed checkpoint's isotropy_state.pt
 
+    def on_save(self, args, state, control, **kwargs):
+        """Nothing: this state goes into ``isotropy_state.pt`` (:meth:`payload`)."""
+        return control
+
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         if self._restored is not None:
             for loss, window in zip(self.entropy, self._restored["entropy_windows"],

@@ -61,7 +61,9 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
             ``RegularizedModel``, else its ``PreTrainedModel``).
         n_tokens: rows of :math:`\tilde X` per refresh (paper: 250,000).
 
-    ``last_shrinkage`` holds each loss's latest :math:`\Sigma_S`, in order.
+    ``last_shrinkage`` holds each loss's latest :math:`\Sigma_S`, in order. A checkpoint keeps
+    them with the epoch they were estimated for (:meth:`state_dict`): resumed mid-epoch, that
+    epoch's :math:`\Sigma_S` is reused instead of estimated from the mid-epoch model.
     """
 
     def __init__(self, losses: IStarLoss | Iterable[IStarLoss] | None = None,
@@ -74,14 +76,45 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         self.model = model
         self.n_tokens = _check_n_tokens(n_tokens)
         self.last_shrinkage: list[torch.Tensor] = []
+        self.shrinkage_epoch: int | None = None
+        self._saved: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sigma_S of every loss and the epoch it was estimated for (saved in checkpoints)."""
+        return {"epoch": self.shrinkage_epoch,
+                "shrinkage": [c.detach().cpu() for c in self.last_shrinkage]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's Sigma_S for the epoch it was estimated for."""
+        self._saved = dict(state_dict)
 
     def _forward_model(self, pl_module: torch.nn.Module) -> torch.nn.Module:
         return self.model if self.model is not None else model_inside(pl_module)
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """On a run resumed from a checkpoint of the current epoch, set that epoch's Sigma_S
+        (Lightning resumes mid-epoch without calling ``on_train_epoch_start``)."""
+        saved, self._saved = self._saved, None
+        if saved is None or saved.get("epoch") != trainer.current_epoch:
+            return
+        losses = istar_losses(pl_module, self.losses, "LightningShrinkageRefresh")
+        if len(saved["shrinkage"]) != len(losses):
+            raise ValueError(f"the checkpoint holds Sigma_S of {len(saved['shrinkage'])} I-STAR "
+                             f"loss(es); the module has {len(losses)}")
+        device = next(iter(pl_module.parameters())).device
+        for loss, cov in zip(losses, saved["shrinkage"], strict=True):
+            loss.set_shrinkage(cov.to(device))
+        self.last_shrinkage = list(saved["shrinkage"])
+        self.shrinkage_epoch = trainer.current_epoch
+        self._resumed_epoch = trainer.current_epoch
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:  # noqa: D102
+        if self.__dict__.pop("_resumed_epoch", None) == trainer.current_epoch:
+            return  # the resumed epoch's Sigma_S is set (on_train_start)
         losses = istar_losses(pl_module, self.losses, "LightningShrinkageRefresh")
         data = self.dataloader if self.dataloader is not None else trainer.train_dataloader
         if data is None:
             raise ValueError("LightningShrinkageRefresh has no dataloader: pass dataloader=")
         self.last_shrinkage = refresh_all(self._forward_model(pl_module), data, losses,
                                           self.n_tokens)
+        self.shrinkage_epoch = trainer.current_epoch
