@@ -91,7 +91,16 @@ def token_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Te
             f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden states "
             f"{tuple(h.shape[:2])}"
         )
-    return attention_mask.to(h.device).bool()
+    m = attention_mask
+    # an additive mask (0 = keep, -inf or -1e4 = drop) read as 0/1 would keep the padding
+    # rows only; checked where it costs no accelerator sync (floating masks are rare)
+    if m.dtype != torch.bool and (m.is_floating_point() or m.device.type == "cpu") \
+            and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError(
+            "attention_mask must hold 0 and 1 (1 = a real token), but it holds other values: "
+            "an additive mask (0 = keep, a large negative value = padding)? Pass the "
+            "tokenizer's 0/1 attention_mask")
+    return m.to(h.device).bool()
 
 
 def _check_finite(t: torch.Tensor, what: str) -> None:
@@ -149,10 +158,18 @@ def token_cloud(
 def pool(
     hidden: torch.Tensor, attention_mask: torch.Tensor | None = None, pooling: Pooling = "cls"
 ) -> torch.Tensor:
-    """Sentence embeddings ``(batch, dim)``: the first ([CLS]) token or the non-padding mean."""
+    """Sentence embeddings ``(batch, dim)``: the first non-padding ([CLS]) token (position 0
+    unless the tokenizer pads on the left) or the non-padding mean.
+
+    >>> h = torch.arange(12.0).reshape(2, 3, 2)
+    >>> pool(h, torch.tensor([[1, 1, 0], [0, 1, 1]]))  # the second is padded on the left
+    tensor([[0., 1.],
+            [8., 9.]])
+    """
     m = token_mask(hidden, attention_mask)
     if pooling == "cls":
-        out = hidden[:, 0]
+        first = m.int().argmax(dim=1)
+        out = hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
     elif pooling == "mean":
         w = m.to(hidden.dtype).unsqueeze(-1)
         count = w.sum(1)

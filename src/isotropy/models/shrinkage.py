@@ -84,12 +84,7 @@ def _batch_rows(
     if attention_mask is None:
         mask = torch.ones(h0.shape[:2], dtype=torch.bool, device=h0.device)
     else:
-        if tuple(attention_mask.shape) != tuple(h0.shape[:2]):
-            raise ValueError(
-                f"attention_mask shape {tuple(attention_mask.shape)} does not match hidden "
-                f"states {tuple(h0.shape[:2])}"
-            )
-        mask = attention_mask.to(h0.device).bool()
+        mask = token_mask(h0, attention_mask)  # shape and 0/1 values checked
     n_tok = int(mask.sum())
     n_layers = len(chosen)
     if n_tok * n_layers <= budget:
@@ -435,7 +430,7 @@ class ShrinkageRefreshCallback(TrainerCallback):
         if model is None:
             raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")
         losses = istar_losses(model, self.losses, "ShrinkageRefreshCallback")
-        epoch = int(math.floor(state.epoch + 1e-9)) if state.epoch else 0
+        epoch = int(math.floor(state.epoch + 1e-9)) if state is not None and state.epoch else 0
         saved, self._saved = self._saved, None
         if saved is not None and saved["epoch"] == epoch:
             if len(saved["shrinkage"]) != len(losses):
