@@ -49,3 +49,12 @@ def test_cls_pooling_takes_the_first_real_token_on_either_padding_side():
     grad = hs[-1].grad
     assert grad is not None and float(grad[0, 1].abs().sum()) > 0  # row 0's [CLS] (position 1)
     assert float(grad[1, 0].abs().sum()) == 0  # row 1's padding
+
+
+
+def test_a_measure_given_hidden_states_points_to_the_padding_free_cloud():
+    from isotropy import isoscore
+
+    with pytest.raises(ValueError, match=r"h\[attention_mask.bool\(\)\]"):
+        isoscore(_hidden()[-1])
+    assert 0 <= float(isoscore(token_cloud(_hidden(), MASK, layers=[2]))) <= 1

@@ -53,6 +53,13 @@ def as_point_cloud(
 ) -> torch.Tensor:
     """Validate a point cloud of shape ``(n_points, dim)`` and return it as a float tensor."""
     t = as_tensor(x, name=name)
+    if t.ndim == 3:
+        raise ValueError(
+            f"{name} must be 2-D with shape (n_points, dim), got shape {tuple(t.shape)}: "
+            "hidden states of shape (batch, seq, dim)? Take the real tokens' rows, "
+            "h[attention_mask.bool()], or isotropy.clouds.token_cloud(hidden_states, "
+            "attention_mask); h.reshape(-1, dim) would keep the padding rows"
+        )
     if t.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D with shape (n_points, dim), got shape {tuple(t.shape)}; "

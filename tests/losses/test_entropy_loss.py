@@ -288,3 +288,11 @@ def test_sync_dist_scores_the_global_batch(tmp_path) -> None:
         # each rank gets the gradient of the sum of both ranks' (identical) losses; DDP's
         # averaging of parameter gradients then gives the one-process gradient
         assert torch.allclose(grad, 2.0 * full.grad[rank * 6 : (rank + 1) * 6])
+
+
+def test_the_entropy_loss_refuses_ignored_labels_rather_than_grouping_them():
+    emb = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="-100 is Hugging Face's label of an ignored"):
+        PersistentEntropyLoss().forward_embeddings(emb, torch.tensor([-100, -100, -100, 1, 1, 1]))
+    out = PersistentEntropyLoss().forward_embeddings(emb, torch.tensor([0, 0, 0, 1, 1, 1]))
+    assert out.logs["n_groups"] == 2.0

@@ -136,6 +136,12 @@ def test_bad_monitor_settings_are_refused():
         GeometryMonitor(_batches(_rows(8, 1)), every_n_steps=0)
     with pytest.raises(ValueError, match="no batch"):
         GeometryMonitor([], every_n_steps=5)
+    # a malformed probe set at construction, not at the first measurement (step 500)
+    batches = _batches(_rows(8, 1))
+    for bad, match in ((batches[0], "got one dict"), ([batches[0]["input_ids"]], "not a dict"),
+                       (_rows(8, 1), "un-collated")):
+        with pytest.raises(ValueError, match=match):
+            GeometryMonitor(bad, every_n_steps=5)
     monitor = GeometryMonitor(_batches(_rows(8, 1)), every_n_steps=1)
     from transformers import TrainerControl, TrainerState
 

@@ -96,7 +96,8 @@ class PersistentEntropyLoss(Regularizer):
       is exactly :math:`\sum_i g_i^\top \partial e_i/\partial\theta`. Cost: one extra forward
       pass without gradients per micro-batch, one graph of memory.
       :func:`~isotropy.models.regularized.prepare_exact_cycle` does the no-grad pass for a
-      :class:`~isotropy.models.regularized.RegularizedModel`; ``IsotropyTrainer`` calls it.
+      :class:`~isotropy.models.regularized.RegularizedModel`; ``RegularizedTrainer`` and
+      ``IsotropyTrainer`` call it (:class:`~isotropy.training.exact_cycle.ExactCycleMixin`).
       In training mode with ``k > 1`` a call without a prepared micro-batch raises.
     * ``"window"`` (cheap, not the authors' objective): the module keeps the embeddings (and
       labels) of the previous ``k - 1`` calls, *detached*, and each call scores the cloud made
@@ -108,7 +109,10 @@ class PersistentEntropyLoss(Regularizer):
       weight :math:`\beta/k` per optimizer step (the authors': :math:`\beta`). Call
       :meth:`reset` to empty the window (e.g. at the start of an epoch).
 
-    In eval mode neither the window nor a prepared cycle is used.
+    In eval mode neither the window nor a prepared cycle is used. That is this module's own
+    mode: inside a :class:`~isotropy.models.regularized.RegularizedModel` it follows the
+    model's ``train()``/``eval()``; a loss called on its own in a loop must be switched with
+    ``loss.eval()`` and ``loss.train()`` too, or validation batches enter the window.
 
     Logs: ``loss``, ``entropy_sum``, ``entropy_mean`` (per scored group; 0 when none),
     ``noise_mean_sum`` (sum over groups of the mean noise bar), ``n_groups`` (scored groups),
@@ -334,6 +338,12 @@ class PersistentEntropyLoss(Regularizer):
                         "pass them as integers (labels.long()) to split the batch by class",
                         UserWarning, stacklevel=_user_stacklevel())
             return None  # regression targets: one group
+        if lab.device.type == "cpu" and lab.dtype != torch.bool and bool((lab < 0).any()):
+            raise ValueError(
+                "labels hold negative values (-100 is Hugging Face's label of an ignored "
+                "example): the entropy loss splits the batch by class, and would score them as "
+                "a class of their own; leave those examples out, or pass labels=None for one "
+                "group")
         return lab.detach().to(device=device, dtype=torch.long)
 
     def _with_window(

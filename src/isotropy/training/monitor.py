@@ -123,9 +123,21 @@ class _Settings:
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) \
                 or every_n_steps < 1:
             raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
+        if isinstance(probe, Mapping):
+            raise ValueError("the probe set must be a sequence of batches (dicts of model "
+                             "inputs), got one dict: pass [batch]")
         probe = list(probe)
         if not probe:
             raise ValueError("the probe set has no batch")
+        for i, batch in enumerate(probe):
+            if not isinstance(batch, Mapping):
+                raise ValueError(f"probe batch {i} is a {type(batch).__name__}, not a dict of "
+                                 "model inputs (input_ids, attention_mask, ...)")
+            ids = batch.get("input_ids")
+            if ids is not None and getattr(ids, "ndim", None) != 2:
+                raise ValueError(f"probe batch {i}: input_ids must be a 2-D (batch, seq) "
+                                 f"tensor, got {type(ids).__name__} of shape "
+                                 f"{tuple(getattr(ids, 'shape', ()))} (un-collated examples?)")
         # the measure's options, checked now by the measure itself, not at the first step
         EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, pooling=pooling, sync=False)
         self.probe = probe
