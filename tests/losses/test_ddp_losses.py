@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from _distributed import RunResults, guarded, require_gloo
+from _distributed import RunResults, StepError, guarded, require_gloo
 from _models import padding_mask, random_inputs
 
 from isotropy.losses.cosreg import CosRegLoss
@@ -142,7 +142,19 @@ def _worker(rank: int) -> dict:
         results[name] = guarded(name, one_loss)
     results["shrinkage"] = guarded("shrinkage", _shrinkage, rank)
     results["shrinkage_ddp"] = guarded("shrinkage under DDP", _shrinkage_ddp, rank)
+    for name in ("istar_shrinkage", "cosreg"):  # last: each rank must raise, none may wait
+        results[f"nan_{name}"] = guarded(f"NaN on rank 1 ({name})", _nan_on_rank_one, rank,
+                                         loss_factories(c0)[name], hs, mask, lo, hi)
     return results
+
+
+def _nan_on_rank_one(rank, make, hs, mask, lo, hi):
+    """A loss on the ranks' rows where rank 1 holds one NaN: expected to raise on both."""
+    local = [h[lo:hi].clone() for h in hs]
+    if rank == 1:
+        for h in local:
+            h[0, 0, 0] = float("nan")
+    return float(make()(tuple(local), attention_mask=mask[lo:hi]).loss)
 
 
 def _ddp_forward_called(module, args, kwargs):
@@ -217,3 +229,15 @@ def test_shrinkage_of_a_ddp_wrapped_model(ranks):
         for r, q in ((r, rank_quota(r, N_TOKENS_DDP)) for r in range(WORLD))
     ]
     assert needed[0] != needed[1]
+
+
+@pytest.mark.filterwarnings("ignore:IStarLoss has no shrinkage matrix")
+@pytest.mark.parametrize("name", ["istar_shrinkage", "cosreg"])
+def test_nan_on_one_rank_raises_a_clear_error_on_every_rank(ranks, name):
+    # a rank raising alone would leave the other waiting in a collective: both must raise a
+    # ValueError (the healthy rank too), not a transport error after the other one exits
+    for rank in range(WORLD):
+        got = ranks.ranks[rank][f"nan_{name}"]
+        assert isinstance(got, StepError), (rank, got)
+        assert "ValueError" in got.traceback and "not finite" in got.traceback.replace(
+            "NaN or infinite", "not finite"), (rank, got.traceback[-600:])

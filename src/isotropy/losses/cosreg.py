@@ -111,23 +111,32 @@ class CosRegLoss(Regularizer):
         eager = hs[-1].device.type == "cpu" if self.eager_checks is None else self.eager_checks
         if not eager and not sync:
             return self._forward_on_device(hs, attention_mask)
-        x = self._token_states(hs, attention_mask, self.layer)
+        # under sync, NaN/inf and zero norms are found after the ranks' sums, so that every
+        # rank raises (a rank raising alone would leave the others waiting in a collective)
+        x = self._token_states(hs, attention_mask, self.layer, check_finite=not sync)
         m_local = x.shape[0]
         if m_local == 0:
             raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")
         with torch.autocast(device_type=x.device.type, enabled=False):
             xa = x.to(accumulation_dtype(x))
             norms = torch.linalg.vector_norm(xa, dim=1, keepdim=True)
-            if bool((norms == 0).any()):
+            zero = (norms == 0).sum().to(xa.dtype).reshape(1)
+            if sync:
+                zero = all_reduce_sum(zero, self.process_group)
+            if bool(zero[0] > 0):
                 raise ValueError(
                     "a token state has norm zero: its cosine similarity (CosReg) is undefined"
-                )
+                    + (" (on some rank)" if sync else ""))
             s = (xa / norms).sum(0)
             m = float(m_local)
-            if self.sync_dist and is_distributed(self.process_group):
+            if sync:
                 s = _AllReduceSum.apply(s, self.process_group)
                 m = float(all_reduce_sum(xa.new_tensor([m]), self.process_group)[0])
             term = ((s * s).sum() - m) / (m * m)
+            if sync and not bool(torch.isfinite(term.detach())):
+                raise ValueError("the CosReg term is not finite: the hidden states of some "
+                                 "rank contain NaN or infinite values (diverged training or "
+                                 "overflow?)")
         value = float(term.detach())
         logs = {"cosreg_term": value, "n_points": float(m_local)}
         if m > 1:

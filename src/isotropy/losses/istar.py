@@ -218,8 +218,11 @@ class IStarLoss(Regularizer):
         once per instance)."""
         hs = check_hidden_states(hidden_states, self.layers)
         eager = hs[-1].device.type == "cpu" if self.eager_checks is None else self.eager_checks
-        eager = eager or (self.sync_dist and is_distributed(self.process_group))
-        x = self._token_states(hs, attention_mask, self.layers, check_finite=eager)
+        sync = self.sync_dist and is_distributed(self.process_group)
+        eager = eager or sync
+        # under sync, NaN/inf is found after the ranks' sums, so that every rank raises (a
+        # rank raising alone would leave the others waiting in a collective)
+        x = self._token_states(hs, attention_mask, self.layers, check_finite=eager and not sync)
         if x.shape[0] == 0:
             raise ValueError(
                 "the attention mask leaves no token in the batch: I-STAR needs token states"
