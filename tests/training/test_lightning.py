@@ -157,3 +157,13 @@ def test_lightning_resumed_mid_epoch_keeps_the_epochs_sigma_s(tmp_path):
     resumed, loss, _ = fit(ckpt_path=str(path))
     assert loss.shrinkage is not None and resumed.shrinkage_epoch == 1
     torch.testing.assert_close(loss.shrinkage.cpu(), first.last_shrinkage[0], rtol=0, atol=0)
+
+
+def test_two_refresh_callbacks_for_different_losses_live_in_one_trainer():
+    a, b = IStarLoss(tuning=-1.0, layers=[1]), IStarLoss(tuning=-1.0, layers=[2])
+    trainer = lightning.Trainer(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[LightningShrinkageRefresh(losses=a), LightningShrinkageRefresh(losses=b)])
+    keys = [cb.state_key for cb in trainer.callbacks if isinstance(cb, LightningShrinkageRefresh)]
+    assert len(keys) == 2 and keys[0] != keys[1]

@@ -317,16 +317,20 @@ def _istar_model() -> RegularizedModel:
     return RegularizedModel(inner, IStarLoss(tuning=-1.0, zeta=0.2))
 
 
-def _train_with_refresh(out, resume=None, **kw):
+def _train_with_refresh(out, resume=None, warned=None, **kw):
+    """The I-STAR model trained with the refresh callback; the warnings' texts are appended
+    to ``warned``."""
     from isotropy import ShrinkageRefreshCallback
 
     model = _istar_model()
     trainer = RegularizedTrainer(model=model, args=_args(out, per_device_train_batch_size=4, **kw),
                                  train_dataset=_data(16),
                                  callbacks=[ShrinkageRefreshCallback(n_tokens=60)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         trainer.train(resume_from_checkpoint=resume)
+    if warned is not None:
+        warned.extend(str(w.message) for w in caught)
     return model
 
 
@@ -355,3 +359,64 @@ def test_a_run_resumed_mid_epoch_keeps_the_epochs_shrinkage(tmp_path):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert max(float((model.model.state_dict()[k] - v).abs().max())
                for k, v in full.model.state_dict().items()) > 1e-5
+
+
+def test_a_resume_from_a_checkpoint_moved_elsewhere_keeps_its_shrinkage(tmp_path):
+    # the Trainer tells the callback which checkpoint it resumes: its Sigma_S is found there
+    import shutil
+
+    full = _train_with_refresh(tmp_path / "run")
+    moved = tmp_path / "elsewhere" / "checkpoint-2"
+    shutil.copytree(tmp_path / "run" / "checkpoint-2", moved)
+    warned: list[str] = []
+    resumed = _train_with_refresh(tmp_path / "other-out", resume=str(moved), warned=warned)
+    assert not [w for w in warned if "Sigma_S of the current epoch" in w]
+    for name, value in full.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[name], value, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_a_saved_shrinkage_of_other_weights_is_not_taken(tmp_path):
+    # a file saved with other weights (another run's, in the same place) is refused: the
+    # resumed run warns and re-estimates Sigma_S rather than use a foreign one
+    from isotropy import ShrinkageRefreshCallback
+
+    _train_with_refresh(tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint-2" / "shrinkage_refresh.pt"
+    saved = torch.load(path, weights_only=True)
+    saved["fingerprint"] += 1.0
+    torch.save(saved, path)
+    trainer = RegularizedTrainer(model=_istar_model(), args=_args(
+        tmp_path / "run", per_device_train_batch_size=4), train_dataset=_data(16),
+        callbacks=[ShrinkageRefreshCallback(n_tokens=60)])
+    with pytest.warns(UserWarning, match="without a Sigma_S saved with these weights"):
+        trainer.train(resume_from_checkpoint=str(path.parent))
+
+
+def test_evaluation_with_a_compute_loss_func_adds_the_terms_undivided(tmp_path):
+    # evaluation's loss is a per-batch mean: the regularizers (regularize_eval) are added as
+    # they are, before training and after training with accumulation alike
+    import torch.nn.functional as F
+    from transformers import BertForSequenceClassification
+
+    def summed_ce(outputs, labels, num_items_in_batch=None):
+        n = num_items_in_batch if num_items_in_batch is not None else labels.numel()
+        return F.cross_entropy(outputs.logits, labels, reduction="sum") / n
+
+    data = _data(16)
+    values = []
+    for kw in ({}, {"compute_loss_func": summed_ce}):
+        inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, seed=0, num_labels=2)
+        model = RegularizedModel(inner, CosRegLoss(tuning=1.0), regularize_eval=True)
+        args = _args(tmp_path / f"run{len(values)}", per_device_train_batch_size=4,
+                     per_device_eval_batch_size=16, gradient_accumulation_steps=4,
+                     learning_rate=0.0, save_strategy="no")
+        trainer = RegularizedTrainer(model=model, train_dataset=data, eval_dataset=data,
+                                     args=args, **kw)
+        before = trainer.evaluate()["eval_loss"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        values.append((before, trainer.evaluate()["eval_loss"]))
+    assert values[1][0] == pytest.approx(values[0][0], rel=1e-5)
+    assert values[1][1] == pytest.approx(values[0][1], rel=1e-5)

@@ -401,20 +401,34 @@ class ShrinkageRefreshCallback(TrainerCallback):
         self.last_shrinkage: dict[int, torch.Tensor] = {}
         self.shrinkage_epoch: int | None = None  # the epoch last_shrinkage was estimated for
         self._saved: dict[str, Any] | None = None  # a resumed checkpoint's SAVED_SHRINKAGE
+        self._missing: str | None = None  # where it was looked for in vain, on a resume
+        self.resume_from: str | None = None  # the checkpoint the Trainer resumes, if known
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> TrainerControl:
-        """On a resumed run, read the checkpoint's saved Sigma_S (class doc)."""
+        """On a resumed run, read the checkpoint's saved Sigma_S (class doc): the one of the
+        checkpoint the ``Trainer`` resumed where it says so (``resume_from``, set by
+        :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`), else the one of
+        ``output_dir/checkpoint-<step>``; taken only if it was saved with the weights the model
+        now holds, and, under several processes, only if every rank has it."""
         self._saved = None
         if state.global_step > 0:
-            path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / SAVED_SHRINKAGE
-            if path.is_file():
-                self._saved = torch.load(path, map_location="cpu", weights_only=True)
-            else:
-                warnings.warn(
-                    f"resumed at step {state.global_step} without {path}: Sigma_S of the "
-                    "current epoch is estimated from the resumed model, not from the model "
-                    "at the epoch's start as in an uninterrupted run", stacklevel=2)
+            folder = Path(self.resume_from) if self.resume_from is not None else \
+                Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            path = folder / SAVED_SHRINKAGE
+            saved = torch.load(path, map_location="cpu", weights_only=True) \
+                if path.is_file() else None
+            model = kwargs.get("model")
+            if saved is not None and model is not None and \
+                    saved.get("fingerprint") != _fingerprint(model):
+                saved = None  # another run's file, or weights other than the checkpoint's
+            ok = torch.tensor([0.0 if saved is None else 1.0])
+            if is_distributed():
+                ok = all_reduce_sum(ok)
+                ok = ok / torch.distributed.get_world_size()
+            self._saved = saved if float(ok[0]) == 1.0 else None
+            self._missing = str(path) if self._saved is None else None
+        self.resume_from = None
         return control
 
     def on_epoch_begin(
@@ -432,6 +446,14 @@ class ShrinkageRefreshCallback(TrainerCallback):
         losses = istar_losses(model, self.losses, "ShrinkageRefreshCallback")
         epoch = int(math.floor(state.epoch + 1e-9)) if state is not None and state.epoch else 0
         saved, self._saved = self._saved, None
+        missing, self._missing = self._missing, None
+        if missing is not None and state is not None and state.epoch and \
+                state.epoch - epoch > 1e-9:  # resumed mid-epoch without the epoch's Sigma_S
+            warnings.warn(
+                f"resumed at step {state.global_step} without a Sigma_S saved with these "
+                f"weights ({missing}): Sigma_S of the current epoch is estimated from the "
+                "resumed model, not from the model at the epoch's start as in an uninterrupted "
+                "run", stacklevel=2)
         if saved is not None and saved["epoch"] == epoch:
             if len(saved["shrinkage"]) != len(losses):
                 raise ValueError(
@@ -455,13 +477,21 @@ class ShrinkageRefreshCallback(TrainerCallback):
         """Write the current Sigma_S and its epoch into the checkpoint just saved (written
         aside and renamed into place; by the main process only)."""
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if state.is_world_process_zero and self.last_shrinkage and folder.is_dir():
+        model = kwargs.get("model")
+        if args.should_save and self.last_shrinkage and folder.is_dir() and model is not None:
             tmp = folder / f".{SAVED_SHRINKAGE}.tmp"
-            torch.save({"epoch": self.shrinkage_epoch,
+            torch.save({"epoch": self.shrinkage_epoch, "fingerprint": _fingerprint(model),
                         "shrinkage": [self.last_shrinkage[i].detach().cpu()
                                       for i in sorted(self.last_shrinkage)]}, tmp)
             os.replace(tmp, folder / SAVED_SHRINKAGE)
         return control
+
+
+def _fingerprint(model: torch.nn.Module) -> float:
+    """The sum of the model's parameters in float64: what ties a saved Sigma_S to the weights
+    of the checkpoint it was saved with."""
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum().cpu() for p in model.parameters()))
 
 
 def istar_losses(model: torch.nn.Module, losses: Iterable[IStarLoss] | IStarLoss | None,

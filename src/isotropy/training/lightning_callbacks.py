@@ -79,6 +79,13 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         self.shrinkage_epoch: int | None = None
         self._saved: dict[str, Any] | None = None
 
+    @property
+    def state_key(self) -> str:
+        """Lightning's key of this callback's state: its settings, so that two instances
+        refreshing different losses can live in one Trainer."""
+        losses = None if self.losses is None else [repr(loss.layers) for loss in self.losses]
+        return self._generate_state_key(losses=losses, n_tokens=self.n_tokens)
+
     def state_dict(self) -> dict[str, Any]:
         """Sigma_S of every loss and the epoch it was estimated for (saved in checkpoints)."""
         return {"epoch": self.shrinkage_epoch,
@@ -95,6 +102,7 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         """On a run resumed from a checkpoint of the current epoch, set that epoch's Sigma_S
         (Lightning resumes mid-epoch without calling ``on_train_epoch_start``)."""
         saved, self._saved = self._saved, None
+        self._resumed_epoch = None
         if saved is None or saved.get("epoch") != trainer.current_epoch:
             return
         losses = istar_losses(pl_module, self.losses, "LightningShrinkageRefresh")

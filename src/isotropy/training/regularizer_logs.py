@@ -78,12 +78,25 @@ class RegularizerLogMixin:
             terms = getattr(outputs, "regularizer_losses", None) or {}
             if terms:
                 added = sum(terms.values())
-                if self._task_loss_scaled_for_accumulation(num_items_in_batch):
-                    added = added / self.current_gradient_accumulation_steps  # type: ignore[attr-defined]
+                if model.training and self._task_loss_scaled_for_accumulation(
+                        num_items_in_batch):  # (evaluation's loss is a per-batch mean)
+                    added = added / getattr(self, "current_gradient_accumulation_steps",
+                                            self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
                 loss = loss + added
         if wrapped is not None and model.training:
             self._add_logs(wrapped.last_logs)
         return (loss, outputs) if return_outputs else loss
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """The Trainer's load of a resumed checkpoint, which each
+        :class:`~isotropy.models.shrinkage.ShrinkageRefreshCallback` is told of (it reads the
+        Sigma_S saved there)."""
+        from isotropy.models.shrinkage import ShrinkageRefreshCallback
+
+        for cb in self.callback_handler.callbacks:  # type: ignore[attr-defined]
+            if isinstance(cb, ShrinkageRefreshCallback):
+                cb.resume_from = str(resume_from_checkpoint)
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)  # type: ignore[misc]
 
     def _labels_taken_away(self, inputs: Mapping[str, Any]) -> bool:
         """Whether the ``Trainer`` takes this batch's ``labels`` away from the model (label
