@@ -68,10 +68,10 @@ class ExactCycleMixin(RegularizerLogMixin):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud."""
-        if not self.__dict__.get("_entropy_checked"):
+        if self.__dict__.get("_entropy_checked") is not self.model:  # type: ignore[attr-defined]
             check_entropy_accumulation(self.model,  # type: ignore[attr-defined]
                                        self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
-            self._entropy_checked = True
+            self._entropy_checked = self.model  # type: ignore[attr-defined]
         batches, num_items = super().get_batch_samples(  # type: ignore[misc]
             epoch_iterator, num_batches, device)
         self._cycle, self._cycle_pos, self._cycle_rng = list(batches), 0, []
@@ -117,11 +117,14 @@ class ExactCycleMixin(RegularizerLogMixin):
         return 1.0 if scaled else steps
 
     def _exact_losses(self) -> list[PersistentEntropyLoss]:
-        """The exact persistent-entropy losses of the model (found once)."""
+        """The exact persistent-entropy losses of the model (found once per model: a
+        ``model_init`` or a hyperparameter search gives the Trainer new ones)."""
+        model = self.model  # type: ignore[attr-defined]
         found = self.__dict__.get("_exact")
-        if found is None:
-            wrapped = find_regularized(self.model)  # type: ignore[attr-defined]
+        if found is None or self.__dict__.get("_exact_model") is not model:
+            wrapped = find_regularized(model)
             found = self._exact = exact_cycle_losses(wrapped) if wrapped is not None else []
+            self._exact_model = model
         return found
 
 
