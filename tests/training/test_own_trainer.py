@@ -230,6 +230,7 @@ def test_label_smoothing_keeps_the_regularizers_in_the_loss(tmp_path):
         ent = PersistentEntropyLoss(weight=1.0)(out.hidden_states, batch["attention_mask"],
                                                 labels=batch["labels"])
     assert logged["loss"] == pytest.approx(float(task + istar.loss + ent.loss), rel=1e-5)
+    assert logged["task_loss"] == pytest.approx(float(task), rel=1e-5)
     # the entropy loss got the labels: one group per class
     assert logged["persistententropy/n_groups"] == 2.0
     # the regularizers' labels are not among the label names the Trainer requires of a batch

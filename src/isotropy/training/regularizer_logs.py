@@ -74,17 +74,20 @@ class RegularizerLogMixin:
             inputs = {**inputs, "regularizer_targets": inputs["labels"]}
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True,  # type: ignore[misc]
                                              num_items_in_batch=num_items_in_batch)
+        task_log = None
         if drops:
+            steps = 1.0
+            if model.training and self._task_loss_scaled_for_accumulation(num_items_in_batch):
+                # (evaluation's loss is a per-batch mean)
+                steps = float(getattr(self, "current_gradient_accumulation_steps",
+                                      self.args.gradient_accumulation_steps))  # type: ignore[attr-defined]
+            task_log = loss.detach() * steps  # the micro-batch's task loss, as the model's
             terms = getattr(outputs, "regularizer_losses", None) or {}
             if terms:
-                added = sum(terms.values())
-                if model.training and self._task_loss_scaled_for_accumulation(
-                        num_items_in_batch):  # (evaluation's loss is a per-batch mean)
-                    added = added / getattr(self, "current_gradient_accumulation_steps",
-                                            self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
-                loss = loss + added
+                loss = loss + sum(terms.values()) / steps
         if wrapped is not None and model.training:
-            self._add_logs(wrapped.last_logs)
+            self._add_logs(wrapped.last_logs if task_log is None
+                           else {**wrapped.last_logs, "task_loss": task_log})
         return (loss, outputs) if return_outputs else loss
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
