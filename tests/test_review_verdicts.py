@@ -480,3 +480,26 @@ def test_b4_reports_its_secondaries_beside_the_primary_test(tmp_path) -> None:
     config.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="differ in more than the method"):
         rv.b4(tmp_path)
+
+
+def test_committed_b4_matches_the_run_files_read_directly() -> None:
+    # the d of every pair from each run's results.json, read without the script's lookup
+    if not packed.is_dir(RUNS / "readout"):
+        pytest.skip("no committed readout runs")
+    root = packed.real_path(RUNS / "readout")
+    key = {"mrpc": ("0.6", "eval_accuracy"), "cola": ("0.8", "eval_matthews_correlation")}
+    ds = []
+    for task, (zeta, metric) in key.items():
+        for seed in (0, 1, 2):
+            got = [json.loads((root / f"{task}-minilm-{cell}+meanhead-seed{seed}" /
+                               "results.json").read_text())["final"][metric]
+                   for cell in (f"istar_l-1_z{zeta}", "none")]
+            ds.append(100 * (got[0] - got[1]))
+    lines, p = rv.b4(RUNS)
+    text = "\n".join(lines)
+    above, below = sum(d > 0 for d in ds), sum(d < 0 for d in ds)
+    assert f"{above} of 6 above 0, {below} below" in text
+    assert (above, below) == (1, 5) and "**inconclusive**" in text  # docs/results.md, B4
+    assert p == pytest.approx(rv.sign_p(above, 6))
+    for d in ds:
+        assert f"{d:+.2f}" in text
