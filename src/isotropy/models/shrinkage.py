@@ -444,7 +444,7 @@ class ShrinkageRefreshCallback(TrainerCallback):
         if model is None:
             raise ValueError("ShrinkageRefreshCallback needs the Trainer's model (kwargs['model'])")
         losses = istar_losses(model, self.losses, "ShrinkageRefreshCallback")
-        epoch = int(math.floor(state.epoch + 1e-9)) if state is not None and state.epoch else 0
+        epoch = epoch_index(state)
         saved, self._saved = self._saved, None
         missing, self._missing = self._missing, None
         if missing is not None and state is not None and state.epoch and \
@@ -455,13 +455,7 @@ class ShrinkageRefreshCallback(TrainerCallback):
                 "resumed model, not from the model at the epoch's start as in an uninterrupted "
                 "run", stacklevel=2)
         if saved is not None and saved["epoch"] == epoch:
-            if len(saved["shrinkage"]) != len(losses):
-                raise ValueError(
-                    f"the resumed checkpoint holds Sigma_S of {len(saved['shrinkage'])} I-STAR "
-                    f"loss(es); the model has {len(losses)}")
-            device = model_device(model)
-            for loss, cov in zip(losses, saved["shrinkage"], strict=True):
-                loss.set_shrinkage(cov.to(device))
+            set_saved_shrinkage(losses, saved["shrinkage"], model_device(model))
             self.last_shrinkage = dict(enumerate(saved["shrinkage"]))
             self.shrinkage_epoch = epoch
             return control
@@ -485,6 +479,23 @@ class ShrinkageRefreshCallback(TrainerCallback):
                                       for i in sorted(self.last_shrinkage)]}, tmp)
             os.replace(tmp, folder / SAVED_SHRINKAGE)
         return control
+
+
+def epoch_index(state: TrainerState | None) -> int:
+    """The index of the epoch a ``Trainer``'s state is in (its ``epoch`` is fractional within
+    an epoch and a whole number at its end)."""
+    return int(math.floor(state.epoch + 1e-9)) if state is not None and state.epoch else 0
+
+
+def set_saved_shrinkage(losses: Sequence[IStarLoss], covs: Sequence[torch.Tensor],
+                        device: torch.device) -> None:
+    """Set a checkpoint's Sigma_S of each loss, in order (``ValueError`` if the counts
+    differ)."""
+    if len(covs) != len(losses):
+        raise ValueError(f"the resumed checkpoint holds Sigma_S of {len(covs)} I-STAR loss(es); "
+                         f"the model has {len(losses)}")
+    for loss, cov in zip(losses, covs, strict=True):
+        loss.set_shrinkage(cov.to(device))
 
 
 def _fingerprint(model: torch.nn.Module) -> float:

@@ -4,7 +4,6 @@ whole checkpoint) and restored on resume; TensorBoard's event directory."""
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +16,7 @@ from transformers import Trainer, TrainerCallback
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
 from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
+    epoch_index,
 )
 from isotropy.progress import stage
 from isotropy.rundir import (
@@ -83,7 +83,7 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
         return control
 
     def on_epoch_begin(self, args, state, control, **kwargs):  # noqa: D102
-        epoch = int(math.floor(state.epoch + 1e-9)) if state.epoch else 0
+        epoch = epoch_index(state)
         restored = self._restored
         self._restored = None
         if restored is not None and restored["shrinkage_epoch"] == epoch and self.istar:

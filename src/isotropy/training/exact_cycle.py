@@ -23,7 +23,7 @@ True
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from isotropy.losses import PersistentEntropyLoss
@@ -61,14 +61,18 @@ class ExactCycleMixin(RegularizerLogMixin):
     persistent-entropy cycle under gradient accumulation (module docstring); it includes
     :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`."""
 
-    _cycle: list[Any]
-    _cycle_pos: int
-    _cycle_rng: list[RngState]
-    _cycle_items: Any
+    # the state of the current cycle, reassigned (never changed in place) by the methods
+    _cycle: Sequence[Any] = ()  # its micro-batches
+    _cycle_pos = 0  # the next micro-batch's index
+    _cycle_rng: Sequence[RngState] = ()  # their random states of the no-grad pass
+    _cycle_items: Any = None  # the Trainer's num_items_in_batch of the cycle
+    _exact: list[PersistentEntropyLoss] | None = None  # the exact losses of _exact_model
+    _exact_model: Any = None
+    _entropy_checked: Any = None  # the model whose losses' accumulation was checked
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud."""
-        if self.__dict__.get("_entropy_checked") is not self.model:  # type: ignore[attr-defined]
+        if self._entropy_checked is not self.model:  # type: ignore[attr-defined]
             check_entropy_accumulation(self.model,  # type: ignore[attr-defined]
                                        self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
             self._entropy_checked = self.model  # type: ignore[attr-defined]
@@ -83,8 +87,7 @@ class ExactCycleMixin(RegularizerLogMixin):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The Trainer's step; before a cycle's first micro-batch the exact persistent-entropy
         pass, and before each micro-batch its replayed random state."""
-        cycle = self.__dict__.get("_cycle", [])
-        pos = self.__dict__.get("_cycle_pos", 0)
+        cycle, pos = self._cycle, self._cycle_pos
         accumulating = len(cycle) > 1 or self.args.gradient_accumulation_steps > 1  # type: ignore[attr-defined]
         if pos == 0 and cycle and accumulating and self._exact_losses():
             self.model.train()  # type: ignore[attr-defined]
@@ -97,9 +100,8 @@ class ExactCycleMixin(RegularizerLogMixin):
                 find_regularized(self.model),  # type: ignore[attr-defined, arg-type]
                 [self._prepare_inputs(b) for b in cycle],  # type: ignore[attr-defined]
                 loss_divisor=self._loss_divisor(), context=autocast)
-        rng = self.__dict__.get("_cycle_rng", [])
-        if pos < len(rng):
-            set_rng_state(rng[pos])
+        if pos < len(self._cycle_rng):
+            set_rng_state(self._cycle_rng[pos])
         self._cycle_pos = pos + 1
         return super().training_step(model, inputs, num_items_in_batch)  # type: ignore[misc]
 
@@ -110,18 +112,17 @@ class ExactCycleMixin(RegularizerLogMixin):
         takes the labels away (label smoothing, a ``compute_loss_func``), the terms are
         divided by the steps either way (:meth:`RegularizerLogMixin.compute_loss`)."""
         steps = float(self.current_gradient_accumulation_steps)  # type: ignore[attr-defined]
-        cycle = self.__dict__.get("_cycle", [])
-        if cycle and self._labels_taken_away(cycle[0]):
+        if self._cycle and self._labels_taken_away(self._cycle[0]):
             return steps
-        scaled = self._task_loss_scaled_for_accumulation(self.__dict__.get("_cycle_items"))
+        scaled = self._task_loss_scaled_for_accumulation(self._cycle_items)
         return 1.0 if scaled else steps
 
     def _exact_losses(self) -> list[PersistentEntropyLoss]:
         """The exact persistent-entropy losses of the model (found once per model: a
         ``model_init`` or a hyperparameter search gives the Trainer new ones)."""
         model = self.model  # type: ignore[attr-defined]
-        found = self.__dict__.get("_exact")
-        if found is None or self.__dict__.get("_exact_model") is not model:
+        found = self._exact
+        if found is None or self._exact_model is not model:
             wrapped = find_regularized(model)
             found = self._exact = exact_cycle_losses(wrapped) if wrapped is not None else []
             self._exact_model = model

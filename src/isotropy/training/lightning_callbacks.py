@@ -41,7 +41,14 @@ import lightning
 import torch
 
 from isotropy.losses.istar import IStarLoss
-from isotropy.models.shrinkage import DEFAULT_N_TOKENS, _check_n_tokens, istar_losses, refresh_all
+from isotropy.models.forward import model_device
+from isotropy.models.shrinkage import (
+    DEFAULT_N_TOKENS,
+    _check_n_tokens,
+    istar_losses,
+    refresh_all,
+    set_saved_shrinkage,
+)
 from isotropy.training.monitor import model_inside
 
 __all__ = ["LightningShrinkageRefresh"]
@@ -78,6 +85,7 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         self.last_shrinkage: list[torch.Tensor] = []
         self.shrinkage_epoch: int | None = None
         self._saved: dict[str, Any] | None = None
+        self._resumed_epoch: int | None = None  # whose Sigma_S on_train_start set
 
     @property
     def state_key(self) -> str:
@@ -106,18 +114,14 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         if saved is None or saved.get("epoch") != trainer.current_epoch:
             return
         losses = istar_losses(pl_module, self.losses, "LightningShrinkageRefresh")
-        if len(saved["shrinkage"]) != len(losses):
-            raise ValueError(f"the checkpoint holds Sigma_S of {len(saved['shrinkage'])} I-STAR "
-                             f"loss(es); the module has {len(losses)}")
-        device = next(iter(pl_module.parameters())).device
-        for loss, cov in zip(losses, saved["shrinkage"], strict=True):
-            loss.set_shrinkage(cov.to(device))
+        set_saved_shrinkage(losses, saved["shrinkage"], model_device(pl_module))
         self.last_shrinkage = list(saved["shrinkage"])
         self.shrinkage_epoch = trainer.current_epoch
         self._resumed_epoch = trainer.current_epoch
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:  # noqa: D102
-        if self.__dict__.pop("_resumed_epoch", None) == trainer.current_epoch:
+        resumed, self._resumed_epoch = self._resumed_epoch, None
+        if resumed == trainer.current_epoch:
             return  # the resumed epoch's Sigma_S is set (on_train_start)
         losses = istar_losses(pl_module, self.losses, "LightningShrinkageRefresh")
         data = self.dataloader if self.dataloader is not None else trainer.train_dataloader

@@ -34,7 +34,7 @@ from isotropy.progress import stage
 from isotropy.rundir import (
     RunDirectory,
 )
-from isotropy.runtime import RngState, fault_point
+from isotropy.runtime import fault_point
 from isotropy.training.callbacks import (
     IsotropyStateCallback,
     _point_tensorboard,
@@ -124,13 +124,8 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self.measure_pooling = measure_pooling
         self._log_sums: dict[str, float] = {}
         self._log_counts: dict[str, int] = {}
-        self._cycle: list[Any] = []
-        self._cycle_pos = 0
-        self._cycle_rng: list[RngState] = []
         self._cycle_cls: list[torch.Tensor] = []
         self._deferred_save_step: int | None = None
-        self._cycle_items: Any = None
-        self._exact: list[PersistentEntropyLoss] | None = None
         self.resumed_eval_step: int | None = None  # the last evaluation before the checkpoint
         self.record_evaluations = True
         self._acc: EvalMeasures | None = None
