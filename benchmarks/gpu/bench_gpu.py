@@ -56,11 +56,17 @@ FULL = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "batch":
         "seq": 128, "rounds": 20, "warmup": 3, "refresh_rows": 250_000,
         "decoder": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
                     "num_attention_heads": 16, "num_key_value_heads": 16},
+        "decoder_large": {"hidden_size": 4096, "intermediate_size": 14336,
+                          "num_hidden_layers": 32, "num_attention_heads": 32,
+                          "num_key_value_heads": 8},
         "analyze_texts": 512, "analyze_shrinkage": 250_000}
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, "seq": 32,
         "rounds": 2, "warmup": 1, "refresh_rows": 2_000,
         "decoder": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                     "num_attention_heads": 4, "num_key_value_heads": 4},
+        "decoder_large": {"hidden_size": 96, "intermediate_size": 192,
+                          "num_hidden_layers": 3, "num_attention_heads": 4,
+                          "num_key_value_heads": 2},
         "analyze_texts": 32, "analyze_shrinkage": 2_000}
 VOCAB = 30522
 
@@ -158,25 +164,37 @@ def _op_times(run: Callable[[], None], device: torch.device, n_steps: int
     return out
 
 
-def profile_extra(plain: Callable[[], None], istar: Callable[[], None], device: torch.device,
-                  n_steps: int) -> dict:
-    """Where the I-STAR step's extra time goes (``torch.profiler``): the operators with the
-    largest extra self time per step over the plain step, and the host waits per step
+def profile_extra(base: Callable[[], None], variant: Callable[[], None],
+                  device: torch.device, n_steps: int) -> dict:
+    """Where a variant's extra time over its base goes (``torch.profiler``): the operators
+    with the largest extra self time per call over the base call, and the host waits per call
     (synchronisations, device-to-host copies, ``.item()``) of each."""
-    a, b = _op_times(plain, device, n_steps), _op_times(istar, device, n_steps)
+    a, b = _op_times(base, device, n_steps), _op_times(variant, device, n_steps)
     rows = []
     for op in set(a) | set(b):
         ta, ca = a.get(op, (0.0, 0.0))
         tb, cb = b.get(op, (0.0, 0.0))
-        rows.append({"op": op, "plain_ms": ta, "istar_ms": tb, "extra_ms": tb - ta,
-                     "plain_calls": ca, "istar_calls": cb})
+        rows.append({"op": op, "base_ms": ta, "variant_ms": tb, "extra_ms": tb - ta,
+                     "base_calls": ca, "variant_calls": cb})
     rows.sort(key=lambda r: -r["extra_ms"])
-    waits = {op: {"plain": a.get(op, (0.0, 0.0))[1], "istar": b.get(op, (0.0, 0.0))[1]}
+    waits = {op: {"base": a.get(op, (0.0, 0.0))[1], "variant": b.get(op, (0.0, 0.0))[1]}
              for op in set(a) | set(b) if any(w in op for w in _HOST_WAITS)}
     return {"steps": n_steps, "clock": "device" if device.type == "cuda" else "cpu",
-            "total_plain_ms": sum(t for t, _ in a.values()),
-            "total_istar_ms": sum(t for t, _ in b.values()),
+            "total_base_ms": sum(t for t, _ in a.values()),
+            "total_variant_ms": sum(t for t, _ in b.values()),
             "top": rows[:15], "host_waits_per_step": waits}
+
+
+def profile_rows(pairs: dict[str, tuple[Callable[[], None], Callable[[], None]]],
+                 device: torch.device, n_steps: int, record: dict) -> None:
+    """``record["profiles"][name]``: :func:`profile_extra` of each (base, variant) pair; a pair
+    that fails is recorded with its error and the others still run."""
+    profiles = record.setdefault("profiles", {})
+    for name, (base, variant) in pairs.items():
+        try:
+            profiles[name] = profile_extra(base, variant, device, n_steps)
+        except Exception:  # noqa: BLE001 - recorded, the other profiles still run
+            record["errors"][f"profile: {name}"] = traceback.format_exc()
 
 
 def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentences,
@@ -208,8 +226,9 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     model.train()
     steps = {"plain": step(model), **{n: step(w) for n, w in wrapped.items()}}
     record["steps"] = time_round_robin(steps, size["rounds"], size["warmup"], device)
-    record["profile"] = profile_extra(steps["plain"], steps["I-STAR (all layers, Sigma_S)"],
-                                      device, n_steps=5)
+    profile_rows({name: (steps["plain"], steps[name])
+                  for name in ("I-STAR (all layers, Sigma_S)", "CosReg (last layer)")},
+                 device, 5, record)
 
     # an accumulation cycle of 8 micro-batches of 8: plain, and with the exact entropy loss
     (big,) = batches_of(1, {**size, "batch": 64}, device, tokenizer, sentences, seed=3)
@@ -230,9 +249,11 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
             opt.zero_grad(set_to_none=True)
         return run
 
-    record["cycles"] = time_round_robin({"plain 8 x 8 cycle": cycle(False),
-                                         "exact entropy 8 x 8 cycle": cycle(True)},
+    plain_cycle, exact_cycle = cycle(False), cycle(True)
+    record["cycles"] = time_round_robin({"plain 8 x 8 cycle": plain_cycle,
+                                         "exact entropy 8 x 8 cycle": exact_cycle},
                                         size["rounds"], size["warmup"], device)
+    profile_rows({"exact entropy 8 x 8 cycle": (plain_cycle, exact_cycle)}, device, 3, record)
 
     def refresh() -> None:
         with autocast():
@@ -254,6 +275,7 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
                                           "forward passes alone": forward_only},
                                          max(3, size["rounds"] // 4), 1, device)
     record["refresh_rows"] = size["refresh_rows"]
+    profile_rows({"Sigma_S refresh": (forward_only, refresh)}, device, 2, record)
 
 
 def analyze_row(size: dict, device: torch.device, tokenizer_dir: Path | None, glue: Path | None,
@@ -293,6 +315,112 @@ def analyze_row(size: dict, device: torch.device, tokenizer_dir: Path | None, gl
                    shrinkage_rows=cfg_out.get("shrinkage", {}).get("n_rows"),
                    weights_dtype=cfg_out.get("weights_dtype"))
     record["analyze"] = rec
+    from isotropy.probing.analyze import prepare_analyze
+
+    load_s, inputs = _timed(lambda: prepare_analyze(
+        out_dir, task="sst2", data_dir=glue, dtype="bfloat16", device=str(device),
+        max_texts=size["analyze_texts"]), device)
+    rec["phases"] = {"load_s": load_s, **analyze_phases(inputs, device, size, work)}
+    del inputs
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def analyze_large_row(size: dict, device: torch.device, tokenizer_dir: Path | None,
+                      glue: Path | None, work: Path, record: dict) -> None:
+    """``analyze``'s measurement on a random Llama-style decoder of ~7B parameters (the
+    shape of an 8B Llama with a 30,522-token vocabulary), built in bf16 on the device (no
+    weights written or read), against plain forward passes over the same tokens."""
+    if tokenizer_dir is None or glue is None or not (glue / "SST-2" / "dev.tsv").is_file():
+        record["analyze_large"] = {"skipped": "needs --tokenizer and --glue-dir with SST-2"}
+        return
+    from transformers import AutoTokenizer, LlamaConfig, LlamaModel
+
+    from isotropy.models.loading import ensure_pad_token
+    from isotropy.probing.analyze import AnalyzeInputs, _read_texts
+    from isotropy.data.glue import get_task
+
+    cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=512, **size["decoder_large"])
+    with torch.device(device):
+        torch.manual_seed(0)
+        model = LlamaModel(cfg).to(torch.bfloat16).eval()
+    texts, train, _ = _read_texts({}, get_task("sst2"), "dev", glue, None, 0.2,
+                                  size["analyze_texts"])
+    tok = ensure_pad_token(AutoTokenizer.from_pretrained(tokenizer_dir))
+    inputs = AnalyzeInputs(model, tok, texts, train, "last", True, 128, {})
+    rec = {"params": sum(p.numel() for p in model.parameters()), "shape": size["decoder_large"]}
+    record["analyze_large"] = rec
+    rec.update(analyze_phases(inputs, device, size, work, profile=False))
+    del model, inputs
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
+    sync(device)
+    t = time.perf_counter()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - t, out
+
+
+def analyze_phases(inputs, device: torch.device, size: dict, work: Path, rounds: int = 2,
+                   profile: bool = True) -> dict:
+    """``analyze``'s measurement timed in this process beside a plain forward pass over the
+    same tokens in the same batches (``hidden_state_batches`` over the Sigma_S pass's batches
+    and the measured texts' batches, hidden states returned, nothing measured), alternated
+    ``rounds`` times (the last round is reported: the first warms the kernels), plus the
+    phases: tokenising both passes' batches, writing the results; and (``profile``) a
+    ``torch.profiler`` breakdown of one measurement over the plain forward passes.
+    ``statistics`` = measurement - plain forward - tokenising."""
+    from isotropy.models.forward import hidden_state_batches
+    from isotropy.probing.analyze import DEFAULT_BATCH_SIZE, analyze_model, write_analyze
+    from isotropy.probing.batches import ordered_batches
+
+    bs, budget = DEFAULT_BATCH_SIZE, size["analyze_shrinkage"]
+    n_layers = inputs.model.config.num_hidden_layers
+
+    def batches(texts):
+        return ordered_batches(inputs.tokenizer, texts, batch_size=bs,
+                               max_length=inputs.max_length, decoder=inputs.decoder)
+
+    def tokenise() -> list[dict]:
+        read, rows = [], 0  # the Sigma_S pass reads batches until the union has its rows
+        for b in batches(inputs.train_texts):
+            read.append(b)
+            rows += int(b["attention_mask"].sum()) * n_layers
+            if rows >= budget:
+                break
+        return read + list(batches(inputs.texts))
+
+    tokenise_s, all_batches = _timed(tokenise, device)
+    tokens = sum(int(b["attention_mask"].sum()) for b in all_batches)
+    padded = sum(b["attention_mask"].numel() for b in all_batches)
+
+    def forward() -> None:
+        for _ in hidden_state_batches(inputs.model, all_batches):
+            pass
+
+    def measure():
+        return analyze_model(inputs, shrinkage_tokens=budget)
+
+    times: dict[str, list[float]] = {"plain forward": [], "analyze (measurement)": []}
+    result = None
+    for _ in range(rounds):
+        times["plain forward"].append(_timed(forward, device)[0])
+        sec, result = _timed(measure, device)
+        times["analyze (measurement)"].append(sec)
+    write_s, _ = _timed(lambda: write_analyze(result, work / "analyze-inproc"), device)
+    fwd, meas = times["plain forward"][-1], times["analyze (measurement)"][-1]
+    out = {"tokens": tokens, "padded_tokens": padded, "batches": len(all_batches),
+           "batch_size": bs, "rows_sigma_s": result.config["shrinkage"].get("n_rows"),
+           "texts": result.config["n_texts"], "tokenise_s": tokenise_s,
+           "plain_forward_s": fwd, "measurement_s": meas, "write_s": write_s,
+           "statistics_s": meas - fwd - tokenise_s, "ratio": meas / fwd,
+           "rounds": times, "sigma_s_pass_s": result.config["shrinkage"].get("seconds")}
+    if profile:
+        out["profile"] = profile_extra(forward, measure, device, 1)
+    return out
 
 
 def markdown(record: dict) -> str:
@@ -337,25 +465,56 @@ def markdown(record: dict) -> str:
             lines.append(f"| analyze | failed (exit {a.get('exit')}) | | |")
     for name, err in record.get("errors", {}).items():
         lines.append(f"| {name} | failed: {err.splitlines()[-1][:120]} | | |")
-    lines += _profile_lines(record.get("profile"))
+    lines += _phase_lines("analyze, ~1B decoder",
+                          a.get("phases") and {"params": a.get("params", 0), **a["phases"]})
+    lines += _phase_lines("analyze, ~7B (8B-shaped) decoder", record.get("analyze_large"))
+    for name, prof in record.get("profiles", {}).items():
+        lines += _profile_lines(name, prof)
+    if a.get("phases", {}).get("profile"):
+        lines += _profile_lines("analyze's measurement over plain forward passes",
+                                a["phases"]["profile"])
     return "\n".join(lines) + "\n"
 
 
-def _profile_lines(prof: dict | None) -> list[str]:
-    """The profiler's breakdown of I-STAR's extra time, as a table."""
+def _phase_lines(title: str, ph: dict | None) -> list[str]:
+    """``analyze``'s phases against a plain forward pass over the same tokens."""
+    if not ph or "measurement_s" not in ph:
+        return [] if not ph else ["", f"{title}: {ph.get('skipped', 'not run')}"]
+    rate = ph["tokens"] / ph["measurement_s"]
+    fwd_rate = ph["tokens"] / ph["plain_forward_s"]
+    lines = ["", f"{title} ({ph.get('params', 0) / 1e6:,.0f}M parameters), in this process: "
+             f"{ph['texts']} texts and the Sigma_S pass's batches ({ph['rows_sigma_s']} union "
+             f"rows), {ph['tokens']:,} tokens ({ph['padded_tokens']:,} with padding) in "
+             f"{ph['batches']} batches of {ph['batch_size']}:", "",
+             "| phase | seconds | tokens/s |", "|---|---|---|"]
+    if "load_s" in ph:
+        lines.append(f"| load (prepare_analyze) | {ph['load_s']:.2f} | |")
+    lines += [f"| tokenise (both passes) | {ph['tokenise_s']:.2f} | |",
+              f"| plain forward, same batches | {ph['plain_forward_s']:.2f} | {fwd_rate:,.0f} |",
+              f"| analyze's measurement (tokenise + forward + statistics) | "
+              f"{ph['measurement_s']:.2f} | {rate:,.0f} |",
+              f"| of which Sigma_S pass | {ph.get('sigma_s_pass_s') or 0:.2f} | |",
+              f"| statistics (measurement - forward - tokenise) | {ph['statistics_s']:.2f} | |",
+              f"| write | {ph['write_s']:.2f} | |",
+              f"| measurement / plain forward | {ph['ratio']:.2f}x | |"]
+    return lines
+
+
+def _profile_lines(name: str, prof: dict | None) -> list[str]:
+    """The profiler's breakdown of a variant's extra time over its base, as a table."""
     if not prof:
         return []
-    lines = ["", f"Where I-STAR's extra time goes (torch.profiler, {prof['steps']} steps each, "
-             f"self {prof['clock']} time per step; totals {prof['total_plain_ms']:.2f} ms plain, "
-             f"{prof['total_istar_ms']:.2f} ms I-STAR):", "",
-             "| operator | plain (ms) | I-STAR (ms) | extra (ms) | calls plain / I-STAR |",
+    lines = ["", f"Where the extra time of {name} goes (torch.profiler, {prof['steps']} calls "
+             f"each, self {prof['clock']} time per call; totals {prof['total_base_ms']:.2f} ms "
+             f"base, {prof['total_variant_ms']:.2f} ms {name}):", "",
+             "| operator | base (ms) | variant (ms) | extra (ms) | calls base / variant |",
              "|---|---|---|---|---|"]
     for r in prof["top"]:
-        lines.append(f"| {r['op'][:60]} | {r['plain_ms']:.3f} | {r['istar_ms']:.3f} | "
-                     f"{r['extra_ms']:+.3f} | {r['plain_calls']:g} / {r['istar_calls']:g} |")
+        lines.append(f"| {r['op'][:60]} | {r['base_ms']:.3f} | {r['variant_ms']:.3f} | "
+                     f"{r['extra_ms']:+.3f} | {r['base_calls']:g} / {r['variant_calls']:g} |")
     waits = prof.get("host_waits_per_step") or {}
-    lines += ["", "Host waits per step (plain / I-STAR): " + (", ".join(
-        f"{op} {w['plain']:g} / {w['istar']:g}" for op, w in sorted(waits.items())) or "none")]
+    lines += ["", "Host waits per call (base / variant): " + (", ".join(
+        f"{op} {w['base']:g} / {w['variant']:g}" for op, w in sorted(waits.items())) or "none")]
     return lines
 
 
@@ -367,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--glue-dir", type=Path, default=None)
     ap.add_argument("--tokenizer", type=Path, default=None,
                     help="a BERT WordPiece tokenizer directory (vocabulary 30,522)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["training", "analyze"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["training", "analyze", "analyze-large"])
     args = ap.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         sys.exit("bench_gpu: CUDA is not available (use --cpu for the tiny CPU run)")
@@ -396,6 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     sentences = sst2_sentences(args.glue_dir, 4096)
     record["data"] = "SST-2 train sentences" if tokenizer is not None and sentences \
         else "random token ids"
+
+    def save() -> str:  # after each part: a part cut off by a time limit leaves the others
+        (args.out / "bench.json").write_text(json.dumps(record, indent=2, default=str))
+        md = markdown(record)
+        (args.out / "bench.md").write_text(md)
+        return md
+
     if "training" not in args.skip:
         try:
             training_rows(size, device, autocast, tokenizer, sentences, record)
@@ -404,15 +571,22 @@ def main(argv: list[str] | None = None) -> int:
             print(record["errors"]["training rows"], file=sys.stderr)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        save()
     if "analyze" not in args.skip:
         try:
             analyze_row(size, device, args.tokenizer, args.glue_dir, args.out / "work", record)
         except Exception:  # noqa: BLE001
             record["errors"]["analyze"] = traceback.format_exc()
             print(record["errors"]["analyze"], file=sys.stderr)
-    (args.out / "bench.json").write_text(json.dumps(record, indent=2, default=str))
-    md = markdown(record)
-    (args.out / "bench.md").write_text(md)
+        save()
+    if "analyze-large" not in args.skip:
+        try:
+            analyze_large_row(size, device, args.tokenizer, args.glue_dir, args.out / "work",
+                              record)
+        except Exception:  # noqa: BLE001
+            record["errors"]["analyze, ~7B"] = traceback.format_exc()
+            print(record["errors"]["analyze, ~7B"], file=sys.stderr)
+    md = save()
     print(md)
     return 1 if record["errors"] or record.get("analyze", {}).get("exit", 0) else 0
 
