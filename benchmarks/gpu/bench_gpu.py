@@ -336,9 +336,9 @@ def analyze_large_row(size: dict, device: torch.device, tokenizer_dir: Path | No
         return
     from transformers import AutoTokenizer, LlamaConfig, LlamaModel
 
+    from isotropy.data.glue import get_task
     from isotropy.models.loading import ensure_pad_token
     from isotropy.probing.analyze import AnalyzeInputs, _read_texts
-    from isotropy.data.glue import get_task
 
     cfg = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=512, **size["decoder_large"])
     with torch.device(device):

@@ -34,7 +34,13 @@ import torch
 from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from isotropy.clouds import POOLINGS, Layers, pooled_rows, select_layers, token_mask
+from isotropy.clouds import (
+    POOLINGS,
+    Layers,
+    layer_token_clouds,
+    pooled_rows,
+    token_mask,
+)
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
@@ -78,20 +84,17 @@ def _batch_rows(
     layers: Layers,
     budget: int,
 ) -> torch.Tensor:
-    """At most ``budget`` rows of the batch's union, in token-major order (see module doc)."""
-    chosen = select_layers(hidden_states, layers)
-    h0 = chosen[0]
-    if attention_mask is None:
-        mask = torch.ones(h0.shape[:2], dtype=torch.bool, device=h0.device)
-    else:
-        mask = token_mask(h0, attention_mask)  # shape and 0/1 values checked
-    n_tok = int(mask.sum())
-    n_layers = len(chosen)
+    """At most ``budget`` rows of the batch's union, in token-major order (see module doc).
+
+    The real tokens are found once for all layers (:func:`~isotropy.clouds.layer_token_clouds`:
+    one index, on an accelerator one host synchronisation per batch instead of one per layer).
+    """
+    clouds = layer_token_clouds(hidden_states, attention_mask, layers, check_finite=False)
+    n_tok, n_layers = clouds[0].shape[0], len(clouds)
     if n_tok * n_layers <= budget:
-        return torch.cat([h[mask] for h in chosen], dim=0)
+        return torch.cat(clouds, dim=0)
     q, r = divmod(budget, n_layers)
-    parts = [h[mask][: q + (1 if j < r else 0)] for j, h in enumerate(chosen)]
-    return torch.cat(parts, dim=0)
+    return torch.cat([c[: q + (1 if j < r else 0)] for j, c in enumerate(clouds)], dim=0)
 
 
 def _every_rank_has_rows(has_rows: bool, sync: bool, group: object | None) -> bool:
@@ -282,9 +285,10 @@ def collect_layer_shrinkage(
                 pooled = [CovarianceStats.empty(h.shape[2], h.device) for h in hs]
             elif len(hs) != len(token):
                 raise ValueError(f"got {len(hs)} hidden states, earlier batches had {len(token)}")
-            counts = _layer_row_counts(int(mask.sum()), len(hs) - 1, quota - used)
+            index = torch.nonzero(mask.reshape(-1)).squeeze(1)  # once for every layer
+            counts = _layer_row_counts(index.numel(), len(hs) - 1, quota - used)
             for i, h in enumerate(hs):
-                rows = h[mask][: counts[max(i, 1) - 1]]
+                rows = h.reshape(-1, h.shape[-1]).index_select(0, index)[: counts[max(i, 1) - 1]]
                 if rows.shape[0]:
                     token[i].update(rows)
                 pooled[i].update(pooled_rows(h, mask, pooling))
