@@ -140,8 +140,18 @@ FAKE_PYTHON = r"""#!/usr/bin/env bash
 case "$1" in
     -) if [ $# -gt 1 ]; then exec "$REAL_PYTHON" "$@"; fi  # the bundle: the real unpacking
        cat > /dev/null; echo "python fake"; echo "torch fake" ;;
-    -c) exit 1 ;;  # no model package
-    -m) for a in "$@"; do
+    -c) if [ -n "${FAKE_MODEL:-}" ]; then echo "$FAKE_MODEL"; else exit 1; fi ;;  # the model
+    -m) prev=""
+        for a in "$@"; do  # sweep: one finished run; report: one table
+            case "$prev" in
+                --output-root) mkdir -p "$a/r1" "$a/logs" && echo '{}' > "$a/r1/results.json" \
+                    && echo '{}' > "$a/r1/config.json" && echo '{}' > "$a/sweep.json" \
+                    && echo log > "$a/logs/r1.log"; exit "${FAKE_SWEEP:-0}" ;;
+                --output-dir) mkdir -p "$a" && echo t > "$a/table1.csv"; exit 0 ;;
+            esac
+            prev="$a"
+        done
+        for a in "$@"; do
             case "$a" in --junitxml=*) echo "<testsuites/>" > "${a#--junitxml=}" ;; esac
         done
         echo "1 passed"; exit "${FAKE_PYTEST:-0}" ;;
@@ -157,6 +167,7 @@ def _checkout(tmp_path: Path) -> Path:
     stand-in interpreter in ``tmp_path/bin``, an empty ``tmp_path/caller`` to call it from."""
     repo = tmp_path / "repo"
     files = {"benchmarks/gpu/run.sh": RUN_SH.read_text(), ".git/HEAD": "ref: refs/heads/main\n",
+             "benchmarks/gpu/runs-cpu.yaml": "model: @MODEL@\nseeds: [0]\n",
              "src/pkg/__init__.py": "X = 1\n", "tests/gpu/test_x.py": "def test_x():\n    pass\n",
              "keep.txt": "keep\n"}
     for name, text in files.items():
@@ -368,3 +379,26 @@ def test_gpu_command_refuses_a_bundle_member_outside_its_folder(tmp_path, member
     assert "bundle: could not be unpacked; no model for the runs" in _summary_lines(out)
     after = {k: v for k, v in _snapshot(tmp_path).items() if not k.startswith("caller/out")}
     assert after == before
+
+
+@pytest.mark.parametrize(("sweep", "status", "line"), [
+    ("0", 0, "runs: exit 0 after at most"), ("124", 0, "runs: stopped at the budget"),
+    ("1", 1, "runs: exit 1 after at most")])
+def test_gpu_command_copies_the_finished_runs_and_fails_only_on_a_failed_sweep(
+        tmp_path, sweep, status, line):
+    """The sweep cut at the budget (timeout's 124) is by design; its other failures are not."""
+    _checkout(tmp_path)
+    (tmp_path / "model").mkdir()
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs", "--pack",
+                FAKE_MODEL=str(tmp_path / "model"), FAKE_SWEEP=sweep)
+    out = tmp_path / "caller" / "out"
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    lines = _summary_lines(out)
+    assert any(x.startswith(line) for x in lines), lines
+    assert lines[-1] == ("every step succeeded" if status == 0 else "failed: runs"), lines
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["env.txt", "report.txt", "runs-logs/r1.log", "runs-report/table1.csv",
+                     "runs.txt", "runs/r1/config.json", "runs/r1/results.json.gz",
+                     "runs/sweep.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-results.tar.gz", "summary.txt"]
