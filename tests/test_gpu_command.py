@@ -6,6 +6,7 @@ before a GPU is available."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from isotropy.data.glue import default_glue_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN_SH = ROOT / "benchmarks" / "gpu" / "run.sh"
 
 
 FINISHED = ["config.json", "results.json"]
@@ -130,10 +132,273 @@ def test_the_b6_spec_is_runs_yamls_stsb_protocol() -> None:
     assert b6["seeds"] == main["seeds"] and b6["order"] == main["order"]
 
 
-@pytest.mark.parametrize("seeds", ["x", "1,", ",1", "1,,2", "1 2"])
-def test_gpu_command_refuses_bad_seeds(tmp_path, seeds):
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
-                           "--out", str(tmp_path / "out"), "--seeds", seeds],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--seeds takes comma-separated whole numbers" in proc.stderr
-    assert not (tmp_path / "out").exists()  # refused before any work
+# --- option handling and the output folder, on a copy of run.sh in a stand-in checkout (so that
+# a fault cannot reach the real one) with a stand-in interpreter that answers at once
+
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+# what run.sh asks of Python: the environment, the bundle, pytest, the benchmark
+case "$1" in
+    -) if [ $# -gt 1 ]; then exec "$REAL_PYTHON" "$@"; fi  # the bundle: the real unpacking
+       cat > /dev/null; echo "python fake"; echo "torch fake" ;;
+    -c) if [ -n "${FAKE_MODEL:-}" ]; then echo "$FAKE_MODEL"; else exit 1; fi ;;  # the model
+    -m) prev=""
+        for a in "$@"; do  # sweep: one finished run; report: one table
+            case "$prev" in
+                --output-root) mkdir -p "$a/r1" "$a/logs" && echo '{}' > "$a/r1/results.json" \
+                    && echo '{}' > "$a/r1/config.json" && echo '{}' > "$a/sweep.json" \
+                    && echo log > "$a/logs/r1.log"; exit "${FAKE_SWEEP:-0}" ;;
+                --output-dir) mkdir -p "$a" && echo t > "$a/table1.csv"; exit 0 ;;
+            esac
+            prev="$a"
+        done
+        for a in "$@"; do
+            case "$a" in --junitxml=*) echo "<testsuites/>" > "${a#--junitxml=}" ;; esac
+        done
+        echo "1 passed"; exit "${FAKE_PYTEST:-0}" ;;
+    */bench_gpu.py) mkdir -p "$3/work/decoder" && echo "| plain |" > "$3/bench.md" \
+        && echo weights > "$3/work/decoder/w.bin"; exit "${FAKE_BENCH:-0}" ;;
+    *) exit 3 ;;
+esac
+"""
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """``tmp_path/repo``: run.sh copied into a stand-in checkout (sources, tests, a .git), the
+    stand-in interpreter in ``tmp_path/bin``, an empty ``tmp_path/caller`` to call it from."""
+    repo = tmp_path / "repo"
+    files = {"benchmarks/gpu/run.sh": RUN_SH.read_text(), ".git/HEAD": "ref: refs/heads/main\n",
+             "benchmarks/gpu/runs-cpu.yaml": "model: @MODEL@\nseeds: [0]\n",
+             "src/pkg/__init__.py": "X = 1\n", "tests/gpu/test_x.py": "def test_x():\n    pass\n",
+             "keep.txt": "keep\n"}
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(FAKE_PYTHON)
+    (tmp_path / "bin" / "python").chmod(0o755)
+    (tmp_path / "caller").mkdir()
+    (tmp_path / "tmp").mkdir()
+    return repo
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` (links and folders as None), with each file's bytes."""
+    return {str(p.relative_to(root)): None if p.is_symlink() or p.is_dir() else p.read_bytes()
+            for p in sorted(root.rglob("*"))}
+
+
+ROOT_FILES = ("summary.txt", "env.txt", "pytest.txt", "pytest.xml", "bench.txt")
+
+
+def _at_root() -> dict[str, bool]:
+    return {name: os.path.lexists(Path("/") / name) for name in ROOT_FILES}
+
+
+def _run(tmp_path: Path, *args: str, cwd: Path | None = None,
+         **env: str) -> subprocess.CompletedProcess:
+    """run.sh of ``_checkout``'s copy with ``args``, from ``cwd`` (default the caller folder)."""
+    full_env = {"PATH": os.environ["PATH"], "PYTHON": str(tmp_path / "bin" / "python"),
+                "REAL_PYTHON": sys.executable, "TMPDIR": str(tmp_path / "tmp"), **env}
+    return subprocess.run(["bash", str(tmp_path / "repo" / "benchmarks" / "gpu" / "run.sh"),
+                           *args], cwd=cwd or tmp_path / "caller", env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _refused(proc: subprocess.CompletedProcess, message: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("run.sh: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("kind", ["file", "link to a file", "link to nothing"])
+def test_gpu_command_refuses_an_out_that_is_not_a_folder(tmp_path, kind, pack):
+    """Before, a file as --out left OUT_DIR empty: summary.txt and env.txt at /, and --pack
+    deleted everything in the checkout but the archive."""
+    _checkout(tmp_path)
+    target = tmp_path / "caller" / "results.txt"
+    if kind == "file":
+        target.write_text("mine\n")
+    elif kind == "link to a file":
+        (tmp_path / "caller" / "a.txt").write_text("mine\n")
+        target.symlink_to(tmp_path / "caller" / "a.txt")
+    else:
+        target.symlink_to(tmp_path / "caller" / "nowhere")
+    before, root_before = _snapshot(tmp_path), _at_root()
+    proc = _run(tmp_path, "--cpu", "--out", str(target), *(["--pack"] if pack else []))
+    _refused(proc, f"--out {target} is ")
+    assert _snapshot(tmp_path) == before  # the checkout whole, nothing written beside it
+    assert _at_root() == root_before  # nothing written at /
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("held", ["summary.txt", ".hidden", "sub/notes.txt"])
+def test_gpu_command_refuses_an_out_that_holds_files(tmp_path, held, pack):
+    """An existing summary.txt (or anything else) in --out is never overwritten or packed."""
+    _checkout(tmp_path)
+    out = tmp_path / "caller" / "out"
+    (out / held).parent.mkdir(parents=True)
+    (out / held).write_text("mine\n")
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", *(["--pack"] if pack else []))
+    _refused(proc, f"--out {out} holds files")
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("how", ["--out", "OUT", "default"])
+def test_gpu_command_resolves_a_relative_out_against_the_callers_folder(tmp_path, how):
+    """A relative --out (or $OUT, or the default ./gpu-out) is the caller's, not the checkout's."""
+    repo = _checkout(tmp_path)
+    name = "gpu-out" if how == "default" else "rel/o"
+    args, env = ["--cpu", "--steps", "tests"], {}
+    if how == "--out":
+        args += ["--out", name]
+    elif how == "OUT":
+        env["OUT"] = name
+    before = _snapshot(repo)
+    proc = _run(tmp_path, *args, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "caller" / name
+    assert sorted(p.name for p in out.iterdir()) == ["env.txt", "pytest.txt", "pytest.xml",
+                                                     "summary.txt"]
+    assert f"output {out}," in (out / "summary.txt").read_text()
+    assert _snapshot(repo) == before
+    assert list((tmp_path / "tmp").iterdir()) == []  # the work folder removed
+
+
+@pytest.mark.parametrize(("option", "after"), [
+    *((option, []) for option in ("--out", "--budget", "--workers", "--steps", "--seeds",
+                                  "--archived", "--spec")),
+    ("--out", ["--pack"]), ("--out", [""]), ("--seeds", ["--cpu"])])
+def test_gpu_command_refuses_an_option_without_its_value(tmp_path, option, after):
+    """Before, the last option without its value was bash's ``$2: unbound variable``."""
+    _checkout(tmp_path)
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", option, *after)
+    _refused(proc, f"{option} needs a value")
+    assert _snapshot(tmp_path) == before  # refused before any work
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--workers", "0"), ("--budget", "0"), ("--workers", "-1"), ("--budget", "1e3"),
+    ("--workers", "010"), ("--budget", "08"), ("--budget", "12345678901"), ("--workers", "2 ")])
+def test_gpu_command_refuses_a_count_that_is_not_a_whole_number_from_1(tmp_path, option, value):
+    """0 workers would start no run; a leading zero is octal to bash (010 seconds: 8)."""
+    _checkout(tmp_path)
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", option, value)
+    _refused(proc, f"{option} takes a whole number")
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("steps", [",", "tests,", "tests,,bench", "gpu", "tests bench"])
+def test_gpu_command_refuses_bad_steps(tmp_path, steps):
+    _checkout(tmp_path)
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", steps)
+    _refused(proc, "--steps takes a comma-separated subset of tests,bench,runs")
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("seeds", "message"), [
+    *((s, "--seeds takes comma-separated whole numbers") for s in
+      ("x", "1,", ",1", "1,,2", "1 2", "01", "0,010")),
+    ("1,2,1", "--seeds names a seed twice")])
+def test_gpu_command_refuses_bad_seeds(tmp_path, seeds, message):
+    """A leading zero is refused: YAML reads seed 010 as 8."""
+    _checkout(tmp_path)
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--seeds", seeds)
+    _refused(proc, message)
+    assert _snapshot(tmp_path) == before  # refused before any work
+
+
+def _summary_lines(out: Path) -> list[str]:
+    return [line.split(" ", 1)[1] for line in (out / "summary.txt").read_text().splitlines()]
+
+
+def test_gpu_command_packs_what_it_wrote_into_one_archive(tmp_path):
+    repo = _checkout(tmp_path)
+    before = _snapshot(repo)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "tests,bench", "--pack")
+    out = tmp_path / "caller" / "out"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["bench.md", "gpu-results.tar.gz",
+                                                     "summary.txt"]
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers())
+    assert names == ["bench", "bench.txt", "bench/bench.md", "bench/work", "env.txt",
+                     "pytest.txt", "pytest.xml"]  # the decoder's weights removed
+    assert _summary_lines(out)[-1] == "every step succeeded"
+    assert _snapshot(repo) == before
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize(("failing", "failed"), [("FAKE_PYTEST", "pytest tests/gpu"),
+                                                 ("FAKE_BENCH", "bench")])
+def test_gpu_command_exits_non_zero_when_a_step_fails(tmp_path, failing, failed):
+    """The later steps still run and the pack is made; summary.txt names the failed step."""
+    _checkout(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "tests,bench", "--pack",
+                **{failing: "1"})
+    out = tmp_path / "caller" / "out"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = _summary_lines(out)
+    assert lines[-1] == f"failed: {failed}", lines
+    assert "bench: exit 1" in lines if failing == "FAKE_BENCH" else "bench: exit 0" in lines
+    assert sorted(p.name for p in out.iterdir()) == ["bench.md", "gpu-results.tar.gz",
+                                                     "summary.txt"]
+
+
+def test_gpu_command_without_a_model_fails_its_runs_step(tmp_path):
+    _checkout(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = _summary_lines(tmp_path / "caller" / "out")
+    assert "runs: skipped (no model)" in lines and lines[-1] == "failed: runs", lines
+
+
+@pytest.mark.parametrize("member", ["../../escape.txt", "absolute", "link"])
+def test_gpu_command_refuses_a_bundle_member_outside_its_folder(tmp_path, member):
+    """A member outside the work folder, or a link, is never written; the runs have no model."""
+    repo = _checkout(tmp_path)
+    if member == "absolute":
+        member = str(tmp_path / "escape.txt")
+    (repo / ".gpu-bundle").mkdir()
+    with tarfile.open(repo / ".gpu-bundle" / "bundle.tar.xz", "w:xz") as tar:
+        info = tarfile.TarInfo(member)
+        if member == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, str(tmp_path / "caller")
+        else:
+            info.size = 3
+        tar.addfile(info, io.BytesIO(b"bad") if member != "link" else None)
+    before = _snapshot(tmp_path)
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "tests")
+    out = tmp_path / "caller" / "out"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "bundle: could not be unpacked; no model for the runs" in _summary_lines(out)
+    after = {k: v for k, v in _snapshot(tmp_path).items() if not k.startswith("caller/out")}
+    assert after == before
+
+
+@pytest.mark.parametrize(("sweep", "status", "line"), [
+    ("0", 0, "runs: exit 0 after at most"), ("124", 0, "runs: stopped at the budget"),
+    ("1", 1, "runs: exit 1 after at most")])
+def test_gpu_command_copies_the_finished_runs_and_fails_only_on_a_failed_sweep(
+        tmp_path, sweep, status, line):
+    """The sweep cut at the budget (timeout's 124) is by design; its other failures are not."""
+    _checkout(tmp_path)
+    (tmp_path / "model").mkdir()
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs", "--pack",
+                FAKE_MODEL=str(tmp_path / "model"), FAKE_SWEEP=sweep)
+    out = tmp_path / "caller" / "out"
+    assert proc.returncode == status, proc.stdout + proc.stderr
+    lines = _summary_lines(out)
+    assert any(x.startswith(line) for x in lines), lines
+    assert lines[-1] == ("every step succeeded" if status == 0 else "failed: runs"), lines
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert names == ["env.txt", "report.txt", "runs-logs/r1.log", "runs-report/table1.csv",
+                     "runs.txt", "runs/r1/config.json", "runs/r1/results.json.gz",
+                     "runs/sweep.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-results.tar.gz", "summary.txt"]

@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -32,11 +33,18 @@ pytestmark = pytest.mark.skipif(
     any(shutil.which(t, path=ENV_PATH) is None for t in ("bash", "gzip", "xz", "cmp"))
     or not _gnu_tar(), reason="needs bash, gzip, GNU tar, xz and cmp")
 
+def _config(run: str) -> bytes:
+    """A run's ``config.json`` as isotropy writes it, cut to what the scripts read."""
+    return json.dumps({"settings": {"isotropy": {"task": "sst2"}, "training": {
+        "output_dir": f"/work/verdict-runs/dose/{run}"}},
+        "git_commit": "1a94adc3" + "0" * 32}).encode()
+
+
 FILES = {  # the committed sweep, as name -> bytes
     "dose/sweep.json": b'{"points": []}',  # an invocation with every point done
     **{f"dose/sst2-seed{i}/{name}": text for i, value in enumerate((0.5, 0.75))
        for name, text in (
-           ("config.json", json.dumps({"git_commit": "1a94adc3" + "0" * 32}).encode()),
+           ("config.json", _config(f"sst2-seed{i}")),
            ("results.json", json.dumps({"final": {"eval_accuracy": value}}).encode()),
            ("metrics.jsonl", b'{"step": 1}\n'))},
 }
@@ -85,7 +93,7 @@ def test_restore_then_sync_gives_the_committed_runs_back(tmp_path: Path) -> None
     assert json.loads((restored / "results.json").read_text()) == {
         "final": {"eval_accuracy": 0.5}}
     assert not (kept / "results.json").exists() and (kept / "checkpoint-10").is_dir()
-    assert not list(runs.rglob("*.restoring"))
+    assert not list(runs.rglob("*.restoring*"))
     # back out: sync.sh packs the same files again
     shutil.rmtree(kept)
     _bash(here / "restore.sh", runs)
@@ -114,14 +122,14 @@ def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Pa
     done, running = runs / "dose" / "sst2-seed2", runs / "dose" / "sst2-seed3"
     for run in (done, running):
         (run / "checkpoint-5").mkdir(parents=True)
-        (run / "config.json").write_text("{}")
+        (run / "config.json").write_bytes(_config(run.name))
     (done / "results.json").write_text('{"final": {}}')
     out = _bash(here / "sync.sh", runs)
     assert "synced 2 finished runs" in out and "1 more of sweeps still running" in out
     pending = here / "runs" / ".pending" / "dose.tar.xz"
     assert _members(archive) == FILES  # the report's runs do not change
     assert _members(pending) == {"dose/sweep.json": running_json,
-                                 "dose/sst2-seed2/config.json": b"{}",
+                                 "dose/sst2-seed2/config.json": _config("sst2-seed2"),
                                  "dose/sst2-seed2/results.json": b'{"final": {}}'}
     assert not (done / "checkpoint-5").exists() and (running / "checkpoint-5").is_dir()
     assert [p.name for p in expand_inputs([str(here / "runs")])] == ["sst2-seed0",
@@ -140,9 +148,9 @@ def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Pa
     _bash(here / "sync.sh", runs)
     assert not pending.exists() and not (here / "runs" / ".pending").exists()
     assert _members(archive) == {**FILES, "dose/sweep.json": done_json,
-                                 "dose/sst2-seed2/config.json": b"{}",
+                                 "dose/sst2-seed2/config.json": _config("sst2-seed2"),
                                  "dose/sst2-seed2/results.json": b'{"final": {}}',
-                                 "dose/sst2-seed3/config.json": b"{}",
+                                 "dose/sst2-seed3/config.json": _config("sst2-seed3"),
                                  "dose/sst2-seed3/results.json": b'{"final": {"x": 1}}'}
 
 
@@ -204,7 +212,7 @@ def test_an_earlier_invocations_unfinished_points_keep_a_sweep_pending(tmp_path:
              "other_points": [{"name": "sst2-seed2", "state": "interrupted"}]}
     (runs / "dose" / "sweep.json").write_text(json.dumps(state))
     (runs / "dose" / "sst2-seed2").mkdir()
-    (runs / "dose" / "sst2-seed2" / "config.json").write_text("{}")
+    (runs / "dose" / "sst2-seed2" / "config.json").write_bytes(_config("sst2-seed2"))
     (runs / "dose" / "sst2-seed2" / "results.json").write_text("{}")
     _bash(here / "sync.sh", runs)
     assert _members(archive) == FILES
@@ -246,3 +254,161 @@ def test_a_sweep_that_ended_with_a_failed_point_is_named(tmp_path: Path) -> None
                          "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
     assert "dose has ended with failed points (sst2-seed2)" in out.stderr
     assert (here / "runs" / ".pending" / "dose.tar.xz").is_file()  # held back, not lost
+
+
+# --- nothing that is not ours is touched
+
+
+@pytest.mark.parametrize("config", [None, b"not json", b'{"architectures": ["Bert"]}',
+                                    _config("another-run")])
+def test_sync_leaves_a_folder_that_is_not_a_run_of_ours_whole(tmp_path: Path, config) -> None:
+    """A folder with a results.json but no record of a run of ours (no config.json, another
+    tool's, or another run's) is neither packed nor stripped of its model and checkpoints."""
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
+    foreign = runs / "dose" / "mine"
+    for name in ("results.json", "model/weights.bin", "checkpoint-3/state.pt", "notes.txt"):
+        (foreign / name).parent.mkdir(parents=True, exist_ok=True)
+        (foreign / name).write_text(name)
+    if config is not None:
+        (foreign / "config.json").write_bytes(config)
+    before = {p: p.read_bytes() for p in foreign.rglob("*") if p.is_file()}
+    proc = subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
+                          "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
+    assert {p: p.read_bytes() for p in foreign.rglob("*") if p.is_file()} == before
+    assert f"{foreign}/ is not a run of ours" in proc.stderr
+    assert _members(archive) == FILES
+
+
+def test_sync_keeps_what_a_folder_beside_its_archive_holds_that_the_archive_does_not(
+        tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
+    beside = here / "runs" / "dose"
+    for name, data in FILES.items():  # unpacked in place ...
+        (here / "runs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (here / "runs" / name).write_bytes(data)
+    (beside / "notes.txt").write_text("mine")  # ... with a note and an edited file
+    (beside / "sst2-seed1" / "results.json").write_text('{"edited": 1}')
+    proc = subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
+                          "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
+    assert f"{beside} holds files its archive does not: left as it is" in proc.stderr
+    left = sorted(str(p.relative_to(beside)) for p in beside.rglob("*") if p.is_file())
+    assert left == ["notes.txt", "sst2-seed1/results.json"]  # the copies removed, no more
+    assert (beside / "sst2-seed1" / "results.json").read_text() == '{"edited": 1}'
+    assert _members(archive) == FILES
+
+
+def test_sync_leaves_a_file_named_like_its_temporary_archive(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    archive = _committed(here)
+    _bash(here / "restore.sh", runs)
+    archive.unlink()
+    mine = here / "runs" / "dose.tar.xz.tmp"
+    mine.write_text("mine")
+    _bash(here / "sync.sh", runs)
+    assert mine.read_text() == "mine" and _members(archive) == FILES
+    assert sorted(p.name for p in (here / "runs").iterdir()) == ["dose.tar.xz", "dose.tar.xz.tmp"]
+
+
+def test_restore_leaves_a_folder_named_like_its_staging(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    mine = runs / "dose" / "sst2-seed0.restoring"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    _bash(here / "restore.sh", runs)
+    assert (mine / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (runs / "dose").iterdir()) == [
+        "sst2-seed0", "sst2-seed0.restoring", "sst2-seed1", "sweep.json"]
+    assert (runs / "dose" / "sst2-seed0" / "config.json").read_bytes() == _config("sst2-seed0")
+
+
+STUB_ISOTROPY = """#!/usr/bin/env bash
+echo "$PWD|$*" >> "$LOG"
+if [ -n "${FAIL_ON:-}" ]; then case "$*" in *"$FAIL_ON"*) exit 1 ;; esac; fi
+"""
+
+
+def _study(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """run.sh and run_review.sh beside stand-in specs; a worktree whose isotropy logs each call
+    (its folder, its arguments) to ``log``; an empty folder to call them from."""
+    here = tmp_path / "results"
+    (here / "specs").mkdir(parents=True)
+    for name in ("run.sh", "run_review.sh"):
+        shutil.copy(SCRIPTS / name, here / name)
+    for name in ("istar-lr", "istar", "entropy", "review", "zeta"):
+        (here / "specs" / f"{name}.yaml").write_text("points: []\n")
+    (here / "pick_zeta_spec.py").write_text("import sys\nprint(sys.argv[2] + '/zeta.yaml')\n")
+    iso = tmp_path / "wt" / ".venv" / "bin" / "isotropy"
+    iso.parent.mkdir(parents=True)
+    iso.write_text(STUB_ISOTROPY)
+    iso.chmod(0o755)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    return here, caller, tmp_path / "log"
+
+
+def _calls(log: Path) -> list[tuple[str, list[str]]]:
+    return [(cwd, args.split()) for cwd, args in
+            (line.split("|", 1) for line in log.read_text().splitlines())]
+
+
+@pytest.mark.parametrize("script", ["run.sh", "run_review.sh"])
+def test_study_scripts_resolve_relative_paths_against_the_callers_folder(
+        tmp_path: Path, script: str) -> None:
+    """Before, RUNS=rel went into the worktree the sweeps run in (and WT=wt found no isotropy)."""
+    here, caller, log = _study(tmp_path)
+    proc = subprocess.run(["bash", str(here / script)], cwd=caller, capture_output=True,
+                          text=True, env={"PATH": ENV_PATH, "WT": "../wt", "RUNS": "rel",
+                                          "LOG": str(log), "GLUE_DIR": "glue"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(log)
+    assert calls and {cwd for cwd, _ in calls} == {str(tmp_path / "wt")}
+    roots = [args[args.index("--output-root") + 1] for _, args in calls]
+    assert roots[0] == str(caller / "rel" / ("istar-lr" if script == "run.sh" else "review"))
+    assert all(root.startswith(str(caller / "rel") + "/") for root in roots), roots
+
+
+def test_the_study_goes_on_past_a_failed_sweep_and_exits_1(tmp_path: Path) -> None:
+    here, caller, log = _study(tmp_path)
+    proc = subprocess.run(["bash", str(here / "run.sh")], cwd=caller, capture_output=True,
+                          text=True, env={"PATH": ENV_PATH, "WT": str(tmp_path / "wt"),
+                                          "RUNS": str(tmp_path / "runs"), "LOG": str(log),
+                                          "FAIL_ON": "entropy.yaml"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    specs = [Path(args[1]).name for _, args in _calls(log)]
+    assert specs == ["istar-lr.yaml"] + ["istar.yaml", "entropy.yaml"] * 3 + ["zeta.yaml"]
+    assert "failed: entropy seed 0, entropy seed 1, entropy seed 2" in proc.stdout
+
+
+PICKS = "task,picked,metric,mean\n" + "".join(
+    f"{t},learning_rate=3e-05,accuracy,0.5\n" for t in ("sst2", "rte", "mrpc", "cola", "stsb"))
+
+
+def test_make_istar_spec_never_replaces_a_spec_that_says_otherwise(tmp_path: Path) -> None:
+    shutil.copy(SCRIPTS / "make_istar_spec.py", tmp_path / "make_istar_spec.py")
+    (tmp_path / "specs").mkdir()
+    shutil.copy(SCRIPTS / "specs" / "istar-lr.yaml", tmp_path / "specs" / "istar-lr.yaml")
+    (tmp_path / "picks.csv").write_text(PICKS)
+    out = tmp_path / "specs" / "istar.yaml"
+
+    def make() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(tmp_path / "make_istar_spec.py"),
+                               str(tmp_path / "picks.csv"), str(out)],
+                              capture_output=True, text=True)
+
+    assert make().returncode == 0
+    written = {p.name: p.read_text() for p in (tmp_path / "specs").iterdir()}
+    assert sorted(written) == ["istar-lr.yaml", "istar.yaml", "zeta.yaml"]
+    assert "3.0e-05, regularizer: istar, tuning: -1, zeta: 0.8" in written["zeta.yaml"]
+    assert make().returncode == 0  # the same specs again: nothing changes
+    assert {p.name: p.read_text() for p in (tmp_path / "specs").iterdir()} == written
+    (tmp_path / "specs" / "zeta.yaml").write_text("# edited\n")
+    out.unlink()
+    proc = make()
+    assert proc.returncode == 1 and "zeta.yaml exists and says otherwise" in proc.stderr
+    assert (tmp_path / "specs" / "zeta.yaml").read_text() == "# edited\n"
+    assert not out.exists()  # both, or neither

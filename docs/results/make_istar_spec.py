@@ -12,6 +12,8 @@ and writes one point per task and method, every method at its task's rate:
 Phase C: I-STAR lambda = -1 at zeta in {0, 0.2, ..., 1} on CoLA (the I-STAR paper's Fig. 7),
 in phase A's output root, so that its point at CoLA's zeta 0.8 is phase A's run.
 
+An existing spec that says otherwise is not replaced: nothing is written then.
+
 Usage: python make_istar_spec.py PICKS_CSV [OUT_YAML]
 """
 
@@ -57,8 +59,6 @@ def main(picks_csv: str, out: str) -> None:
             "# fixed settings). 25 cells x 3 seeds, seed-major.\n"
             f"output_root:{head}\npoints:\n" + "\n".join(lines)
             + "\nseeds: [0, 1, 2]\norder: seed-major\n")
-    Path(out).write_text(text, encoding="utf-8")
-    print(f"wrote {out}")
     lr = float(picks["cola"]["picked"].split("=", 1)[1])
     zetas = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     zeta_text = ("# Phase C: I-STAR lambda = -1, zeta in {0, 0.2, ..., 1} on CoLA at its "
@@ -70,9 +70,16 @@ def main(picks_csv: str, out: str) -> None:
                  + "\n".join(f"  - {{task: cola, learning_rate: {lr:.1e}, regularizer: istar, "
                              f"tuning: -1, zeta: {z}}}" for z in zetas)
                  + "\nseeds: [0, 1, 2]\norder: seed-major\n")
-    zeta_out = Path(out).with_name("zeta.yaml")
-    zeta_out.write_text(zeta_text, encoding="utf-8")
-    print(f"wrote {zeta_out}")
+    written = {Path(out): text, Path(out).with_name("zeta.yaml"): zeta_text}
+    for path, new in written.items():  # both, or neither
+        if path.exists() and (not path.is_file() or path.read_text(encoding="utf-8") != new):
+            raise SystemExit(f"make_istar_spec.py: {path} exists and says otherwise: not "
+                             "replaced (remove it to write it again)")
+    for path, new in written.items():
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        tmp.replace(path)
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

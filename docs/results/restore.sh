@@ -36,9 +36,10 @@ for archive in "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
     for run in "$src"/*/; do
         [ -f "$run/config.json" ] || continue
         out="$dest/$(basename "$run")"
-        [ -e "$out" ] && continue
-        rm -rf "$out.restoring" && cp -r "$run" "$out.restoring"
-        mv "$out.restoring" "$out"  # whole, or not at all
+        if [ -e "$out" ] || [ -L "$out" ]; then continue; fi
+        # whole, or not at all: copied into a folder of its own (mktemp's), then renamed
+        part="$(mktemp -d "$dest/.restoring.XXXXXX")"
+        cp -r "$run/." "$part/" && chmod 755 "$part" && mv -T "$part" "$out"
         restored=$((restored + 1))
     done
     commits="$(sed -n 's/.*"git_commit": "\([0-9a-f]\{7\}\)[0-9a-f]*".*/\1/p' "$src"/*/config.json \

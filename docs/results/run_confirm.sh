@@ -10,8 +10,10 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SPEC="$HERE/specs/dose-confirm.yaml"
 [ -f "$SPEC" ] || { echo "run_confirm.sh: no $SPEC (python make_confirm_spec.py writes it)" >&2; exit 2; }
-git -C "$HERE" ls-files --error-unmatch "$SPEC" >/dev/null 2>&1 && git -C "$HERE" diff --quiet HEAD -- "$SPEC" \
-    || { echo "run_confirm.sh: commit $SPEC, unchanged, before its runs start" >&2; exit 2; }
+if ! { git -C "$HERE" ls-files --error-unmatch "$SPEC" >/dev/null 2>&1 \
+        && git -C "$HERE" diff --quiet HEAD -- "$SPEC"; }; then
+    echo "run_confirm.sh: commit $SPEC, unchanged, before its runs start" >&2; exit 2
+fi
 while IFS= read -r named; do
     grep -qF -- "$named" "$HERE/../results.md" \
         || { echo "run_confirm.sh: docs/results.md does not name '$named'" >&2; exit 2; }

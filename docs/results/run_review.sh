@@ -15,18 +15,22 @@
 # B5 runs its seeds 3 and 4 with SEEDS="3 4"; run_entropy_seeds.sh) or mpnet (specs/mpnet.yaml:
 # B6's MPNet half; run_mpnet.sh). WT, RUNS, WORKERS: as in
 # run.sh; SEEDS: the seeds, in order (default: the spec's own). The runs go under $RUNS/SPEC.
+# Relative paths in WT, RUNS and GLUE_DIR are the caller's.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SPEC="${1:-review}"
 [ -f "$HERE/specs/$SPEC.yaml" ] || { echo "run_review.sh: no spec $HERE/specs/$SPEC.yaml" >&2; exit 2; }
 WT="${WT:?set WT to the pinned worktree}"
 RUNS="${RUNS:-/work/verdict-runs}"
+case "$RUNS" in /*) ;; *) RUNS="$PWD/$RUNS" ;; esac  # the caller's, not the worktree's
 WORKERS="${WORKERS:-2}"
 SEEDS="${SEEDS:-}"
-export GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}" HF_HUB_OFFLINE=1
-ISO="$WT/.venv/bin/isotropy"
+GLUE_DIR="${GLUE_DIR:-$HERE/../../../shared/glue_data}"
+case "$GLUE_DIR" in /*) ;; *) GLUE_DIR="$PWD/$GLUE_DIR" ;; esac
+export GLUE_DIR HF_HUB_OFFLINE=1
 echo "== $(date -u +%FT%TZ) isotropy sweep $SPEC.yaml ${SEEDS:+--seeds $SEEDS}"
-cd "$WT" || exit 2
+cd "$WT" 2>/dev/null || { echo "run_review.sh: WT: no folder $WT" >&2; exit 2; }
+ISO="$PWD/.venv/bin/isotropy"
 # shellcheck disable=SC2086  # SEEDS: one argument per seed
 exec "$ISO" sweep "$HERE/specs/$SPEC.yaml" --output-root "$RUNS/$SPEC" ${SEEDS:+--seeds $SEEDS} \
     --workers "$WORKERS"

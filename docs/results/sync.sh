@@ -14,7 +14,11 @@
 #
 # A run synced again replaces its earlier copy whole. An archive is written the same way every
 # time (names sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and
-# only when what it holds changes. A folder beside its archive (unpacked in place) is removed.
+# only when what it holds changes. A folder beside its archive (unpacked in place) is removed
+# where it is a copy of what the archive now holds; a file it holds that the archive does not
+# (with those bytes) is left, with a line on stderr. A folder under RUNS/<sweep>/ is a run only
+# with the record of one (config.json's settings, its output_dir named like the folder): any
+# other is neither packed nor touched.
 #
 #   RUNS=/work/verdict-runs docs/results/sync.sh
 set -euo pipefail
@@ -31,8 +35,10 @@ pack() {  # the folder $1/$2 as an uncompressed tar stream, the same bytes each 
 write() {  # pack $1/$2 into archive $3 unless it holds exactly that already
     if ! { [ -f "$3" ] && pack "$1" "$2" | cmp -s - <(xz -dc "$3"); }; then
         mkdir -p "$(dirname "$3")"
-        pack "$1" "$2" | xz -9e -T1 > "$3.tmp"
-        mv "$3.tmp" "$3"
+        local tmp
+        tmp="$(mktemp "$(dirname "$3")/.$(basename "$3").XXXXXX")"
+        pack "$1" "$2" | xz -9e -T1 >| "$tmp"
+        chmod 644 "$tmp" && mv -T "$tmp" "$3"
     fi
 }
 complete() {  # whether every point the sweep knows is done (its latest invocation's, others');
@@ -44,6 +50,35 @@ failed = [p.get("name") for p in points if p.get("state") == "failed"]
 if failed and all(p.get("state") in ("done", "failed") for p in points):
     print(", ".join(map(str, failed)))
 sys.exit(0 if all(p.get("state") == "done" for p in points) else 1)' "$1"
+}
+ours() {  # whether folder $1 is a run of isotropy's: config.json records its settings and
+    # an output_dir named like the folder
+    python3 -c 'import json, os, sys
+try:
+    with open(os.path.join(sys.argv[1], "config.json"), encoding="utf-8") as f:
+        settings = json.load(f)["settings"]
+    out = settings["training"]["output_dir"]
+    ok = isinstance(settings["isotropy"], dict) and isinstance(out, str) \
+        and os.path.basename(os.path.normpath(out)) == os.path.basename(os.path.normpath(sys.argv[1]))
+except (OSError, ValueError, KeyError, TypeError):
+    ok = False
+sys.exit(0 if ok else 1)' "$1"
+}
+unpacked() {  # remove folder $1's files that $2/ or $3/ holds with the same bytes, then its
+    # empty folders; anything else stays, named on stderr
+    local f rel kept=0
+    while IFS= read -r -d '' f; do
+        rel="${f#"$1"/}"
+        if { [ -f "$2/$rel" ] && cmp -s "$f" "$2/$rel"; } || { [ -f "$3/$rel" ] && cmp -s "$f" "$3/$rel"; }; then
+            rm -f -- "$f"
+        else
+            kept=1
+        fi
+    done < <(find "$1" -type f -print0)
+    find "$1" -depth -type d -empty -delete
+    if [ "$kept" = 1 ]; then
+        echo "sync.sh: $1 holds files its archive does not: left as it is" >&2
+    fi
 }
 mkdir -p "$HERE/runs"
 for root in "$RUNS"/*/; do
@@ -67,6 +102,10 @@ for root in "$RUNS"/*/; do
     [ -f "$root/results.csv" ] && cp "$root/results.csv" "$into/$name/"
     for run in "$root"*/; do
         [ -f "$run/results.json" ] || continue
+        if ! ours "$run"; then
+            echo "sync.sh: $run is not a run of ours (no config.json recording it): left out" >&2
+            continue
+        fi
         base="$(basename "$run")"
         out="$into/$name/$base"
         if [ "$into" = "$wait" ] && [ -d "$main/$name/$base" ]; then
@@ -84,7 +123,9 @@ for root in "$RUNS"/*/; do
     else
         rm -f "$pending"
     fi
-    rm -rf "${HERE:?}/runs/$name" "${HERE:?}/runs/.pending/$name"  # unpacked beside an archive
+    for beside in "$HERE/runs/$name" "$HERE/runs/.pending/$name"; do  # unpacked beside an archive
+        if [ -d "$beside" ] && [ ! -L "$beside" ]; then unpacked "$beside" "$main/$name" "$wait/$name"; fi
+    done
 done
 rmdir "$HERE/runs/.pending" 2>/dev/null || true
 count() { for a in "$@"; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
