@@ -178,7 +178,8 @@ def _streamed(x: torch.Tensor, batch: int = 300) -> CovarianceStats:
 
 @pytest.mark.parametrize("offset", [0.0, 1.0, 1e3, 1e4])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
-def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dtype):
+def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dtype,
+                                                                      one_thread):
     """The streamed values agree with NumPy's SVD of the same rows to a relative 1e-6 (the
     module docstring's tolerance) at every mean offset: the numerical-rank cut is relative
     to the centred co-moment, not to the uncentred Gram matrix's n |mu|^2."""
@@ -195,7 +196,7 @@ def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dt
         assert np_erank(rows) > 1.01  # (the cut at eps32 lambda_max(X^T X) gave 1.000)
 
 
-def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds():
+def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds(one_thread):
     """[CLS] and token clouds of MiniLM's layers on 200 SST-2 dev sentences: streamed in
     batches of 50 (float32), within a relative 1e-4 of NumPy's SVD of the gathered rows."""
     import os

@@ -570,7 +570,7 @@ def test_a_model_folder_without_its_tokenizer_is_refused_by_measure_analyze_and_
     assert cli_main(["measure", "--model", str(bare), *common, "--device", "cpu",
                      "--no-progress"]) == 2
     assert "not the model's tokenizer" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="has 5 tokens but the model's embedding table has 26"):
+    with pytest.raises(ValueError, match=r"has \d tokens but the model.s embedding table has 26"):
         check_model(str(bare))
     assert not out.exists()
     # the models' own tokenizers pass: the tiny BERT, GPT-2, Llama and MiniLM folders

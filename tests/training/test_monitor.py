@@ -260,9 +260,8 @@ def test_probes_the_model_cannot_take_are_refused_at_attach_in_one_line():
         "input_ids must hold integer ids": {**good, "input_ids": good["input_ids"].float()},
     }
     for match, batch in cases.items():
-        monitor = GeometryMonitor([good, batch], every_n_steps=500)
-        with pytest.raises(ValueError, match=match) as err:
-            _attach(monitor, _model())
+        with pytest.raises(ValueError, match=match) as err:  # at construction or attach
+            _attach(GeometryMonitor([good, batch], every_n_steps=500), _model())
         assert "probe batch 1" in str(err.value) and "\n" not in str(err.value)
         # measure_geometry checks each batch before the model reads it
         with pytest.raises(ValueError, match=match):

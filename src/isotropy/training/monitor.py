@@ -238,11 +238,8 @@ class _Settings:
             if not isinstance(batch, Mapping):
                 raise ValueError(f"probe batch {i} is a {type(batch).__name__}, not a dict of "
                                  "model inputs (input_ids, attention_mask, ...)")
-            ids = batch.get("input_ids")
-            if ids is not None and getattr(ids, "ndim", None) != 2:
-                raise ValueError(f"probe batch {i}: input_ids must be a 2-D (batch, seq) "
-                                 f"tensor, got {type(ids).__name__} of shape "
-                                 f"{tuple(getattr(ids, 'shape', ()))} (un-collated examples?)")
+            for key in ("input_ids", "attention_mask", "token_type_ids"):
+                _ids_tensor(batch, key, f"probe batch {i}")
         # the measure's options, checked now by the measure itself, not at the first step
         EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, pooling=pooling, sync=False)
         self.probe = probe
