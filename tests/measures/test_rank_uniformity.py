@@ -180,7 +180,7 @@ def _streamed(x: torch.Tensor, batch: int = 300) -> CovarianceStats:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dtype,
                                                                       one_thread):
-    """The streamed values agree with NumPy's SVD of the same rows to a relative 1e-6 (the
+    """The streamed values agree with NumPy's SVD of the same rows to a relative 1e-5 (the
     module docstring's tolerance) at every mean offset: the numerical-rank cut is relative
     to the centred co-moment, not to the uncentred Gram matrix's n |mu|^2."""
     g = torch.Generator().manual_seed(7)
@@ -188,10 +188,11 @@ def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dt
     x = (torch.randn(2000, 64, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
     rows = x.double().numpy()  # the rows the stream sees (bfloat16 values are exact in fp64)
     stats = _streamed(x)
-    for center in (False, True):
+    # (bfloat16 rounds every row at offset 1e4 to one point: no centred cloud is left)
+    for center in (False, True) if np.ptp(rows, axis=0).max() > 0 else (False,):
         assert float(effective_rank_from_stats(stats, center=center)) == pytest.approx(
-            np_erank(rows, center=center), rel=1e-6)
-    assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(rows), rel=1e-6)
+            np_erank(rows, center=center), rel=1e-5)
+    assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(rows), rel=1e-5)
     if offset == 1e3 and dtype == torch.float64:  # the case of 1.000 against 1.081
         assert np_erank(rows) > 1.01  # (the cut at eps32 lambda_max(X^T X) gave 1.000)
 
