@@ -199,7 +199,7 @@ def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dt
 
 def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds(one_thread):
     """[CLS] and token clouds of MiniLM's layers on 200 SST-2 dev sentences: streamed in
-    batches of 50 (float32), within a relative 1e-4 of NumPy's SVD of the gathered rows."""
+    batches of 50 (float32), within a relative 1e-3 of NumPy's SVD of the gathered rows."""
     import os
     from pathlib import Path
 
@@ -231,7 +231,7 @@ def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds(one_thread):
                             (tok_stats[layer], tok_rows[layer])):
             x = np.concatenate(rows)
             assert float(effective_rank_from_stats(stats)) == pytest.approx(
-                np_erank(x), rel=1e-4), layer
-            assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(x), rel=1e-4)
+                np_erank(x), rel=1e-3), layer
+            assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(x), rel=1e-3)
             assert float(effective_rank_from_stats(stats, center=True)) == pytest.approx(
-                np_erank(x, center=True), rel=1e-4), layer
+                np_erank(x, center=True), rel=1e-3), layer
