@@ -58,3 +58,50 @@ def test_a_measure_given_hidden_states_points_to_the_padding_free_cloud():
     with pytest.raises(ValueError, match=r"h\[attention_mask.bool\(\)\]"):
         isoscore(_hidden()[-1])
     assert 0 <= float(isoscore(token_cloud(_hidden(), MASK, layers=[2]))) <= 1
+
+
+@pytest.mark.parametrize("fill", [-10000.0, float("-inf")])
+def test_every_streaming_route_refuses_an_additive_mask_with_one_message(fill):
+    from isotropy.measures.covariance import CovarianceStats, packed_batch
+    from isotropy.measures.isoscore_metric import IsoScoreMetric, isoscore_star_update
+
+    h = _hidden()[-1]
+    additive = torch.where(MASK.bool(), torch.tensor(0.0), torch.tensor(fill))
+    calls = {
+        "from_batch": lambda: CovarianceStats.from_batch(h, additive),
+        "update": lambda: CovarianceStats.empty(5).update(h, additive),
+        "isoscore_star_update": lambda: isoscore_star_update(h, additive),
+        "metric (host route)": lambda: IsoScoreMetric().update(h, additive),
+        "metric (device route)": lambda: IsoScoreMetric(eager_checks=False).update(h, additive),
+        "metric forward": lambda: IsoScoreMetric()(h, additive),
+        "packed_batch": lambda: packed_batch(h, additive),
+        "token_cloud": lambda: token_cloud((h, h), additive),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="holds other values: an additive mask") as err:
+            call()
+        assert "\n" not in str(err.value), name
+    # the 0/1 masks of every dtype keep the 9 real rows (counted from MASK by hand)
+    for mask in (MASK, MASK.bool(), MASK.float(), MASK.to(torch.int32), MASK.to(torch.uint8)):
+        assert CovarianceStats.from_batch(h, mask).count == 9
+        assert float(packed_batch(h, mask)[0]) == 9.0
+
+
+def test_a_row_without_a_real_token_is_refused_by_every_pooling():
+    from isotropy.clouds import first_token_rows, pooled_rows
+    from isotropy.probing.eval_measures import EvalMeasures
+
+    hs = _hidden()
+    empty = MASK.clone()
+    empty[1] = 0  # row 1: padding only
+    calls = [lambda: pool(hs[-1], empty, "cls"), lambda: pool(hs[-1], empty, "mean"),
+             lambda: first_token_rows(hs[-1], empty),
+             *[(lambda p=p: pooled_rows(hs[-1], empty, p)) for p in ("cls", "last", "mean")],
+             lambda: PersistentEntropyLoss(weight=1.0, pooling="cls")(hs, empty),
+             lambda: PersistentEntropyLoss(weight=1.0, pooling="mean")(hs, empty),
+             lambda: EvalMeasures(sync=False).update(hs, empty)]
+    for call in calls:
+        with pytest.raises(ValueError, match="row 1 of attention_mask has no real token"):
+            call()
+    # a mask with a real token in every row pools as before
+    assert pooled_rows(hs[-1], MASK, "last").shape == (3, 5)

@@ -48,6 +48,29 @@ def check_finite(t: torch.Tensor, *, name: str = "X") -> None:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
 
 
+def check_binary_mask(m: torch.Tensor, *, name: str = "mask") -> None:
+    """Raise ``ValueError`` unless the mask ``m`` holds only 0 and 1 (``True``/``False``).
+
+    An additive mask (0 = keep, -1e4 or -inf = drop) read as a 0/1 mask would keep the
+    padding rows and drop the real ones. Checked where it costs no accelerator
+    synchronisation: a boolean mask needs no check, a floating one is always read (such masks
+    are rare), an integer one only on the CPU.
+
+    >>> try:
+    ...     check_binary_mask(torch.tensor([[0.0, -1e4]]), name="attention_mask")
+    ... except ValueError as err:
+    ...     print(str(err)[:45])
+    attention_mask must hold 0 and 1 (1 = a real
+    """
+    if m.dtype == torch.bool or not (m.is_floating_point() or m.device.type == "cpu"):
+        return
+    if m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError(
+            f"{name} must hold 0 and 1 (1 = a real token), but it holds other values: "
+            "an additive mask (0 = keep, a large negative value = padding)? Pass the "
+            "tokenizer's 0/1 attention_mask")
+
+
 def as_point_cloud(
     x: ArrayLike, *, name: str = "X", min_points: int = 1, check_values: bool = True
 ) -> torch.Tensor:

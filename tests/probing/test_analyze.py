@@ -546,3 +546,35 @@ def test_texts_longer_than_the_model_takes_are_cut_to_its_positions(bert_dir, gl
     assert json.loads((tmp_path / "a" / "analyze.json").read_text())["config"][
         "max_length"] == 32
     capsys.readouterr()
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused_by_measure_analyze_and_train(
+        bert_dir, decoder_dirs, glue_dir, tmp_path, capsys):
+    """A model folder without tokenizer files loads a 5-token fallback vocabulary in which
+    every word is [UNK]: refused before any work, with one line, by every command."""
+    import shutil
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from isotropy.models.loading import check_tokenizer, default_model_path
+    from isotropy.training.preconditions import check_model
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(bert_dir / name, bare / name)
+    assert len(AutoTokenizer.from_pretrained(bare)) < 10  # the fallback it would use
+    out = tmp_path / "out"
+    common = ["--task", "sst2", "--data-dir", str(glue_dir), "--output-dir", str(out)]
+    _bad([str(bare), *common], capsys, "not the model's tokenizer")
+    assert cli_main(["measure", "--model", str(bare), *common, "--device", "cpu",
+                     "--no-progress"]) == 2
+    assert "not the model's tokenizer" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"has \d tokens but the model.s embedding table has 26"):
+        check_model(str(bare))
+    assert not out.exists()
+    # the models' own tokenizers pass: the tiny BERT, GPT-2, Llama and MiniLM folders
+    for folder in (bert_dir, decoder_dirs["gpt2"], decoder_dirs["llama"], default_model_path()):
+        check_tokenizer(AutoTokenizer.from_pretrained(folder), AutoConfig.from_pretrained(folder),
+                        str(folder))
+    check_model(str(bert_dir))

@@ -230,3 +230,51 @@ def test_monitor_values_reach_tensorboard(tmp_path, monkeypatch):
     assert sorted(written) == [2, 4]
     for step, logs in monitor.history:
         assert written[step] == pytest.approx(logs["geometry/twonn_cls_layer2"], rel=1e-6)
+
+
+def _attach(monitor: GeometryMonitor, model) -> list:
+    """Attach ``monitor`` to a stand-in trainer (only ``model`` and ``add_callback`` are
+    used); returns the callbacks it added."""
+    from types import SimpleNamespace
+
+    added: list = []
+    monitor.attach(SimpleNamespace(model=model, add_callback=added.append))
+    return added
+
+
+def test_probes_the_model_cannot_take_are_refused_at_attach_in_one_line():
+    good = _batches(_rows(8, 1))[0]
+    long_ids = torch.ones(2, 40, dtype=torch.long)  # the tiny BERT has 32 positions
+    empty = good["attention_mask"].clone()
+    empty[3] = 0
+    cases = {
+        "embedding table has 30 rows": {**good, "input_ids": good["input_ids"] + VOCAB},
+        "the id -1": {**good, "input_ids": good["input_ids"] - 1},
+        "40 positions, but the model takes at most 32": {
+            "input_ids": long_ids, "attention_mask": torch.ones_like(long_ids)},
+        "token_type_ids must lie in 0..1": {**good, "token_type_ids": good["input_ids"] * 0 + 5},
+        "an additive mask": {**good, "attention_mask": (1.0 - good["attention_mask"]) * -1e4},
+        "row 3 of attention_mask has no real token": {**good, "attention_mask": empty},
+        "attention_mask has shape": {**good, "attention_mask": good["attention_mask"][:, :4]},
+        "input_ids is a list, not a tensor": {"input_ids": good["input_ids"].tolist()},
+        "input_ids must hold integer ids": {**good, "input_ids": good["input_ids"].float()},
+    }
+    for match, batch in cases.items():
+        with pytest.raises(ValueError, match=match) as err:  # at construction or attach
+            _attach(GeometryMonitor([good, batch], every_n_steps=500), _model())
+        assert "probe batch 1" in str(err.value) and "\n" not in str(err.value)
+        # measure_geometry checks each batch before the model reads it
+        with pytest.raises(ValueError, match=match):
+            measure_geometry(_model(), [good, batch], zeta=0.0)
+    bad = {**good, "input_ids": good["input_ids"] + VOCAB}
+    with pytest.raises(ValueError, match="shrinkage batch 0: input_ids hold the id"):
+        _attach(GeometryMonitor([good], shrinkage_batches=[bad]), _model())
+    assert len(_attach(GeometryMonitor([good]), _model())) == 1  # a good probe is added
+
+
+@pytest.mark.parametrize("probe", [None, 5, "text"])
+def test_a_probe_set_that_is_not_batches_is_a_one_line_error(probe):
+    with pytest.raises(ValueError, match="the probe set must be a sequence of batches"):
+        GeometryMonitor(probe)
+    with pytest.raises(ValueError, match="the probe set must be a sequence of batches"):
+        measure_geometry(_model(), probe, zeta=0.0)

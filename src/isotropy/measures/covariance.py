@@ -16,6 +16,7 @@ import torch
 from isotropy._validation import (
     ArrayLike,
     as_tensor,
+    check_binary_mask,
     check_finite,
     max_abs,
     pow2_tensor,
@@ -30,7 +31,8 @@ __all__ = ["CovarianceStats", "merge_packed", "packed_batch", "packed_dim"]
 
 
 def _rows(x: ArrayLike, mask: ArrayLike | None) -> torch.Tensor:
-    """Flatten ``x`` of shape ``(..., d)`` to rows, keeping those where ``mask`` is true."""
+    """Flatten ``x`` of shape ``(..., d)`` to rows, keeping those where ``mask`` (0/1 or
+    boolean, :func:`~isotropy._validation.check_binary_mask`) is true."""
     t = as_tensor(x)
     if t.ndim < 2:
         raise ValueError(f"expected shape (..., dim) with at least 2 axes, got {tuple(t.shape)}")
@@ -40,6 +42,7 @@ def _rows(x: ArrayLike, mask: ArrayLike | None) -> torch.Tensor:
             raise ValueError(
                 f"mask shape {tuple(m.shape)} must equal the leading shape {tuple(t.shape[:-1])}"
             )
+        check_binary_mask(m)
         t = t[m.bool()]
     return t.reshape(-1, t.shape[-1])
 
@@ -202,6 +205,7 @@ def packed_batch(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
             raise ValueError(
                 f"mask shape {tuple(mask.shape)} must equal the leading shape "
                 f"{tuple(x.shape[:-1])}")
+        check_binary_mask(mask)
         keep = mask.to(x.device).reshape(-1).bool()
     acc = torch.float64 if rows.dtype == torch.float64 else torch.float32
     with torch.no_grad(), autocast_off():

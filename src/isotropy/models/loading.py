@@ -8,7 +8,9 @@ else is a hub id, checked when it is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ __all__ = [
     "MPNET_ALIAS",
     "alias_path",
     "check_model_path",
+    "check_tokenizer",
     "default_model_path",
     "load_model",
     "looks_like_path",
@@ -208,6 +211,18 @@ def load_pretrained(cls: Any, src: str, dtype: torch.dtype | str | None = None,
     return model
 
 
+@contextlib.contextmanager
+def _load_errors(src: str) -> Iterator[None]:
+    """``OSError``/``ValueError`` of transformers' loading as one line naming ``src``."""
+    try:
+        yield
+    except (OSError, ValueError) as err:
+        what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
+        raise ValueError(
+            f"could not load a model and tokenizer from {src!r}{what}: {' '.join(str(err).split())}"
+        ) from err
+
+
 def load_model(
     name_or_path: str | os.PathLike[str] | None = None, *, device: str | torch.device = "cpu",
     dtype: torch.dtype | str | None = None,
@@ -219,7 +234,7 @@ def load_model(
     with weights in ``dtype`` (:func:`load_pretrained`: by default the checkpoint's own,
     half precision loaded as float32; ``"auto"`` keeps half precision too).
     """
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     src = default_model_path() if name_or_path is None else os.fspath(name_or_path)
@@ -230,13 +245,12 @@ def load_model(
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src)
-        model = load_pretrained(AutoModel, src, dtype)
-    except (OSError, ValueError) as err:
-        what = "" if looks_like_path(src) else " (not a local directory, so a hub id)"
-        raise ValueError(
-            f"could not load a model and tokenizer from {src!r}{what}: {' '.join(str(err).split())}"
-        ) from err
+        with _load_errors(src):
+            tokenizer = AutoTokenizer.from_pretrained(src)
+            config = AutoConfig.from_pretrained(src)
+        check_tokenizer(tokenizer, config, src)  # before the weights are read
+        with _load_errors(src):
+            model = load_pretrained(AutoModel, src, dtype)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar:
@@ -244,6 +258,37 @@ def load_model(
     model.eval()
     model.to(device)
     return model, tokenizer
+
+
+def check_tokenizer(tokenizer: Any, config: Any, src: str) -> None:
+    """``ValueError`` when the tokenizer loaded from ``src`` cannot be the model's own: its
+    vocabulary (``len(tokenizer)``) holds fewer than half the rows of the model's embedding
+    table (``config.vocab_size``).
+
+    A model folder without tokenizer files still loads a tokenizer: ``AutoTokenizer`` builds
+    one with a vocabulary of its special tokens alone (5 for BERT), and every word becomes
+    ``[UNK]``. Real tokenizers may have a few tokens fewer than the table (tables padded to a
+    multiple of 64 or 128: GPT-2-style and Qwen-style decoders, T5) or a few more (added
+    tokens), so only a vocabulary far smaller than the table is refused.
+
+    >>> from types import SimpleNamespace as NS
+    >>> check_tokenizer(["tok"] * 50257, NS(vocab_size=50304), "gpt2")  # a padded table
+    >>> try:
+    ...     check_tokenizer(["tok"] * 5, NS(vocab_size=30522), "my-model")
+    ... except ValueError as err:
+    ...     print(str(err)[:70])
+    the tokenizer loaded from 'my-model' has 5 tokens but the model's embe
+    """
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
+        return
+    n = len(tokenizer)
+    if 2 * n < vocab:
+        raise ValueError(
+            f"the tokenizer loaded from {src!r} has {n} tokens but the model's embedding table "
+            f"has {vocab} (vocab_size in its config.json): not the model's tokenizer. A model "
+            "folder without tokenizer files (tokenizer.json, vocab.txt, ...) gets a fallback "
+            "vocabulary in which every word is unknown; copy the model's tokenizer files into it")
 
 
 def resolve_model(name: str) -> str:

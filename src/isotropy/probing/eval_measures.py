@@ -55,7 +55,13 @@ import torch
 import torch.distributed as dist
 
 from isotropy._validation import ArrayLike, as_covariance, check_zeta
-from isotropy.clouds import POOLINGS, first_token_rows, pooled_rows, token_mask
+from isotropy.clouds import (
+    POOLINGS,
+    check_rows_have_tokens,
+    first_token_rows,
+    pooled_rows,
+    token_mask,
+)
 from isotropy.distributed import all_reduce_max, all_reduce_sum, gather_rows, is_distributed
 from isotropy.measures.cloud import (
     TokenCloudStats,
@@ -187,6 +193,7 @@ class EvalMeasures:
         if not hs:
             raise ValueError("hidden_states is empty")
         mask = token_mask(hs[0], attention_mask)
+        check_rows_have_tokens(mask, self.pooling, always=True)  # (counted below anyway)
         shape = tuple(hs[0].shape)
         if any(tuple(h.shape) != shape for h in hs):
             raise ValueError("every hidden state must have the same shape (batch, seq, dim)")

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from isotropy.clouds import POOLINGS, pooled_rows, token_mask
+from isotropy.clouds import POOLINGS, check_rows_have_tokens, pooled_rows, token_mask
 from isotropy.measures.cloud import ZERO_VARIANCE
 from isotropy.measures.cloud import TokenCloudStats as _TokenAccumulator
 from isotropy.measures.cloud import constant_reason as _cloud_reason
@@ -175,6 +175,7 @@ class LayerClouds:
         """Add one batch (``hidden_states[0]`` = embedding output); ``ValueError`` on NaN or
         infinity."""
         mask = token_mask(hidden_states[0], attention_mask)
+        check_rows_have_tokens(mask, self.pooling, always=True)  # (counted below anyway)
         n_new = int(mask.sum())
         self.n_tokens += n_new
         if not self.tokens:

@@ -33,14 +33,16 @@ twin (``lightning`` needed only for it).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from isotropy._validation import check_zeta
+from isotropy._validation import check_binary_mask, check_zeta
+from isotropy.clouds import check_rows_have_tokens
 from isotropy.models.forward import hidden_state_batches, unwrap_model
+from isotropy.models.loading import longest_input
 from isotropy.models.regularized import RegularizedModel
 from isotropy.models.shrinkage import DEFAULT_N_TOKENS, _check_n_tokens, collect_layer_shrinkage
 from isotropy.probing.eval_measures import DEFAULT_TOP_K, EvalMeasures
@@ -49,7 +51,8 @@ from isotropy.probing.eval_scalars import scalar_metrics
 _OUTLIER_SCALARS = ("outliers_variance", "outliers_activation", "massive_activations",
                     "rogue_share_1")
 
-__all__ = ["GeometryMonitor", "LightningGeometryMonitor", "measure_geometry", "model_inside"]
+__all__ = ["GeometryMonitor", "LightningGeometryMonitor", "check_batch", "measure_geometry",
+           "model_inside"]
 
 
 def model_inside(module: torch.nn.Module) -> torch.nn.Module:
@@ -65,6 +68,101 @@ def model_inside(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def _inner_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model that turns a batch into hidden states (no DDP or regularizer wrapper)."""
+    inner = unwrap_model(model)
+    return inner.model if isinstance(inner, RegularizedModel) else inner
+
+
+def _model_limits(inner: torch.nn.Module) -> tuple[int | None, int | None, str, int | None]:
+    """(rows of the input embedding table, the most positions and why, token types) of
+    ``inner``; ``None`` where the model does not say."""
+    config = getattr(inner, "config", None)
+    rows = None
+    get = getattr(inner, "get_input_embeddings", None)
+    try:
+        table = get() if callable(get) else None
+    except (NotImplementedError, AttributeError):
+        table = None
+    if isinstance(table, torch.nn.Embedding):
+        rows = table.num_embeddings
+    elif isinstance(getattr(config, "vocab_size", None), int):
+        rows = config.vocab_size
+    positions, why = longest_input(config) if config is not None else (None, "")
+    types = getattr(config, "type_vocab_size", None)
+    return rows, positions, why, types if isinstance(types, int) else None
+
+
+def _ids_tensor(batch: Mapping[str, Any], key: str, where: str) -> torch.Tensor | None:
+    """``batch[key]`` as a checked 2-D integer tensor (``None`` when absent)."""
+    value = batch.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{where}: {key} is a {type(value).__name__}, not a tensor: collate "
+                         "the batch (e.g. tokenizer(texts, padding=True, return_tensors='pt'))")
+    if value.ndim != 2:
+        raise ValueError(f"{where}: {key} must be a 2-D (batch, seq) tensor, got shape "
+                         f"{tuple(value.shape)} (un-collated examples?)")
+    if key != "attention_mask" and (value.is_floating_point() or value.dtype == torch.bool):
+        raise ValueError(f"{where}: {key} must hold integer ids, got dtype {value.dtype}")
+    return value
+
+
+def check_batch(inner: torch.nn.Module, batch: Any, where: str, pooling: str) -> None:
+    """``ValueError`` (one line naming ``where``) unless ``batch`` is a dict of model inputs
+    that ``inner`` takes: integer ``input_ids`` (and ``token_type_ids``) within its embedding
+    tables, no more positions than its position table, a 0/1 ``attention_mask`` of the same
+    shape with a real token in every row (the pooled row needs one)."""
+    if not isinstance(batch, Mapping):
+        raise ValueError(f"{where} is a {type(batch).__name__}, not a dict of model inputs "
+                         "(input_ids, attention_mask, ...)")
+    ids = _ids_tensor(batch, "input_ids", where)
+    mask = _ids_tensor(batch, "attention_mask", where)
+    types = _ids_tensor(batch, "token_type_ids", where)
+    rows, positions, why, n_types = _model_limits(inner)
+    if ids is not None and ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or (rows is not None and hi >= rows):
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{where}: input_ids hold the id {bad}, but the model's embedding "
+                             f"table has {rows} rows (ids 0..{(rows or 1) - 1}): tokenised with "
+                             "another model's tokenizer?")
+        if positions is not None and ids.shape[1] > positions:
+            raise ValueError(f"{where} has {ids.shape[1]} positions, but the model takes at most "
+                             f"{positions} ({why}): truncate the probe texts")
+    if types is not None and types.numel() and n_types is not None \
+            and not 0 <= int(types.min()) <= int(types.max()) < n_types:
+        raise ValueError(f"{where}: token_type_ids must lie in 0..{n_types - 1} (the model's "
+                         "type_vocab_size)")
+    if mask is not None:
+        if ids is not None and tuple(mask.shape) != tuple(ids.shape):
+            raise ValueError(f"{where}: attention_mask has shape {tuple(mask.shape)}, "
+                             f"input_ids {tuple(ids.shape)}")
+        try:
+            check_binary_mask(mask.cpu(), name="attention_mask")
+            check_rows_have_tokens(mask.cpu(), pooling)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+
+def _checked(inner: torch.nn.Module, batches: Iterable[Any], what: str,
+             pooling: str) -> Iterator[Any]:
+    """The batches of ``batches``, each checked (:func:`check_batch`) before it is used."""
+    if batches is None or isinstance(batches, (Mapping, str, bytes)) \
+            or not isinstance(batches, Iterable):
+        raise ValueError(f"the {what} set must be a sequence of batches (dicts of model "
+                         f"inputs), got {type(batches).__name__}")
+    return _each_checked(inner, batches, what, pooling)
+
+
+def _each_checked(inner: torch.nn.Module, batches: Iterable[Any], what: str,
+                  pooling: str) -> Iterator[Any]:
+    for i, batch in enumerate(batches):
+        check_batch(inner, batch, f"{what} batch {i}", pooling)
+        yield batch
+
+
 def measure_geometry(
     model: torch.nn.Module, probe: Iterable[Mapping[str, Any]], *,
     shrinkage_batches: Iterable[Mapping[str, Any]] | None = None, zeta: float = 0.2,
@@ -76,12 +174,12 @@ def measure_geometry(
     ``model`` may be a :class:`~isotropy.models.regularized.RegularizedModel` (its wrapped
     model is run: no regularizer), a DDP wrapper, or any model returning ``hidden_states``.
     :math:`\Sigma_S` is estimated from ``n_tokens`` rows of the union of layers of
-    ``shrinkage_batches`` (``None``: all of them).
+    ``shrinkage_batches`` (``None``: all of them). Each batch is checked against the model
+    before it is run (:func:`check_batch`; one-line ``ValueError``).
     """
     zeta = check_zeta(zeta)
-    inner = unwrap_model(model)
-    if isinstance(inner, RegularizedModel):
-        inner = inner.model
+    inner = _inner_model(model)
+    probe = _checked(inner, probe, "probe", pooling)
     shrinkage = None
     use_star = zeta > 0 and shrinkage_batches is not None
     if use_star:
@@ -89,7 +187,8 @@ def measure_geometry(
             if n_tokens is None:  # every row of the batches: their running out is expected
                 warnings.filterwarnings("ignore", message="the data ran out")
             shrinkage = collect_layer_shrinkage(  # every rank reads the same batches
-                inner, shrinkage_batches, pooling=pooling, sync_dist=False,
+                inner, _checked(inner, shrinkage_batches, "shrinkage", pooling),
+                pooling=pooling, sync_dist=False,
                 n_tokens=DEFAULT_N_TOKENS * 1000 if n_tokens is None else n_tokens)
     acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta if use_star else 0.0,
                        shrinkage=shrinkage, pooling=pooling, sync=False)
@@ -126,6 +225,12 @@ class _Settings:
         if isinstance(probe, Mapping):
             raise ValueError("the probe set must be a sequence of batches (dicts of model "
                              "inputs), got one dict: pass [batch]")
+        for name, batches in (("probe", probe), ("shrinkage", shrinkage_batches)):
+            if (batches is not None or name == "probe") and (
+                    isinstance(batches, (Mapping, str, bytes))
+                    or not isinstance(batches, Iterable)):
+                raise ValueError(f"the {name} set must be a sequence of batches (dicts of "
+                                 f"model inputs), got {type(batches).__name__}")
         probe = list(probe)
         if not probe:
             raise ValueError("the probe set has no batch")
@@ -133,11 +238,8 @@ class _Settings:
             if not isinstance(batch, Mapping):
                 raise ValueError(f"probe batch {i} is a {type(batch).__name__}, not a dict of "
                                  "model inputs (input_ids, attention_mask, ...)")
-            ids = batch.get("input_ids")
-            if ids is not None and getattr(ids, "ndim", None) != 2:
-                raise ValueError(f"probe batch {i}: input_ids must be a 2-D (batch, seq) "
-                                 f"tensor, got {type(ids).__name__} of shape "
-                                 f"{tuple(getattr(ids, 'shape', ()))} (un-collated examples?)")
+            for key in ("input_ids", "attention_mask", "token_type_ids"):
+                _ids_tensor(batch, key, f"probe batch {i}")
         # the measure's options, checked now by the measure itself, not at the first step
         EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, pooling=pooling, sync=False)
         self.probe = probe
@@ -148,6 +250,15 @@ class _Settings:
                         "max_tokens": max_tokens, "top_k": top_k, "pooling": pooling}
         self.prefix = prefix
         self.history: list[tuple[int, dict[str, float]]] = []
+
+    def check(self, model: torch.nn.Module) -> None:
+        """``ValueError`` unless every probe and shrinkage batch suits ``model``
+        (:func:`check_batch`), so that a bad batch fails now, not at the first measurement."""
+        inner = _inner_model(model)
+        pooling = self.options["pooling"]
+        for what, batches in (("probe", self.probe), ("shrinkage", self.shrinkage_batches)):
+            for _ in _checked(inner, batches or [], what, pooling):
+                pass
 
     def due(self, step: int) -> bool:
         return step > 0 and step % self.every_n_steps == 0
@@ -194,7 +305,12 @@ class GeometryMonitor(TrainerCallback):
         return self.settings.history
 
     def attach(self, trainer: Any) -> GeometryMonitor:
-        """Add this callback to ``trainer`` and log through it; returns ``self``."""
+        """Add this callback to ``trainer`` and log through it; returns ``self``. The probe
+        (and shrinkage) batches are checked against ``trainer.model`` first (one-line
+        ``ValueError``: ids outside its vocabulary, more positions than it takes, ...)."""
+        model = getattr(trainer, "model", None)
+        if model is not None:
+            self.settings.check(model)
         self.trainer = trainer
         trainer.add_callback(self)
         return self
@@ -257,6 +373,10 @@ class LightningGeometryMonitor(_lightning_callback_base()):  # type: ignore[misc
     @property
     def history(self) -> list[tuple[int, dict[str, float]]]:
         return self.settings.history
+
+    def on_fit_start(self, trainer, pl_module):  # noqa: D102
+        # the probe batches against the model, before the first step
+        self.settings.check(self.model if self.model is not None else model_inside(pl_module))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
         step = trainer.global_step

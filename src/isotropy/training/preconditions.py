@@ -15,7 +15,7 @@ from transformers.training_args import ParallelMode
 from isotropy.clouds import parse_layers
 from isotropy.data.glue import TaskSpec
 from isotropy.distributed import is_distributed, world_size
-from isotropy.models.loading import longest_input
+from isotropy.models.loading import check_tokenizer, longest_input
 from isotropy.rundir import RunDirectory
 from isotropy.training.config import IsotropyArguments, TrainArguments
 from isotropy.training.predictions import SPAN_LABELS
@@ -42,13 +42,14 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
 
     try:
         config = AutoConfig.from_pretrained(path)
-        AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(
             f"could not load model {path!r} ({str(err).splitlines()[0]}); if the hub cannot be "
             "reached, pass a local model directory as --model (or --model minilm) and the data "
             "with --data_dir"
         ) from err
+    check_tokenizer(tokenizer, config, path)
     n_layers = getattr(config, "num_hidden_layers", None)
     if iso_args is not None and "istar" in iso_args.regularizers and isinstance(n_layers, int):
         layers = parse_layers(iso_args.istar_layers)
