@@ -235,3 +235,61 @@ def test_streamed_ranks_of_minilm_hidden_states_equal_the_svds(one_thread):
             assert float(rankme_from_stats(stats)) == pytest.approx(np_rankme(x), rel=1e-3)
             assert float(effective_rank_from_stats(stats, center=True)) == pytest.approx(
                 np_erank(x, center=True), rel=1e-3), layer
+
+
+def np_uniformity_grad(x: np.ndarray, t: float) -> np.ndarray:
+    """d l_uniform / d x by hand: with u = x/|x| and w_ij the softmax weight of pair i < j
+    among all pairs, dL/du_i = -2t sum_{j != i} w_ij (u_i - u_j), and dL/dx_i is its part
+    orthogonal to u_i divided by |x_i|."""
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    u = x / norm
+    diff = u[:, None, :] - u[None, :, :]
+    e = np.exp(-t * (diff ** 2).sum(-1))
+    np.fill_diagonal(e, 0.0)
+    w = e / (e.sum() / 2)  # each pair once in the denominator
+    gu = -2 * t * (w[:, :, None] * diff).sum(1)
+    return (gu - (gu * u).sum(1, keepdims=True) * u) / norm
+
+
+def np_alignment_grads(x: np.ndarray, y: np.ndarray, alpha: float):
+    """d l_align / d x and d y by hand: dL/du_i = (alpha/m) |u_i - v_i|^(alpha-2) (u_i - v_i),
+    projected orthogonally to u_i and divided by |x_i| (minus that for y)."""
+    nx, ny = (np.linalg.norm(a, axis=1, keepdims=True) for a in (x, y))
+    u, v = x / nx, y / ny
+    diff = u - v
+    gu = alpha / len(x) * np.linalg.norm(diff, axis=1, keepdims=True) ** (alpha - 2) * diff
+
+    def back(g, unit, norm):
+        return (g - (g * unit).sum(1, keepdims=True) * unit) / norm
+
+    return back(gu, u, nx), back(-gu, v, ny)
+
+
+@pytest.mark.parametrize("t", [2.0, 0.5])
+def test_uniformity_is_differentiable(t):
+    # a loss: the gradient of (x**2).mean() + uniformity(x) holds the uniformity's part
+    x = torch.tensor(cloud(9, 4, 3), requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a: uniformity(a, t=t, block=4), (x,))
+    (grad,) = torch.autograd.grad(uniformity(x, t=t, block=4), x)
+    np.testing.assert_allclose(grad.numpy(), np_uniformity_grad(x.detach().numpy(), t),
+                               rtol=1e-10, atol=1e-12)
+    x32 = x.detach().float().requires_grad_()
+    ((x32 ** 2).mean() + uniformity(x32, t=t)).backward()
+    expected = 2 * x32.detach().double().numpy() / x32.numel() + np_uniformity_grad(
+        x32.detach().double().numpy(), t)
+    assert x32.grad.dtype == torch.float32
+    np.testing.assert_allclose(x32.grad.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5])
+def test_alignment_is_differentiable(alpha):
+    x = torch.tensor(cloud(7, 5, 4), requires_grad=True)
+    y = torch.tensor(cloud(7, 5, 5), requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: alignment(a, b, alpha=alpha), (x, y))
+    gx, gy = torch.autograd.grad(alignment(x, y, alpha=alpha), (x, y))
+    ex, ey = np_alignment_grads(x.detach().numpy(), y.detach().numpy(), alpha)
+    np.testing.assert_allclose(gx.numpy(), ex, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gy.numpy(), ey, rtol=1e-10, atol=1e-12)
+    total, pairs = alignment(x, y, alpha=alpha, reduction="sum")
+    (gx_sum,) = torch.autograd.grad(total / pairs, x)
+    np.testing.assert_allclose(gx_sum.numpy(), ex, rtol=1e-10, atol=1e-12)

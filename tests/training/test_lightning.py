@@ -6,6 +6,7 @@ logger (checked against the IsoScore package on the same rows)."""
 from __future__ import annotations
 
 import csv
+import textwrap
 import warnings
 
 import numpy as np
@@ -167,3 +168,78 @@ def test_two_refresh_callbacks_for_different_losses_live_in_one_trainer():
         callbacks=[LightningShrinkageRefresh(losses=a), LightningShrinkageRefresh(losses=b)])
     keys = [cb.state_key for cb in trainer.callbacks if isinstance(cb, LightningShrinkageRefresh)]
     assert len(keys) == 2 and keys[0] != keys[1]
+
+
+class _DropoutProbe(lightning.pytorch.Callback):
+    """Whether every dropout module inside the module trains, at each training batch."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        drops = [m for m in pl_module.modules() if isinstance(m, torch.nn.Dropout)]
+        self.seen.append(bool(drops) and all(m.training for m in drops))
+
+
+def _fit_one_epoch(module, callbacks) -> list[str]:
+    """One epoch of 3 batches; the messages of the warnings raised."""
+    from torch.utils.data import DataLoader
+
+    trainer = lightning.Trainer(
+        max_epochs=1, accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(module, DataLoader(_rows(24, 0), batch_size=8))
+    return [str(w.message) for w in caught]
+
+
+def test_refresh_warns_of_a_model_left_in_eval_mode():
+    # from_pretrained returns the model in eval mode and Lightning keeps each submodule's
+    # mode: the wrapper trains, the model inside does not (dropout off). The callback says so
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2).eval()
+    module = _Module(RegularizedModel(inner, IStarLoss(tuning=-1.0, zeta=0.5)))
+    probe = _DropoutProbe()
+    messages = _fit_one_epoch(module, [LightningShrinkageRefresh(n_tokens=10**6), probe])
+    assert probe.seen == [False] * 3  # what the warning is about
+    ours = [m for m in messages if "in eval mode" in m]
+    assert len(ours) == 1
+    assert "training epoch 0" in ours[0] and "'net.model'" in ours[0] and ".train()" in ours[0]
+
+
+def test_refresh_is_silent_for_a_model_in_training_mode():
+    from transformers import BertForSequenceClassification
+
+    inner = tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2)
+    module = _Module(RegularizedModel(inner, IStarLoss(tuning=-1.0, zeta=0.5)))
+    probe = _DropoutProbe()
+    messages = _fit_one_epoch(module, [LightningShrinkageRefresh(n_tokens=10**6), probe])
+    assert probe.seen == [True] * 3
+    assert not [m for m in messages if "in eval mode" in m]
+
+
+def test_the_docstring_example_trains_with_dropout(tmp_path):
+    # the module docstring's example, run as written on a saved tiny model: the model from
+    # from_pretrained (eval mode) trains with its dropout on, and the callback stays silent
+    import re
+
+    from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
+
+    import isotropy.training.lightning_callbacks as docs
+
+    tiny_bert(BertForSequenceClassification, vocab_size=VOCAB, num_labels=2).save_pretrained(
+        tmp_path / "model")
+    example = re.search(r"::\n\n(.*?)\n\s*lightning\.Trainer\(", docs.__doc__, re.S).group(1)
+    namespace = {"AutoModelForSequenceClassification": AutoModelForSequenceClassification,
+                 "RegularizedModel": RegularizedModel, "IStarLoss": IStarLoss,
+                 "IsoScoreMetric": IsoScoreMetric, "lightning": lightning, "torch": torch,
+                 "path": str(tmp_path / "model")}
+    exec(textwrap.dedent(example), namespace)  # noqa: S102 (our own docstring)
+    probe = _DropoutProbe()
+    messages = _fit_one_epoch(namespace["Module"](),
+                              [LightningShrinkageRefresh(n_tokens=10**6), probe])
+    assert probe.seen == [True] * 3
+    assert not [m for m in messages if "in eval mode" in m]

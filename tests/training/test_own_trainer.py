@@ -421,3 +421,111 @@ def test_evaluation_with_a_compute_loss_func_adds_the_terms_undivided(tmp_path):
         values.append((before, trainer.evaluate()["eval_loss"]))
     assert values[1][0] == pytest.approx(values[0][0], rel=1e-5)
     assert values[1][1] == pytest.approx(values[0][1], rel=1e-5)
+
+
+def _smoothed_ce(outputs, labels, num_items_in_batch=None):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(outputs.logits, labels, label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("kw", [{"label_smoothing_factor": 0.1},
+                                {"compute_loss_func": _smoothed_ce}],
+                         ids=["label_smoothing", "compute_loss_func"])
+def test_a_plain_trainer_that_would_drop_the_regularizers_is_refused_before_a_step(tmp_path, kw):
+    # the Trainer takes the labels away and computes the loss from the logits alone: the
+    # wrapper's loss (task + regularizers) would never be used. Refused at the first training
+    # forward, naming the fix, before any weight changes
+    from transformers import Trainer
+
+    model = _wrapped()
+    before = [p.detach().clone() for p in model.parameters()]
+    args = {k: v for k, v in kw.items() if k != "compute_loss_func"}
+    trainer = Trainer(model=model, args=_args(tmp_path / "run", save_strategy="no", **args),
+                      train_dataset=_data(), compute_loss_func=kw.get("compute_loss_func"))
+    option = next(iter(kw))
+    with pytest.raises(ValueError, match=f"Trainer with {option} computes the loss from the "
+                       "logits and drops the regularizers.*isotropy.RegularizedTrainer"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert trainer.state.global_step == 0
+    for a, b in zip(before, model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_an_own_compute_loss_without_labels_is_warned_of_once(tmp_path):
+    # a Trainer subclass computing its own loss from the logits (e.g. class weights) drops the
+    # regularizers unless it adds outputs.loss: a warning names that, once
+    import torch.nn.functional as F
+    from transformers import Trainer
+
+    class Weighted(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            loss = F.cross_entropy(outputs.logits, labels, weight=torch.tensor([1.0, 2.0]))
+            return (loss, outputs) if return_outputs else loss
+
+    trainer = Weighted(model=_wrapped(), args=_args(tmp_path / "run", save_strategy="no"),
+                       train_dataset=_data())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    ours = [w for w in caught if "without labels" in str(w.message)]
+    assert len(ours) == 1 and issubclass(ours[0].category, UserWarning)
+    assert "add outputs.loss" in str(ours[0].message)
+    assert "Weighted.compute_loss" in str(ours[0].message)
+    assert trainer.state.global_step == 4  # it trains: the loss may be what the user wants
+
+
+def test_a_training_forward_without_labels_outside_a_trainer_is_silent():
+    # a loop adding the wrapper's loss (the regularizers' terms) to its own task loss
+    model = _wrapped().train()
+    batch = {k: torch.stack([r[k] for r in _data(8)]) for k in ("input_ids", "attention_mask")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = model(**batch)
+    assert out.task_loss is None
+    assert torch.isclose(out.loss, sum(out.regularizer_losses.values()))
+
+
+def test_the_refresh_callback_refuses_such_a_trainer_before_its_first_pass(tmp_path):
+    # with ShrinkageRefreshCallback, the refusal comes at on_train_begin: no batch is read for
+    # Sigma_S (a pass of minutes at the paper's size) before the error
+    from transformers import Trainer
+
+    from isotropy import ShrinkageRefreshCallback
+
+    class Counted(list):
+        reads = 0
+
+        def __iter__(self):
+            Counted.reads += 1
+            return super().__iter__()
+
+    data = _data()
+    batches = Counted([{k: torch.stack([r[k] for r in data[:8]]) for k in data[0]}])
+    trainer = Trainer(model=_wrapped(), train_dataset=data,
+                      args=_args(tmp_path / "run", label_smoothing_factor=0.1,
+                                 save_strategy="no"),
+                      callbacks=[ShrinkageRefreshCallback(dataloader=batches, n_tokens=50)])
+    with pytest.raises(ValueError, match="label_smoothing_factor computes the loss"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert Counted.reads == 0
+
+
+def test_regularized_trainer_with_the_refresh_callback_and_label_smoothing_trains(tmp_path):
+    from isotropy import ShrinkageRefreshCallback
+
+    trainer = RegularizedTrainer(
+        model=_wrapped(), train_dataset=_data(),
+        args=_args(tmp_path / "run", label_smoothing_factor=0.1, save_strategy="no"),
+        callbacks=[ShrinkageRefreshCallback(n_tokens=50)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert trainer.state.global_step == 4
+    assert all("istar/loss" in r for r in trainer.state.log_history if "loss" in r)

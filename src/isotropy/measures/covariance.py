@@ -25,6 +25,7 @@ from isotropy._validation import (
     window,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.measures._gradients import detached_input
 from isotropy.runtime import autocast_off
 
 __all__ = ["CovarianceStats", "merge_packed", "packed_batch", "packed_dim"]
@@ -59,6 +60,7 @@ class CovarianceStats:
     for fp64 input wherever the co-moment is a normal fp64 number (:math:`|x|` within about
     :math:`10^{\pm 150}`). The batch mean is taken relative to the batch's first row, so rows
     that are all equal give a co-moment of exactly 0 (no residue of a rounded mean).
+    Not differentiable: rows that require grad get a ``UserWarning``.
 
     >>> s = CovarianceStats.empty(2)
     >>> _ = s.update(torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
@@ -91,6 +93,7 @@ class CovarianceStats:
         >>> CovarianceStats.from_batch(torch.ones(2, 3, 4), mask).count
         3
         """
+        x = detached_input(x, "CovarianceStats")
         rows = _rows(x, mask)
         d = rows.shape[1]
         n = rows.shape[0]

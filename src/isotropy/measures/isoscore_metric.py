@@ -32,6 +32,7 @@ from isotropy._validation import (
     as_tensor,
     check_zeta,
 )
+from isotropy.measures._gradients import detached_input
 from isotropy.measures.covariance import (
     CovarianceStats,
     merge_packed,
@@ -47,11 +48,13 @@ def isoscore_star_update(x: ArrayLike, mask: ArrayLike | None = None) -> Covaria
     r"""Sufficient statistics :math:`(n, \mu, M)` of the rows of ``x`` (shape ``(..., d)``)
     where ``mask`` (shape ``x.shape[:-1]``) is true; combine batches with
     :meth:`CovarianceStats.merge`.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> h = torch.arange(12.0).reshape(1, 3, 4)  # (batch, seq, dim)
     >>> isoscore_star_update(h, mask=torch.tensor([[1, 1, 0]])).count
     2
     """
+    x = detached_input(x, "isoscore_star_update")
     return CovarianceStats.from_batch(x, mask)
 
 
@@ -81,6 +84,7 @@ def isoscore_star_compute(
     eigenvalue otherwise). With the identity, :math:`\zeta > 0` makes the score depend on the
     scale of the rows; this low-level step does not warn (``isoscore_star`` and
     :class:`IsoScoreMetric` do). Returns a float64 scalar tensor.
+    Not differentiable (statistics hold no gradient).
 
     >>> s = isoscore_star_update(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]]))
     >>> isoscore_star_compute(s)  # equal variances in both dimensions
@@ -163,6 +167,9 @@ class IsoScoreMetric(Metric):
     default, which Lightning's logging of a metric object relies on; a rank that saw no rows
     then needs ``dim``); ``sync_on_compute=False`` scores this rank's rows unless asked
     (``compute(sync_dist=True)`` or :meth:`sync`).
+
+    Not differentiable (``is_differentiable = False``, as torchmetrics declares it): rows
+    that require grad get a ``UserWarning`` from ``update`` and ``forward``.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> metric = IsoScoreMetric(zeta=0.0)
@@ -249,6 +256,7 @@ class IsoScoreMetric(Metric):
         >>> m.stats.count
         4
         """
+        x = detached_input(x, "IsoScoreMetric")
         if self._device_route(x):
             self._add_on_device(x, mask)
         else:
@@ -303,6 +311,7 @@ class IsoScoreMetric(Metric):
         >>> m(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
         tensor(1., dtype=torch.float64)
         """
+        x = detached_input(x, "IsoScoreMetric")
         batch = isoscore_star_update(x, mask)
         self._add(batch)
         self._update_count += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from isotropy._validation import ArrayLike, as_tensor, check_finite, check_finite_float
+from isotropy.measures._gradients import detached_input
 
 __all__ = ["layernorm_flags", "layernorm_outliers"]
 
@@ -38,10 +39,12 @@ def _matrix(weights: ArrayLike) -> torch.Tensor:
 
 def layernorm_flags(weights: ArrayLike, *, sigmas: float = 3.0) -> torch.Tensor:
     r"""``(layers, dim)`` booleans: :math:`|W_{lj} - \bar W_l| > \sigma\,s_l` (module doc).
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> layernorm_flags(torch.tensor([[1.0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 9]])).nonzero().tolist()
     [[0, 10]]
     """
+    weights = detached_input(weights, "layernorm_flags")
     sigmas = check_finite_float(sigmas, "sigmas", allow_bool=False)
     if sigmas <= 0:
         raise ValueError(f"sigmas must be > 0, got {sigmas}")
@@ -54,7 +57,9 @@ def layernorm_flags(weights: ArrayLike, *, sigmas: float = 3.0) -> torch.Tensor:
 def layernorm_outliers(weights: ArrayLike, *, sigmas: float = 3.0,
                        min_layers: int = 4) -> torch.Tensor:
     """The dimensions flagged by :func:`layernorm_flags` in at least ``min_layers`` layers,
-    most often flagged first (ties: lower index first)."""
+    most often flagged first (ties: lower index first).
+    Not differentiable: an input that requires grad gets a ``UserWarning``."""
+    weights = detached_input(weights, "layernorm_outliers")
     if isinstance(min_layers, bool) or not isinstance(min_layers, int) or min_layers < 1:
         raise ValueError(f"min_layers must be a positive integer, got {min_layers!r}")
     counts = layernorm_flags(weights, sigmas=sigmas).sum(0)

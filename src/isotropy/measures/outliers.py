@@ -54,6 +54,7 @@ import torch
 
 from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
 from isotropy.distributed import all_reduce_sum, is_distributed
+from isotropy.measures._gradients import detached_input
 from isotropy.measures.cosine import _unit_rows  # fp64, extreme norms scaled first
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import _trace_and_frobenius
@@ -108,26 +109,31 @@ def _variance_outliers(var: torch.Tensor, factor: float) -> torch.Tensor:
 def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR) -> torch.Tensor:
     r"""Dimensions whose variance is at least ``factor`` (5) times the mean variance (Rudman
     et al. 2023; module doc), largest variance first. At least 2 points.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.tensor([[0.0, 0, 0, 0, 0, 0, 0], [10, 1, 1, 1, 1, 1, 1]])
     >>> variance_outliers(X).tolist()  # variance 25 against a mean of 31/7
     [0]
     """
+    X = detached_input(X, "variance_outliers")
     return _variance_outliers(_variances(X), _positive(factor, "factor"))
 
 
 def variance_outliers_from_stats(stats: CovarianceStats, *,
                                  factor: float = VARIANCE_FACTOR) -> torch.Tensor:
-    """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2)."""
+    """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2).
+    Not differentiable (statistics hold no gradient)."""
     return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
 def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, k: int) -> torch.Tensor:
     """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), 2).tolist()
     [1, 2]
     """
+    cloud = detached_input(cloud, "top_variance_dimensions")
     var = _variances(cloud)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= var.shape[0]:
         raise ValueError(f"k must be an integer in [0, {var.shape[0]}], got {k!r}")
@@ -155,11 +161,13 @@ def _activation_outliers(mean_abs: torch.Tensor, sigmas: float) -> torch.Tensor:
 def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
     r"""Dimensions whose mean magnitude :math:`m_j` exceeds the mean of all :math:`m_k` by more
     than ``sigmas`` (3) standard deviations (module doc), largest first.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.ones(4, 20); X[:, 7] = 50.0
     >>> activation_outliers(X).tolist()
     [7]
     """
+    X = detached_input(X, "activation_outliers")
     return _activation_outliers(_cloud(X).abs().mean(0), _positive(sigmas, "sigmas"))
 
 
@@ -176,10 +184,12 @@ def cosine_contributions(X: ArrayLike) -> torch.Tensor:
     r"""Each dimension's exact contribution :math:`CC_j` to the average cosine similarity over
     all pairs of distinct rows (module doc); they sum to
     :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Float64, shape ``(dim,)``.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> cosine_contributions(torch.tensor([[1.0, 1.0], [1.0, -1.0]]))  # cos = 0 = 1/2 - 1/2
     tensor([ 0.5000, -0.5000], dtype=torch.float64)
     """
+    X = detached_input(X, "cosine_contributions")
     u = _unit_rows(_cloud(X, min_points=2))
     return _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
 
@@ -205,12 +215,14 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, k: int = 3) -> tuple[torch.Ten
     (``ValueError``) unless the average cosine exceeds 3 times its standard deviation under
     :math:`n` independent uniformly random directions, :math:`\sqrt{2/(d\,n(n-1))}`: near 0
     they are ratios of noise (this floor is this library's choice).
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.tensor([[3.0, 1.0], [3.0, -1.0]]).repeat(3, 1)
     >>> dims, share = rogue_dimensions(X, 1)
     >>> dims.tolist(), round(float(share[0]), 4)  # dimension 1 pulls the cosine down
     ([0], 1.0227)
     """
+    X = detached_input(X, "rogue_dimensions")
     if isinstance(X, OutlierStats):
         cc, n = X.cosine_contributions(), X.count
     else:
@@ -238,11 +250,13 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
     :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc) each dimension
     holds, an int64 tensor of shape ``(dim,)``. For an even ``dim`` the median is the lower of
     the two middle values (``torch.median``).
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.ones(3, 5); X[0, 2] = 2000.0; X[1, 2] = 500.0
     >>> massive_activations(X).tolist()  # 500 is not 1000 times the median 1
     [0, 0, 1, 0, 0]
     """
+    X = detached_input(X, "massive_activations")
     return _massive_mask(_cloud(X), _positive(min_magnitude, "min_magnitude"),
                          _positive(ratio, "ratio")).sum(0)
 
@@ -262,11 +276,13 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     :math:`\Sigma \mapsto D\Sigma D` with :math:`D` diagonal), keeping :math:`d`. ``k = 0``
     gives the IsoScore itself. The rescaling target is this library's choice; none of the
     outlier papers defines one.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.tensor([[0.0, 0, 0], [10, 1, 0], [0, 0, 1], [10, 1, 1]])
     >>> round(float(isoscore_without(X, 1)), 4)  # without dimension 0: two equal variances
     1.0
     """
+    cloud = detached_input(cloud, "isoscore_without")
     if how not in ("remove", "standardise"):
         raise ValueError(f"how must be 'remove' or 'standardise', got {how!r}")
     cov = _covariance(cloud)
@@ -324,7 +340,8 @@ class OutlierStats:
     ``count``, ``abs_sum`` :math:`\sum_i|x_{ij}|`, ``unit_sum`` :math:`S_j`, ``unit_sq_sum``
     :math:`Q_j`, ``massive`` (massive activations per dimension, at the thresholds given to
     :meth:`empty`) and ``n_zero_norm`` (rows of norm zero, left out of :math:`S` and :math:`Q`).
-    Float64; merging is addition.
+    Float64; merging is addition. Not differentiable: rows that require grad get a
+    ``UserWarning``.
 
     >>> s = OutlierStats.empty(2).update(torch.tensor([[1.0, 1.0]]))
     >>> s.update(torch.tensor([[1.0, -1.0]])).cosine_contributions()
@@ -360,6 +377,7 @@ class OutlierStats:
 
     def update(self, rows: ArrayLike) -> OutlierStats:
         """Add the rows of ``rows`` (``(n, dim)``, finite) in place; returns ``self``."""
+        rows = detached_input(rows, "OutlierStats")
         x = as_point_cloud(rows, min_points=0).detach().to(torch.float64)
         if x.shape[1] != self.dim:
             raise ValueError(f"rows have dimension {x.shape[1]}, the statistics {self.dim}")

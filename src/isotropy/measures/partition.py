@@ -34,6 +34,7 @@ from isotropy._validation import (
     pow2_exponent,
     scale_pow2,
 )
+from isotropy.measures._gradients import detached_input
 
 __all__ = ["partition_score"]
 
@@ -59,6 +60,7 @@ def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     ``X`` together with its null space (where :math:`Z = n`); see the module docstring.
     With ``log=True`` returns :math:`\log I(X) \le 0`, which stays informative when
     :math:`I(X)` itself underflows to 0 (very large norms). Computed in fp64.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> X = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
     >>> partition_score(X)  # Z(e2) / Z(e1) = (cosh 1 + 1) / (cosh 2 + 1)
@@ -67,6 +69,7 @@ def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     >>> round(float(partition_score(X, log=True)), 12)  # log Z(-e1) - log Z(e1)
     -3.0
     """
+    X = detached_input(X, "partition_score")
     x = as_point_cloud(X, min_points=1).detach()
     x64 = x.to(torch.float64)
     vecs = _directions(x64)

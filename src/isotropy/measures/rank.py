@@ -45,6 +45,7 @@ import math
 import torch
 
 from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy.measures._gradients import detached_input
 from isotropy.measures.covariance import CovarianceStats
 
 __all__ = [
@@ -103,22 +104,26 @@ def _entropy_rank(sigma: torch.Tensor, eps: float) -> torch.Tensor:
 def effective_rank(X: ArrayLike, *, center: bool = False) -> torch.Tensor:
     r"""Effective rank :math:`\exp H(\sigma / \sum\sigma)` of ``X`` (module docstring), a
     float64 0-d tensor in :math:`[1, \min(n, d)]`.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> round(float(effective_rank(torch.eye(4))), 6)  # four equal singular values
     4.0
     >>> round(float(effective_rank(torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]))), 6)
     1.0
     """
+    X = detached_input(X, "effective_rank")
     return _entropy_rank(_singular_values(X, center), 0.0)
 
 
 def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -> torch.Tensor:
     r"""RankMe :math:`\exp(-\sum_k p_k \log p_k)`, :math:`p_k = \sigma_k/\lVert\sigma\rVert_1
     + \varepsilon`, of ``X`` (module docstring), a float64 0-d tensor.
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> round(float(rankme(torch.eye(3))), 5)
     3.0
     """
+    X = detached_input(X, "rankme")
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
@@ -127,6 +132,7 @@ def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -
 
 def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -> torch.Tensor:
     """:func:`effective_rank` of the rows summarised by ``stats``.
+    Not differentiable (statistics hold no gradient).
 
     >>> s = CovarianceStats.from_batch(torch.eye(4)).merge(CovarianceStats.from_batch(torch.eye(4)))
     >>> round(float(effective_rank_from_stats(s)), 6)  # the 8 x 4 cloud [I; I]
@@ -137,7 +143,8 @@ def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -
 
 def rankme_from_stats(stats: CovarianceStats, *, eps: float = RANKME_EPSILON,
                       center: bool = False) -> torch.Tensor:
-    """:func:`rankme` of the rows summarised by ``stats``."""
+    """:func:`rankme` of the rows summarised by ``stats``.
+    Not differentiable (statistics hold no gradient)."""
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")

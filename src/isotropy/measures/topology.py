@@ -392,6 +392,7 @@ def prominent_features(bars: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, int
     equal bars (:math:`\alpha = 1`, every :math:`0/0` ratio read as 1, i.e. no rise); ratios
     within :math:`10^{-12}` of 1 count as no rise; a rescan with :math:`m < 4` has no
     :math:`i` to scan and keeps the current :math:`i`. The result is invariant to scaling.
+    Differentiable in ``bars`` (the returned bars are slices of them).
 
     >>> f, noise, i = prominent_features(torch.tensor([2.0, 2.0, 10.0, 2.0, 9.0, 2.0, 2.0, 2.0]))
     >>> f, noise, i

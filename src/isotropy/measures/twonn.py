@@ -44,6 +44,7 @@ from isotropy._validation import (
     rescale_exponent,
     scale_pow2,
 )
+from isotropy.measures._gradients import detached_input
 from isotropy.runtime import autocast_off
 
 __all__ = ["RELIABLE_POINTS", "twonn", "two_nearest_distances"]
@@ -192,6 +193,7 @@ def twonn(
     >>> round(float(twonn(plane)), 1)
     2.0
     """
+    X = detached_input(X, "twonn")
     if method not in ("linear", "mle"):
         raise ValueError(f"method must be 'linear' or 'mle', got {method!r}")
     try:

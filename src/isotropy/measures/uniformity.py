@@ -14,7 +14,10 @@ and over the distinct pairs of one cloud, with the paper's :math:`\alpha = 2`, :
 Lower is better for both: :math:`\ell_\text{align} \in [0, 2^\alpha]` (0 when every pair
 points the same way), :math:`\ell_\text{uniform} \le 0` (0 when all points coincide).
 Computed in float64; the pairs of the uniformity are visited in blocks of rows, so memory
-stays :math:`O(\text{block} \cdot n)`.
+stays :math:`O(\text{block} \cdot n)` (under autograd, the graph keeps every pair).
+
+Both are differentiable (they are the paper's losses): the gradient reaches the input, in
+its own dtype, e.g. ``loss = task_loss + uniformity(embeddings)``.
 
 Streaming: alignment is a mean over pairs, so batches combine through ``reduction="sum"``
 (the sum and the number of pairs). Uniformity has no finite sufficient statistic (it needs
@@ -33,9 +36,10 @@ __all__ = ["alignment", "uniformity"]
 
 
 def _normalised(X: ArrayLike, name: str, min_points: int = 1) -> torch.Tensor:
-    x = as_point_cloud(X, min_points=min_points, name=name).detach().to(torch.float64)
+    """The rows divided by their norms, in float64, differentiable."""
+    x = as_point_cloud(X, min_points=min_points, name=name).to(torch.float64)
     norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    if bool((norms == 0).any()):
+    if bool((norms.detach() == 0).any()):
         raise ValueError(f"{name} has a row of norm zero: it has no direction to normalise")
     return x / norms
 
@@ -45,6 +49,7 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
     r""":math:`\ell_\text{align}` of the positive pairs ``(X[i], Y[i])`` (module docstring).
 
     ``reduction="sum"`` returns ``(sum, number of pairs)`` to combine batches.
+    Differentiable in ``X`` and ``Y`` (a loss).
 
     >>> round(float(alignment(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 3.0]]))), 6)
     2.0
@@ -66,6 +71,7 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
 
 def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024) -> torch.Tensor:
     r""":math:`\ell_\text{uniform}` of the rows of ``X`` (module docstring; at least 2 rows).
+    Differentiable in ``X`` (a loss).
 
     >>> round(float(uniformity(torch.eye(3))), 6)  # every pair at squared distance 2: log e^-4
     -4.0

@@ -7,12 +7,18 @@ returns its output with
            \text{attention\_mask}, \text{labels}),
 
 so a plain training loop and the Hugging Face ``Trainer`` train the regularized objective
-unchanged. The task loss and every regularizer's logs stay available on the output
-(``outputs.task_loss``, ``outputs.regularizer_logs``) and on the wrapper (``last_logs``).
+unchanged. A ``Trainer`` that computes the loss from the logits itself
+(``label_smoothing_factor``, a ``compute_loss_func``) would drop the regularizers: it is
+refused at its first training step (:meth:`RegularizedModel._check_trainer_keeps_terms`);
+``RegularizedTrainer`` keeps them. The task loss and every regularizer's logs stay available
+on the output (``outputs.task_loss``, ``outputs.regularizer_logs``) and on the wrapper
+(``last_logs``).
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -27,7 +33,8 @@ from isotropy.losses.entropy import PersistentEntropyLoss
 from isotropy.models.wrapping import ReadsWrappedAttributes
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
-__all__ = ["RegularizedModel", "exact_cycle_losses", "find_regularized", "prepare_exact_cycle"]
+__all__ = ["RegularizedModel", "check_trainer", "exact_cycle_losses", "find_regularized",
+           "prepare_exact_cycle"]
 
 
 def _default_name(reg: torch.nn.Module) -> str:
@@ -315,6 +322,9 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
                 "(a model without a task head?): the loss would be the regularizers' alone. "
                 "Wrap an AutoModelFor... model, or pass require_task_loss=False to train on "
                 "the regularizers alone on purpose")
+        if regularize and self.training and not targets and regularizer_targets is None \
+                and not torch.compiler.is_compiling():
+            self._check_trainer_keeps_terms()
         reg_labels = labels if labels is not None else regularizer_targets
         reg_losses, reg_logs = (self._regularizer_losses(outputs, attention_mask, reg_labels)
                                 if regularize else ({}, {}))
@@ -322,6 +332,37 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
         if return_dict is False and hasattr(result, "to_tuple"):
             return result.to_tuple()
         return result
+
+    def _check_trainer_keeps_terms(self) -> None:
+        """Refuse (or warn of) a ``transformers.Trainer`` that drops the regularizers' terms.
+
+        Called on a training forward without targets. A ``Trainer`` with
+        ``label_smoothing_factor`` or a ``compute_loss_func`` takes ``labels`` away from the
+        model and computes the loss from the logits alone, so the returned ``loss`` (task loss
+        + regularizers) is never used. That configuration always trains without the
+        regularizers, so it is a ``ValueError`` naming the fix (:func:`check_trainer`), raised
+        at the first training forward, before any optimizer step: a warning would scroll past
+        while the run trains the wrong objective. A ``Trainer`` subclass whose own
+        ``compute_loss`` calls the model without labels may add ``outputs.loss`` itself or not:
+        a one-time warning. A :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`
+        (e.g. ``RegularizedTrainer``) keeps the terms and passes; so does a plain ``Trainer``
+        on data without labels (it trains on ``outputs.loss``)."""
+        found = _calling_trainer("compute_loss")
+        if found is None:
+            return
+        trainer, frame_code, trainer_cls = found
+        if frame_code is trainer_cls.compute_loss.__code__:  # the Trainer's own compute_loss
+            check_trainer(trainer)
+            return
+        from isotropy.training.regularizer_logs import RegularizerLogMixin
+
+        if isinstance(trainer, RegularizerLogMixin) or self.__dict__.get("_warned_own_loss"):
+            return
+        self.__dict__["_warned_own_loss"] = True
+        warnings.warn(
+            f"{type(trainer).__name__}.compute_loss calls RegularizedModel in training without "
+            "labels: a loss computed from the logits alone drops the regularizers' terms; add "
+            f"outputs.loss (their sum) to it, or {_fix(trainer)}", UserWarning, stacklevel=3)
 
     def _regularizer_losses(self, outputs: Mapping[str, Any], attention_mask: torch.Tensor | None,
                             labels: torch.Tensor | None
@@ -375,6 +416,54 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
             return cls(loss=total, **fields)
         except TypeError:
             return _Output({"loss": total, **fields} if total is not None else fields)
+
+
+def _trainer_class() -> type | None:
+    """``transformers.Trainer`` if it was imported (else no ``Trainer`` is running)."""
+    return getattr(sys.modules.get("transformers.trainer"), "Trainer", None)
+
+
+def _calling_trainer(method: str) -> tuple[Any, Any, type] | None:
+    """The ``transformers.Trainer`` one of whose methods named ``method`` is on the call stack
+    (the innermost such frame), that frame's code and ``transformers.Trainer``; ``None``
+    outside a ``Trainer``."""
+    trainer_cls = _trainer_class()
+    if trainer_cls is None:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == method:
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, trainer_cls):
+                return owner, frame.f_code, trainer_cls
+        frame = frame.f_back
+    return None
+
+
+def _fix(trainer: Any) -> str:
+    return ("train with isotropy.RegularizedTrainer, or put isotropy.RegularizerLogMixin "
+            f"before Trainer in the bases of {type(trainer).__name__}")
+
+
+def check_trainer(trainer: Any) -> None:
+    """Raise ``ValueError`` when ``trainer`` (a ``transformers.Trainer`` training a
+    :class:`RegularizedModel`) would drop the regularizers' terms: ``Trainer.compute_loss``
+    with ``label_smoothing_factor`` or a ``compute_loss_func`` computes the loss from the
+    logits alone. A :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin` (e.g.
+    ``RegularizedTrainer``) keeps them: it passes."""
+    from isotropy.training.regularizer_logs import RegularizerLogMixin
+
+    if isinstance(trainer, RegularizerLogMixin):
+        return
+    options = [name for name, on in (
+        ("label_smoothing_factor", getattr(trainer, "label_smoother", None) is not None),
+        ("compute_loss_func", getattr(trainer, "compute_loss_func", None) is not None),
+    ) if on]
+    if options:
+        raise ValueError(
+            f"{type(trainer).__name__} with {' and '.join(options)} computes the loss from the "
+            "logits and drops the regularizers' terms of RegularizedModel (it would train "
+            f"without them): {_fix(trainer)}, which keep them")
 
 
 class _Output(dict):

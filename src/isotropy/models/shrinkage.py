@@ -414,7 +414,10 @@ class ShrinkageRefreshCallback(TrainerCallback):
         checkpoint the ``Trainer`` resumed where it says so (``resume_from``, set by
         :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`), else the one of
         ``output_dir/checkpoint-<step>``; taken only if it was saved with the weights the model
-        now holds, and, under several processes, only if every rank has it."""
+        now holds, and, under several processes, only if every rank has it. First, a
+        ``Trainer`` that would drop the regularizers' terms is refused
+        (:func:`~isotropy.models.regularized.check_trainer`), before the first refresh."""
+        _refuse_a_trainer_dropping_terms(kwargs.get("model"))
         self._saved = None
         if state.global_step > 0:
             folder = Path(self.resume_from) if self.resume_from is not None else \
@@ -523,6 +526,20 @@ def istar_losses(model: torch.nn.Module, losses: Iterable[IStarLoss] | IStarLoss
         if not isinstance(item, IStarLoss):
             raise TypeError(f"losses must be IStarLoss modules, got {type(item).__name__}")
     return items
+
+
+def _refuse_a_trainer_dropping_terms(model: Any) -> None:
+    """:func:`~isotropy.models.regularized.check_trainer` of the ``Trainer`` running this
+    callback's ``on_train_begin`` (found on the call stack), when it trains a
+    ``RegularizedModel`` with its own ``Trainer.compute_loss``."""
+    from isotropy.models.regularized import _calling_trainer, check_trainer, find_regularized
+
+    found = _calling_trainer("_inner_training_loop")
+    if found is None or find_regularized(model) is None:
+        return
+    trainer, _, trainer_cls = found
+    if type(trainer).compute_loss is trainer_cls.compute_loss:
+        check_trainer(trainer)
 
 
 def refresh_all(model: torch.nn.Module, data: Iterable[Mapping[str, Any]],

@@ -16,7 +16,9 @@ Needs ``lightning`` (``pip install lightning``)::
     class Module(lightning.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net, self.iso = model, IsoScoreMetric()
+            # from_pretrained returns the model in eval mode (dropout off), and Lightning
+            # keeps each submodule's mode: put it in training mode
+            self.net, self.iso = model.train(), IsoScoreMetric()
         def training_step(self, batch, _):
             out = self.net(**batch)
             self.log_dict({"task_loss": out.task_loss, **out.regularizer_losses})
@@ -30,10 +32,14 @@ Needs ``lightning`` (``pip install lightning``)::
             return torch.optim.AdamW(self.parameters(), lr=3e-5)
 
     lightning.Trainer(max_epochs=3, callbacks=[LightningShrinkageRefresh()]).fit(Module(), ...)
+
+At the start of every training epoch the callback warns when the module or any of its
+submodules is in eval mode (dropout off while training), naming the first few.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -119,7 +125,10 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         self.shrinkage_epoch = trainer.current_epoch
         self._resumed_epoch = trainer.current_epoch
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:  # noqa: D102
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Warn of submodules in eval mode (:func:`warn_eval_submodules`); refresh Sigma_S
+        (on the epoch of a resumed run, set at ``on_train_start``: nothing more)."""
+        warn_eval_submodules(pl_module, trainer.current_epoch)
         resumed, self._resumed_epoch = self._resumed_epoch, None
         if resumed == trainer.current_epoch:
             return  # the resumed epoch's Sigma_S is set (on_train_start)
@@ -130,3 +139,26 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         self.last_shrinkage = refresh_all(self._forward_model(pl_module), data, losses,
                                           self.n_tokens)
         self.shrinkage_epoch = trainer.current_epoch
+
+
+def warn_eval_submodules(module: torch.nn.Module, epoch: int) -> list[str]:
+    """Warn when ``module`` or any submodule is in eval mode at the start of training epoch
+    ``epoch``: their dropout is off, so the model trains without it (``from_pretrained``
+    returns a model in eval mode, and Lightning keeps each submodule's mode). Returns the
+    names of those modules (``""`` for ``module`` itself).
+
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1))
+    >>> warn_eval_submodules(net.train(), 0)
+    []
+    """
+    names = [name for name, m in module.named_modules() if not m.training]
+    if names:
+        shown = ", ".join(repr(n) if n else "the module itself" for n in names[:3])
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        warnings.warn(
+            f"training epoch {epoch} starts with {len(names)} module(s) of "
+            f"{type(module).__name__} in eval mode ({shown}{more}): dropout is off there. "
+            "from_pretrained returns a model in eval mode and Lightning keeps each "
+            "submodule's mode: call .train() on the model in the LightningModule's __init__",
+            UserWarning, stacklevel=2)
+    return names
