@@ -143,12 +143,12 @@ def check_checkpoint(checkpoint: Path) -> dict[str, Any] | None:
     ``ValueError`` (one line) otherwise, before anything is changed."""
     from isotropy.models.loading import check_weight_files
 
+    check_weight_files(str(checkpoint), advice=resume_advice(checkpoint))  # names the cut
     state = read_checkpoint_state(checkpoint)
     problem = checkpoint_problem(checkpoint, (state or {}).get("files"))
     if problem is not None:
         raise ValueError(f"checkpoint {checkpoint} is damaged: {problem}; "
                          f"{resume_advice(checkpoint)}")
-    check_weight_files(str(checkpoint), advice=resume_advice(checkpoint))
     return state
 
 
