@@ -14,7 +14,8 @@ def make(tmp_path, *, metrics: int = 0, checkpoints: dict[int, bool] | None = No
     (step -> complete)."""
     rd = RunDirectory(tmp_path / "run")
     rd.path.mkdir()
-    rd.write_config({"settings": {"isotropy": {"tuning": -1.0}}})
+    rd.write_config({"settings": {"isotropy": {"tuning": -1.0}, "training": {}},
+                     "measurement_format": 2})
     for i in range(metrics):
         rd.append_metrics({"step": i + 1, "loss": 0.5})
     for step, complete in (checkpoints or {}).items():
@@ -119,3 +120,170 @@ def test_one_rule_for_a_damaged_line_reading_and_resuming(tmp_path):
     assert run.record_counts()[METRICS] == 1
     run.keep_records({METRICS: 5})
     assert path.read_text(encoding="utf-8") == '{"step": 1}\n'
+
+
+# --------------------------------------------------------------------------- foreign folders
+
+def _tree(root):
+    """Every path under ``root`` with its bytes (folders as None)."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def _hf_model_folder(path):
+    """What a copy of a Hugging Face model folder (sentence-transformers layout) holds."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(
+        {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384}))
+    (path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    (path / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (path / "tokenizer.json").write_text("{}")
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    return path
+
+
+def _thesis_folder(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"title": "my thesis", "chapters": 5}')
+    (path / "thesis.txt").write_text("years of work")
+    (path / "data").mkdir()
+    (path / "data" / "a.csv").write_text("x,y\n1,2\n")
+    return path
+
+
+def _files(path, files):
+    path.mkdir(parents=True)
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+FOREIGN = {
+    "a folder with someone's config.json": _thesis_folder,
+    "a Hugging Face model folder": _hf_model_folder,
+    "a config.json that is not JSON": lambda p: _files(p, {"config.json": "{cut",
+                                                           "notes.txt": "mine"}),
+    "a config.json holding a list": lambda p: _files(p, {"config.json": "[1, 2]"}),
+    "settings without the training section": lambda p: _files(
+        p, {"config.json": '{"settings": {"isotropy": {}}}', "x.txt": "x"}),
+    "a measurement_format that is not a number": lambda p: _files(
+        p, {"config.json": '{"settings": {"isotropy": {}, "training": {}}, '
+                           '"measurement_format": "v2"}'}),
+}
+
+
+@pytest.mark.parametrize("flags", [{}, {"overwrite": True}, {"resume": True}])
+@pytest.mark.parametrize("kind", list(FOREIGN))
+def test_a_folder_that_is_not_a_run_of_ours_is_refused_and_never_changed(tmp_path, kind, flags):
+    """Only a run's own record (config.json with our settings sections) makes a folder a run:
+    anything else is refused with one line, with or without --overwrite/--resume, before the
+    lock file is put in, and nothing in it changes."""
+    path = FOREIGN[kind](tmp_path / "d")
+    before = _tree(path)
+    rd = RunDirectory(path)
+    with pytest.raises(ValueError) as err:
+        rd.check_not_foreign()
+    assert "holds no run of isotropy" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="holds no run of isotropy"), rd.writer():
+        rd.prepare(resume=flags.get("resume", False), overwrite=flags.get("overwrite", False),
+                   same_settings=same)
+    with pytest.raises(ValueError, match="holds no run of isotropy"):
+        rd.prepare(resume=flags.get("resume", False), overwrite=flags.get("overwrite", False),
+                   same_settings=same)
+    assert _tree(path) == before
+
+
+def test_a_finished_runs_model_folder_is_not_a_run(tmp_path):
+    rd = make(tmp_path, metrics=2)
+    model = rd.file("model")
+    _hf_model_folder(model)
+    before = _tree(model)
+    with pytest.raises(ValueError, match=f"{model} holds no run of isotropy: its config.json "
+                                         "is not a run's record .it has no settings"):
+        RunDirectory(model).prepare(resume=False, overwrite=True, same_settings=same)
+    assert _tree(model) == before
+
+
+def test_clearing_a_run_deletes_only_what_a_run_writes(tmp_path):
+    """--overwrite (and a restart) delete the run's files, never a file a run does not write
+    that someone put beside them."""
+    rd = make(tmp_path, metrics=3, checkpoints={2: True})
+    for name in ("results.json", "eval_predictions.csv"):
+        rd.file(name).write_text("{}")
+    rd.file("model").mkdir()
+    (rd.file("model") / "config.json").write_text("{}")
+    rd.file("notes.md").write_text("mine")
+    rd.file("plots").mkdir()
+    (rd.file("plots") / "a.png").write_bytes(b"png")
+    assert rd.prepare(resume=False, overwrite=True, same_settings=same) == "new"
+    assert _tree(rd.path) == {"notes.md": b"mine", "plots": None, "plots/a.png": b"png"}
+
+
+def test_what_a_stop_left_of_a_write_is_cleaned_up_and_nothing_else(tmp_path):
+    """A SIGKILL inside save_model leaves ``.model-XXXXXXXX/``, one inside an atomic write a
+    ``.<file>.XXXXXXXX.tmp<suffix>``: the next command on the run deletes them (ours by their
+    names); look-alikes of other names are kept."""
+    rd = make(tmp_path, metrics=3, checkpoints={2: True})
+    rd.file(".model-ab12_x9z").mkdir()
+    (rd.file(".model-ab12_x9z") / "model.safetensors").write_bytes(b"part")
+    rd.file(".results.json.k2j4h5g6.tmp.json").write_text("{")
+    rd.file(".model-mine").mkdir()  # not save_model's name
+    rd.file(".thesis.txt.k2j4h5g6.tmp.txt").write_text("x")
+    assert rd.prepare(resume=True, overwrite=False, same_settings=same) == "resume"
+    names = sorted(p.name for p in rd.path.iterdir())
+    assert ".model-ab12_x9z" not in names and ".results.json.k2j4h5g6.tmp.json" not in names
+    assert ".model-mine" in names and ".thesis.txt.k2j4h5g6.tmp.txt" in names
+
+
+def test_a_folder_holding_only_a_cut_config_write_is_a_new_run(tmp_path):
+    """A run killed while writing its first config.json leaves only the writer's temporary
+    file: the next run starts there (the folder is not refused as foreign forever)."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / ".config.json.a1b2c3d4.tmp.json").write_text('{"sett')
+    rd = RunDirectory(path)
+    rd.check_not_foreign()
+    assert rd.prepare(resume=False, overwrite=False, same_settings=same) == "new"
+    assert list(path.iterdir()) == []
+
+
+def test_a_damaged_first_log_line_is_not_a_run_that_logged_nothing(tmp_path):
+    """A run of other settings whose metrics.jsonl has a damaged first line but whole records
+    after it logged work: it is refused, not cleared as a run that did nothing."""
+    rd = make(tmp_path, metrics=2)
+    text = rd.file("metrics.jsonl").read_text()
+    rd.file("metrics.jsonl").write_text("garbage\n" + text.split("\n", 1)[1])
+    with pytest.raises(ValueError, match="other settings"):
+        rd.prepare(resume=False, overwrite=False, same_settings=other)
+    assert rd.file("metrics.jsonl").is_file()
+
+
+# --------------------------------------------------------------------- damaged records on resume
+
+def test_a_damaged_line_before_whole_records_refuses_the_resume(tmp_path):
+    rd = make(tmp_path, metrics=3, checkpoints={2: True})
+    lines = rd.file("metrics.jsonl").read_text().splitlines(keepends=True)
+    rd.file("metrics.jsonl").write_text('{"step": 1, "lo\n' + "".join(lines[1:]))
+    before = rd.file("metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError) as err:
+        rd.check_records({"metrics.jsonl": 2}, "checkpoint-2")
+    msg = str(err.value)
+    assert f"{rd.file('metrics.jsonl')} line 1 of 3 is not a whole JSON record and 2 line(s) " \
+        "follow it" in msg and "\n" not in msg
+    assert rd.file("metrics.jsonl").read_bytes() == before
+
+
+def test_a_last_line_cut_by_the_stop_is_dropped_with_a_line(tmp_path):
+    rd = make(tmp_path, metrics=3, checkpoints={2: True})
+    cut(rd)
+    notes = rd.check_records({"metrics.jsonl": 2}, "checkpoint-2")
+    assert notes == ["metrics.jsonl: line 4 of 4 was cut short when the run stopped: dropped"]
+
+
+def test_records_the_checkpoint_counted_but_the_file_lost_refuse_the_resume(tmp_path):
+    rd = make(tmp_path, metrics=2, checkpoints={2: True})
+    with pytest.raises(ValueError, match=r"holds 2 whole records, but checkpoint-2 was written "
+                                         r"after 5 .records before it are lost"):
+        rd.check_records({"metrics.jsonl": 5}, "checkpoint-2")
+    assert rd.check_records({"metrics.jsonl": 2}, "checkpoint-2") == []

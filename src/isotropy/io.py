@@ -23,6 +23,7 @@ from typing import Any
 __all__ = [
     "archived",
     "atomic_path",
+    "earlier_outputs_problem",
     "read_text_utf8",
     "to_jsonable",
     "write_csv_atomic",
@@ -227,3 +228,36 @@ def output_dir_problem(path: Path, names: Sequence[str] = ()) -> str | None:
     except OSError as err:
         return f"{existing} is not writable ({err.strerror or err})"
     return None
+
+
+# the record (JSON) each command's output folder holds, and keys it always has
+_RECORD_KEYS = {"measure.json": ("config", "rows"), "analyze.json": ("config", "rows"),
+                "stability.json": ("experiment", "config"),
+                "comparison.json": ("rows", "settings")}
+
+
+def earlier_outputs_problem(path: Path, names: Sequence[str]) -> str | None:
+    """Why the files ``names`` (a command's outputs, one of them its JSON record) must not be
+    replaced in the folder ``path``, or ``None``: when one of them exists but the record there
+    is not one such a command writes (a JSON object with its keys), someone else's file would
+    be replaced. An earlier output of the same command is replaced as before.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "measure.csv").write_text("my,data")
+    >>> earlier_outputs_problem(d, ["measure.json", "measure.csv"]).split(": ")[0]
+    'it holds measure.csv but no measure.json of an earlier run of the command'
+    """
+    record = next((n for n in names if n in _RECORD_KEYS), None)
+    present = [n for n in names if (Path(path) / n).exists()]
+    if record is None or not present:
+        return None
+    try:
+        data = json.loads(read_text_utf8(Path(path) / record))
+        ours = isinstance(data, dict) and all(k in data for k in _RECORD_KEYS[record])
+    except (OSError, ValueError):
+        ours = False
+    if ours:
+        return None
+    return (f"it holds {present[0]} but no {record} of an earlier run of the command: choose "
+            "another folder (nothing in it is replaced)")

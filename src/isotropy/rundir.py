@@ -18,6 +18,13 @@ A run directory has one writer: a second ``isotropy train`` (or sweep worker) on
 use is refused with one line naming the process that holds it. The lock is released when its
 holder ends, however it ends, so a killed run's folder is taken over by the next command.
 
+A folder is taken for a run only by its own record: a ``config.json`` that is a JSON object
+with the ``settings`` sections ``isotropy`` and ``training`` (and, where present, an integer
+``measurement_format``), as :meth:`RunDirectory.write_config` writes it. Any other folder that
+is not empty (a model folder, a finished run's ``model/``, someone's files) is refused with one
+line and never changed; and in a run's folder, clearing it deletes only the entries a run
+writes (:func:`written_by_a_run`), leaving any other file where it is.
+
 A finished run is not re-run unless ``overwrite``; an unfinished one is continued with
 ``resume`` (from its last complete checkpoint) or started again with ``overwrite``; an
 unfinished one without any complete checkpoint has nothing to continue and is started again.
@@ -34,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -53,9 +61,12 @@ from isotropy.locking import exclusive_lock
 __all__ = [
     "MEASUREMENT_FORMAT",
     "RunDirectory",
+    "checkpoint_files",
+    "checkpoint_problem",
     "git_commit",
     "library_versions",
     "read_jsonl_whole",
+    "written_by_a_run",
 ]
 
 MEASUREMENT_FORMAT = 2
@@ -74,6 +85,58 @@ LOCK = ".isotropy-run.lock"
 def _is_bookkeeping(name: str) -> bool:
     """The lock file and the writability probe: never part of a run."""
     return name.startswith(LOCK) or name.startswith(".isotropy-write-test-")
+
+
+# what a stop (SIGKILL) can leave behind of a write in progress: save_model's temporary
+# folder (tempfile.mkdtemp(prefix=".model-")) and the atomic writers' temporary files of the
+# run's own files (``.<name>.<random>.tmp<suffix>``, :func:`isotropy.io.atomic_path`)
+_LEFTOVER = re.compile(
+    r"\.model-[a-z0-9_]{8}"
+    r"|\.(config\.json|results\.json|metrics\.jsonl|measurements\.jsonl"
+    r"|eval_predictions\.csv)\.[a-z0-9_]{8}\.tmp\.(json|jsonl|csv)")
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]+")
+_RUN_FILES = frozenset({CONFIG, RESULTS, METRICS, MEASUREMENTS, PREDICTIONS, MODEL,
+                        "tensorboard"})
+
+
+def _is_leftover(name: str) -> bool:
+    """A temporary file or folder of a write that a stop cut short (ours by its name)."""
+    return _LEFTOVER.fullmatch(name) is not None
+
+
+def written_by_a_run(name: str) -> bool:
+    """Whether an entry of a run directory named ``name`` is one a run writes: its files,
+    ``model/``, ``checkpoint-N/``, the TensorBoard folder, and the temporary files of its
+    writes.
+
+    >>> [written_by_a_run(n) for n in ("metrics.jsonl", "checkpoint-12", "thesis.txt")]
+    [True, True, False]
+    """
+    return name in _RUN_FILES or _CHECKPOINT.fullmatch(name) is not None or _is_leftover(name)
+
+
+def run_record_problem(config: Any) -> str | None:
+    """Why ``config`` (the parsed ``config.json`` of a folder) is not the record of a run of
+    ours, or ``None`` when it is: a JSON object whose ``settings`` holds the ``isotropy`` and
+    ``training`` sections, and whose ``measurement_format``, when present, is an integer.
+
+    >>> run_record_problem({"settings": {"isotropy": {}, "training": {}},
+    ...                     "measurement_format": 2}) is None
+    True
+    >>> run_record_problem({"model_type": "bert", "architectures": ["BertModel"]})
+    'it has no settings of an isotropy run (keys: architectures, model_type)'
+    """
+    if not isinstance(config, dict):
+        return f"it holds a JSON {type(config).__name__}, not the object a run writes"
+    settings = config.get("settings")
+    if not isinstance(settings, dict) or not all(
+            isinstance(settings.get(k), dict) for k in ("isotropy", "training")):
+        keys = ", ".join(sorted(map(str, config))[:6]) or "none"
+        return f"it has no settings of an isotropy run (keys: {keys})"
+    fmt = config.get("measurement_format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, int):
+        return f"its measurement_format is {fmt!r}, not a format number"
+    return None
 
 
 def library_versions() -> dict[str, str]:
@@ -103,6 +166,51 @@ def git_commit() -> str | None:
 
 
 
+# the files every resume reads, for a checkpoint written before its list of files was kept
+_RESUME_READS = (TRAINER_STATE, "optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_files(folder: Path) -> dict[str, int]:
+    """Every file of a checkpoint folder (path relative to it) with its size in bytes, but
+    ``isotropy_state.pt`` itself: kept in ``isotropy_state.pt`` (``files``) when the checkpoint
+    is written, so that a resume can tell a whole checkpoint from a damaged one."""
+    return {p.relative_to(folder).as_posix(): p.stat().st_size
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.startswith((CHECKPOINT_STATE, f".{CHECKPOINT_STATE}"))}
+
+
+def checkpoint_problem(folder: Path, files: Mapping[str, int] | None) -> str | None:
+    """What is missing or changed in a complete checkpoint folder, or ``None`` when it holds
+    every file it was written with (``files``, :func:`checkpoint_files`); for a checkpoint
+    written before that list was kept (``None``), the files every resume reads (the Trainer's
+    state, optimizer, schedule and random state). A resume from a checkpoint missing one of
+    them would silently restart the schedule or draw other random numbers.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "optimizer.pt").write_bytes(b"12345")
+    >>> checkpoint_problem(d, {"optimizer.pt": 5, "scheduler.pt": 3})
+    'scheduler.pt is missing'
+    >>> checkpoint_problem(d, {"optimizer.pt": 9})
+    'optimizer.pt holds 5 bytes, 9 when the checkpoint was written (cut short or changed)'
+    """
+    if files is None:
+        missing = [n for n in _RESUME_READS if not (folder / n).is_file()]
+        if not any(folder.glob("rng_state*.pth")):
+            missing.append("rng_state.pth")
+        return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing" \
+            if missing else None
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        now = path.stat().st_size
+        if now != size:
+            return (f"{name} holds {now} bytes, {size} when the checkpoint was written (cut "
+                    "short or changed)")
+    return None
+
+
 def _whole_records(text: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """``(line index, line, record)`` of a JSONL text's lines up to the first that is not a whole
     JSON object (blank lines skipped): the one rule by which run files are read."""
@@ -116,6 +224,16 @@ def _whole_records(text: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
         if not isinstance(rec, dict):
             return
         yield i, line, rec
+
+
+def _is_whole_line(line: str) -> bool:
+    """A newline-terminated line holding one JSON object (a record written to the end)."""
+    if not line.endswith("\n"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def read_jsonl_whole(path: Path) -> tuple[list[dict[str, Any]], str | None]:
@@ -176,8 +294,9 @@ class RunDirectory:
 
     @staticmethod
     def is_complete(checkpoint: Path) -> bool:
-        """Whether a checkpoint folder was written to the end (its last file is there)."""
-        return (checkpoint / TRAINER_STATE).is_file() and (checkpoint / CHECKPOINT_STATE).is_file()
+        """Whether a checkpoint folder was written to the end (its last file is there); a
+        complete one may since have been damaged (:func:`checkpoint_problem`)."""
+        return (checkpoint / CHECKPOINT_STATE).is_file()
 
     def complete_checkpoints(self) -> list[Path]:
         """The complete checkpoint folders, ordered by step."""
@@ -220,13 +339,53 @@ class RunDirectory:
             yield
 
     def _check_holds_a_run(self) -> None:
-        """``ValueError`` when the folder holds files but no run (``config.json`` missing)."""
-        entries = [p for p in self.path.iterdir() if not _is_bookkeeping(p.name)]
-        if entries and not self.file(CONFIG).is_file():
+        """``ValueError`` (one line) when the folder holds files but no run of ours: no
+        ``config.json``, or one that is not a run's record (:func:`run_record_problem`)."""
+        entries = [p for p in self.path.iterdir()
+                   if not _is_bookkeeping(p.name) and not _is_leftover(p.name)]
+        if not entries:
+            return
+        config = self.file(CONFIG)
+        if not config.is_file():
             raise ValueError(
                 f"output directory {self.path} is not empty and holds no run "
                 f"({CONFIG} missing): choose another --output_dir"
             )
+        try:
+            problem = run_record_problem(json.loads(read_text_utf8(config)))
+        except (OSError, ValueError) as err:
+            problem = f"it is not readable JSON ({str(err).splitlines()[0]})"
+        if problem is not None:
+            raise ValueError(
+                f"output directory {self.path} holds no run of isotropy: its {CONFIG} is not "
+                f"a run's record ({problem}); nothing in it is changed: choose another "
+                "--output_dir"
+            )
+
+    def check_not_foreign(self) -> None:
+        """``ValueError`` (one line) when the folder exists, is not empty and holds no run of
+        ours; changes nothing (checked before any work; a missing folder passes)."""
+        if self.path.is_dir():
+            self._check_holds_a_run()
+
+    def _drop_leftovers(self) -> None:
+        """Delete what a stop left of a write in progress (``.model-*`` folders, the atomic
+        writers' temporary files of the run's files): only ever in a run's own folder."""
+        for p in self.path.iterdir():
+            if _is_leftover(p.name):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+
+    def _logged_anything(self) -> bool:
+        """Whether ``metrics.jsonl`` holds a whole line (newline-terminated, parseable or
+        not): a run that logged something, unlike one cut while writing its first line."""
+        path = self.file(METRICS)
+        if not path.is_file():
+            return False
+        with path.open("rb") as f:
+            return any(line.strip() and line.endswith(b"\n") for line in f)
 
     def prepare(self, *, resume: bool, overwrite: bool,
                 same_settings: Callable[[Mapping[str, Any]], str | None]) -> str:
@@ -240,10 +399,11 @@ class RunDirectory:
         to continue a run with other settings) or ``None``.
         """
         self.check_writable()
+        self._check_holds_a_run()
+        self._drop_leftovers()  # a run's own folder (or one holding nothing but those)
         entries = [p for p in self.path.iterdir() if not _is_bookkeeping(p.name)]
         if not entries:
             return "new"
-        self._check_holds_a_run()
         if overwrite:
             self.clear()
             return "new"
@@ -255,7 +415,7 @@ class RunDirectory:
                     "another --output_dir (the finished run is kept)"
                 )
             return "finished"
-        if self.last_checkpoint() is None and (not diff or not self._whole_lines(METRICS)):
+        if self.last_checkpoint() is None and (not diff or not self._logged_anything()):
             # nothing to continue, and either the same run or one that logged nothing
             self.clear()
             return "restart"
@@ -274,9 +434,10 @@ class RunDirectory:
         return "resume"
 
     def clear(self) -> None:
-        """Delete the run's contents (only called on a folder holding a run), not its lock."""
+        """Delete the run's contents (only called on a folder holding a run): the entries a
+        run writes (:func:`written_by_a_run`); not its lock, and never another file."""
         for p in self.path.iterdir():
-            if _is_bookkeeping(p.name):
+            if _is_bookkeeping(p.name) or not written_by_a_run(p.name):
                 continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
@@ -331,6 +492,40 @@ class RunDirectory:
         """The number of whole (newline-terminated, parseable) records of ``name``."""
         return len(self._terminated_lines(name))
 
+    def check_records(self, counts: Mapping[str, int] | None, checkpoint: str) -> list[str]:
+        """Check that ``metrics.jsonl`` and ``measurements.jsonl`` can be cut back to a
+        checkpoint that counted ``counts`` records (``None``: a checkpoint written before
+        they were counted); returns a line for each last line cut short by the stop (dropped
+        on resume). ``ValueError`` (one line, naming the file and line) when a line that is
+        not a whole record has whole records after it (damage, not a stop: resuming would
+        drop them too), or when the file holds fewer whole records than the checkpoint
+        counted (records before it are lost)."""
+        notes = []
+        for name in (METRICS, MEASUREMENTS):
+            path = self.file(name)
+            if not path.is_file():
+                continue
+            lines = read_text_utf8(path).splitlines(keepends=True)
+            whole = len(self._terminated_lines(name))
+            bad = next((i for i, line in enumerate(lines)
+                        if line.strip() and not _is_whole_line(line)), None)
+            if bad is not None:
+                after = sum(1 for line in lines[bad + 1:] if line.strip())
+                if after:
+                    raise ValueError(
+                        f"cannot resume {self.path}: {path} line {bad + 1} of {len(lines)} is "
+                        f"not a whole JSON record and {after} line(s) follow it (damage, not a "
+                        "stop: resuming would drop them): repair or remove that line, or pass "
+                        "--overwrite to start again")
+                notes.append(f"{name}: line {bad + 1} of {len(lines)} was cut short when the "
+                             "run stopped: dropped")
+            if counts is not None and counts.get(name, 0) > whole:
+                raise ValueError(
+                    f"cannot resume {self.path}: {path} holds {whole} whole records, but "
+                    f"{checkpoint} was written after {counts[name]} (records before it are "
+                    "lost): pass --overwrite to start again")
+        return notes
+
     def record_counts(self) -> dict[str, int]:
         """How many records ``metrics.jsonl`` and ``measurements.jsonl`` hold (kept with a
         checkpoint, so that resuming it keeps exactly the records written before it)."""
@@ -376,12 +571,15 @@ class RunDirectory:
         """``save_pretrained`` of model and tokenizer into ``model/``, moved into place whole."""
         from transformers.utils import logging as hf_logging
 
+        from isotropy.runtime import fault_point
+
         target = self.file(MODEL)
         tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=self.path))
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # transformers 5's "Writing model shards" bar
         try:
             model.save_pretrained(tmp)
+            fault_point("model_saving")  # a kill here leaves .model-XXXXXXXX (next run: deleted)
             tokenizer.save_pretrained(tmp)
             if target.exists():
                 shutil.rmtree(target)

@@ -7,11 +7,13 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
 __all__ = ["FAULT_ENV", "RngState", "autocast_off", "cpu_has_native_bf16", "fault_point",
-           "flush_denormals", "flushing_denormals", "get_rng_state", "set_rng_state"]
+           "flush_denormals", "flushing_denormals", "get_rng_state", "set_rng_state",
+           "stop_on_signals", "stop_point", "stop_requested"]
 
 FAULT_ENV = "ISOTROPY_FAULT"
 _fault_hits: dict[str, int] = {}
@@ -20,11 +22,14 @@ _fault_hits: dict[str, int] = {}
 def fault_point(name: str) -> None:
     """Stop the process here when the environment variable ``ISOTROPY_FAULT`` names this point.
 
-    ``ISOTROPY_FAULT=<name>[@<n>][:<kill|int|stop>]``: at the ``n``-th time (default 1) the
+    ``ISOTROPY_FAULT=<name>[@<n>][:<how>]``: at the ``n``-th time (default 1) the
     point ``name`` is reached, send this process ``SIGKILL`` (``kill``, the default: no cleanup
     at all, as a killed process), raise ``KeyboardInterrupt`` right here (``int``: what Ctrl-C
     does when Python gets the signal at this point; raised, not signalled, so that it lands
-    exactly here), or ``SIGSTOP`` (``stop``: paused mid-run until ``SIGCONT``). Used by the
+    exactly here), send ``SIGSTOP`` (``stop``: paused mid-run until ``SIGCONT``), ``SIGINT``
+    or ``SIGTERM`` (``sigint``, ``sigterm``: the signal, handled wherever it lands), or
+    ``SIGINT`` from inside a finalizer (``sigint-in-finalizer``: a Ctrl-C that Python would
+    drop). Used by the
     crash tests to stop a real run at a named place; without the
     variable it does nothing.
 
@@ -42,7 +47,82 @@ def fault_point(name: str) -> None:
         return
     if how == "int":
         raise KeyboardInterrupt(f"{FAULT_ENV}={spec}")
+    if how in ("sigint", "sigterm"):  # the signal itself, handled wherever it lands
+        os.kill(os.getpid(), signal.SIGINT if how == "sigint" else signal.SIGTERM)
+        return
+    if how == "sigint-in-finalizer":  # Ctrl-C landing while a finalizer (__del__) runs
+        _Finalized()
+        return
     os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
+
+
+class _Finalized:
+    """An object whose finalizer receives SIGINT: the handler's ``KeyboardInterrupt`` is
+    raised inside ``__del__``, where Python prints and drops it ("Exception ignored in")."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(3):  # the handler runs at the next bytecode boundary, in this frame
+            pass
+
+
+_stops: list[int] = []  # the signals received by the handler of stop_on_signals
+
+
+def _request_stop(signum: int, frame: object) -> None:
+    """Record the stop, then raise ``KeyboardInterrupt`` where the program is."""
+    _stops.append(signum)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+                    ) -> Iterator[None]:
+    """Inside the block, SIGINT (Ctrl-C, also where the process was started with SIGINT
+    ignored, as a background job is) and SIGTERM (``kill``) stop the program as Ctrl-C does,
+    with ``KeyboardInterrupt``; each is recorded, so that :func:`stop_point` raises it again
+    where Python dropped it (raised inside a finalizer, ``__del__``, it is only printed, as
+    "Exception ignored in ..."). Main thread only; the previous handlers are back, and the
+    record empty, on exit."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import sys
+
+    hook = sys.unraisablehook
+
+    def quiet_dropped_stop(unraisable: Any) -> None:
+        """A recorded stop dropped inside a finalizer is not printed: it stops the run at
+        the next :func:`stop_point` (any other unraisable error is shown as before)."""
+        if not (_stops and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            hook(unraisable)
+
+    previous = {sig: signal.signal(sig, _request_stop) for sig in signals}
+    sys.unraisablehook = quiet_dropped_stop
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _stops.clear()
+
+
+def stop_requested() -> int | None:
+    """The last signal received inside :func:`stop_on_signals`, or ``None``."""
+    return _stops[-1] if _stops else None
+
+
+def stop_point() -> None:
+    """Raise ``KeyboardInterrupt`` if a stop was requested (:func:`stop_on_signals`): called
+    at the points where stopping is safe, so that a dropped interrupt still stops the run.
+
+    >>> stop_point()  # no stop requested: nothing happens
+    """
+    if _stops:
+        raise KeyboardInterrupt(signal.Signals(_stops[-1]).name)
 
 RngState = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

@@ -350,6 +350,25 @@ def test_output_dir_that_is_a_file_fails_first(cmd: str, tiny_dir: Path, texts_f
     assert no_compute == []
 
 
+@pytest.mark.parametrize("cmd", ["stability", "measure", "demo"])
+def test_files_an_earlier_run_did_not_write_are_never_replaced(
+        cmd: str, tiny_dir: Path, texts_file: Path, glue_dir: Path, tmp_path: Path,
+        no_compute: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An output folder holding a file of an output's name (someone's measure.csv) without the
+    command's own JSON record beside it: one line before any work, the file kept (it was
+    replaced)."""
+    argv = _command(cmd, tiny_dir, texts_file, glue_dir)
+    out = tmp_path / "out"
+    name = {"stability": "stability.csv", "measure": "measure.csv",
+            "demo": "measure/measure.json"}[cmd]
+    (out / name).parent.mkdir(parents=True)
+    (out / name).write_text("my data\n")
+    err = _usage_error([*argv, "--output-dir", str(out)], capsys)
+    assert "no " in err and "of an earlier run of the command" in err
+    assert (out / name).read_text() == "my data\n"
+    assert no_compute == []
+
+
 def _unwritable_dir(tmp_path: Path) -> Path:
     """A directory this process cannot create files in, or skip."""
     import os

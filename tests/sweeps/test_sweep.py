@@ -622,6 +622,35 @@ def test_a_finished_run_with_other_settings_is_never_counted_or_overwritten(
     assert (point.run_dir / "results.json").read_text() == "{}"
 
 
+@pytest.mark.parametrize("case", ["point folder", "sweep.json", "results.csv"])
+def test_a_root_or_point_folder_a_sweep_did_not_write_is_refused_and_kept(
+        tiny_model, glue, tmp_path, capsys, case):
+    """A point's folder holding someone's files with a results.json (it was counted done), a
+    sweep.json that is not a sweep's (a traceback, then replaced) or a results.csv without a
+    sweep.json (replaced at the end): one line before any run, and every file is kept."""
+    root = tmp_path / "out"
+    (point,) = expand(_spec(tiny_model, glue, root))
+    if case == "point folder":
+        point.run_dir.mkdir(parents=True)
+        (point.run_dir / "config.json").write_text('{"model_type": "bert"}')
+        (point.run_dir / "results.json").write_text('{"mine": 1}')
+        message = "holds no run of isotropy"
+    elif case == "sweep.json":
+        root.mkdir()
+        (root / "sweep.json").write_text("[1, 2]")
+        message = "is not a sweep's status file"
+    else:
+        root.mkdir()
+        (root / "results.csv").write_text("a,b\n1,2\n")
+        message = "holds results.csv but no sweep.json"
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(_spec(tiny_model, glue, root).to_dict()))
+    assert message in _usage_error([spec_file], capsys)
+    assert message in _usage_error([spec_file, "--dry-run"], capsys)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
 def test_an_interrupted_sweep_stops_its_workers_and_records_the_point(tiny_model, glue,
                                                                        tmp_path):
     import signal

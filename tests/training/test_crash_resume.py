@@ -64,14 +64,20 @@ def train_argv(root: Path, model: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def run_cli(argv: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background job
+
+
+def run_cli(argv: list[str], fault: str | None = None,
+            sigint_ignored: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ISOTROPY_FAULT", None)
     if fault:
         env["ISOTROPY_FAULT"] = fault
     return subprocess.run([sys.executable, "-m", "isotropy.cli.main", *argv], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=_ignore_sigint if sigint_ignored else None)
 
 
 def _clean(rec):
@@ -133,6 +139,10 @@ CASES = {
     "checkpoint_partial@2:int": "checkpoint-4 is incomplete",
     # every file but results.json is written: resume from the last checkpoint (step 8)
     "results_writing": "",
+    # SIGTERM (kill) mid-epoch: stopped as Ctrl-C stops it
+    "training_logged@3:sigterm": "",
+    # SIGKILL inside the final save: its temporary .model-* folder is deleted by the resume
+    "model_saving": "",
 }
 
 
@@ -142,14 +152,20 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(setup, reference, fau
     out = root / f"run-{fault.replace(':', '-').replace('@', '-')}"
     argv = train_argv(root, model, out)
     killed = run_cli(argv, fault=fault)
-    sig = signal.SIGINT if fault.endswith(":int") else signal.SIGKILL
+    sig = {"int": signal.SIGINT, "sigterm": signal.SIGTERM}.get(fault.partition(":")[2],
+                                                                 signal.SIGKILL)
     assert killed.returncode in (-sig, 128 + sig), (killed.returncode, killed.stderr[-2000:])
-    if sig == signal.SIGINT:  # Ctrl-C: one line saying how to continue, no traceback
+    if sig != signal.SIGKILL:  # Ctrl-C, SIGTERM: one line saying how to continue, no traceback
+        assert killed.returncode == 128 + sig
         assert "Traceback" not in killed.stderr
-        assert f"isotropy train: interrupted; --resume continues {out} from checkpoint-2" \
-            in killed.stderr.splitlines()
+        how = " (SIGTERM)" if sig == signal.SIGTERM else ""
+        assert f"isotropy train: interrupted{how}; --resume continues {out} from " \
+            "checkpoint-2" in killed.stderr.splitlines()
     assert not (out / "results.json").exists()
+    if fault == "model_saving":
+        assert [p.name for p in out.glob(".model-*")]  # what the kill left
     resumed = run_cli([*argv, "--resume"])
+    assert not list(out.glob(".model-*"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     if CASES[fault]:
         assert CASES[fault] in resumed.stdout
@@ -244,6 +260,35 @@ def test_a_sweep_rerun_resumes_a_point_cut_inside_a_checkpoint(setup, tmp_path):
         (points[name],) = [p for p in (tmp_path / name).iterdir()
                            if (p / "results.json").exists()]
     assert_same_run(points["killed"], run_files(points["uninterrupted"]))
+
+
+def test_sigint_stops_a_run_started_with_sigint_ignored(setup, tmp_path):
+    """A background job inherits "ignore SIGINT" from its shell: the run still stops on
+    SIGINT, with the one line of Ctrl-C (it ignored the signal and trained to the end)."""
+    root, model = setup
+    out = tmp_path / "background"
+    res = run_cli(train_argv(root, model, out), fault="training_logged@3:sigint",
+                  sigint_ignored=True)
+    assert res.returncode == 130, (res.returncode, res.stderr[-2000:])
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"isotropy train: interrupted; --resume continues {out} from checkpoint-2")
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigint-in-finalizer"])
+def test_ctrl_c_at_start_up_stops_the_run(setup, tmp_path, how):
+    """SIGINT once the tokenizer is loaded, delivered plainly or while a finalizer runs
+    (``__del__``, where Python prints "Exception ignored in ..." and drops the
+    KeyboardInterrupt: the run then trained to the end and exited 0): the run stops before
+    any training, with one line."""
+    root, model = setup
+    out = tmp_path / "start-up"
+    res = run_cli(train_argv(root, model, out), fault=f"tokenizer_loaded:{how}")
+    assert res.returncode == 130, (res.returncode, res.stderr[-2000:])
+    assert f"isotropy train: interrupted; no checkpoint was written, so the same command " \
+        f"starts {out} again" in res.stderr.splitlines()
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
+    assert not (out / "metrics.jsonl").exists() and not (out / "results.json").exists()
 
 
 def _wait_stopped(pid: int, timeout: float = 240.0) -> None:

@@ -96,9 +96,12 @@ def check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> No
 
 
 def check_output_dir(parser: argparse.ArgumentParser, path: Path, names: Sequence[str]) -> None:
-    from isotropy.io import output_dir_problem
+    """A usage error when the files ``names`` cannot be written into ``path``, or would replace
+    files that an earlier run of the command did not write
+    (:func:`isotropy.io.earlier_outputs_problem`)."""
+    from isotropy.io import earlier_outputs_problem, output_dir_problem
 
-    problem = output_dir_problem(path, names)
+    problem = output_dir_problem(path, names) or earlier_outputs_problem(path, names)
     if problem is not None:
         parser.error(f"--output-dir {path}: {problem}")
 

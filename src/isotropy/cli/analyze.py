@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from isotropy.io import output_dir_problem
+    from isotropy.io import earlier_outputs_problem, output_dir_problem
     from isotropy.probing import analyze as a
     from isotropy.probing.inputs import resolve_device
 
@@ -132,7 +132,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error(f"--device: {err}")
     if args.data_dir is not None and not args.data_dir.is_dir():
         parser.error(f"--data-dir: directory {args.data_dir} does not exist")
-    problem = output_dir_problem(args.output_dir, a.FILES)
+    problem = output_dir_problem(args.output_dir, a.FILES) or earlier_outputs_problem(
+        args.output_dir, a.FILES)
     if problem is not None:
         parser.error(f"--output-dir {args.output_dir}: {problem}")
     try:

@@ -93,16 +93,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     status 2 and one line ``isotropy: error: ...`` on stderr. A failure while computing (rare
     once the checks pass) prints the same one line and returns 1.
     """
+    from isotropy.runtime import stop_on_signals
+
+    with stop_on_signals():  # SIGTERM, and SIGINT even where it was ignored, stop as Ctrl-C
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
+    """:func:`main` once SIGINT and SIGTERM stop the command as Ctrl-C does."""
+    from isotropy.runtime import stop_requested
+
     try:
         try:
             with one_line_warnings():
-                code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+                code = _dispatch(argv)
         finally:
             sys.stdout.flush()  # here, so that a closed pipe is caught below (also on --help)
         return code
     except KeyboardInterrupt:  # before a command's own handler is in place (imports)
         print("isotropy: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (stop_requested() or 2)
     except BrokenPipeError:
         # the reader of the output went away (`isotropy sweep --dry-run | head`): stop quietly,
         # with stdout pointed at /dev/null so that the interpreter's last flush cannot fail
@@ -129,16 +139,19 @@ def _dispatch(argv: list[str]) -> int:
         from isotropy.cli.analyze import main as analyze_main
 
         return analyze_main(argv[1:])
+    from isotropy.runtime import stop_point, stop_requested
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        stop_point()  # a Ctrl-C dropped while the modules were imported
         return int(args.func(args, args.subparser))
     except (OSError, ValueError, RuntimeError) as err:
         print(f"isotropy: error: {one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"isotropy {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (stop_requested() or 2)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from isotropy.sweeps.driver import make_engine, plan, run_sweep
     from isotropy.sweeps.lock import sweep_in_progress
     from isotropy.sweeps.points import check_finished_runs, check_inputs, expand
-    from isotropy.sweeps.state import SweepStatus
+    from isotropy.sweeps.state import SweepStatus, check_sweep_root
 
     try:
         spec = _load(args)
@@ -215,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = output_dir_problem(root)
         if problem is not None:
             raise ValueError(f"output root {root}: {problem}")
+        check_sweep_root(root)
         check_inputs(points)
         check_finished_runs(points)
         if args.dry_run:

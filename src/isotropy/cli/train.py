@@ -108,16 +108,33 @@ def _write_failure(err: BaseException, run_dir: str | None) -> str | None:
 
 
 def _run(parse: Any) -> int:
-    from isotropy.training.run import run_training
+    """Train; SIGINT and SIGTERM, from the first line on, stop the run as Ctrl-C does
+    (:func:`isotropy.runtime.stop_on_signals`): one line saying how to continue, status 130
+    (SIGINT) or 143 (SIGTERM)."""
+    from isotropy.runtime import stop_on_signals
+
+    with stop_on_signals():
+        return _run_stoppable(parse)
+
+
+def _run_stoppable(parse: Any) -> int:
+    import signal
+
+    from isotropy.runtime import stop_point, stop_requested
 
     run_dir = None
     try:
+        stop_point()  # a Ctrl-C dropped while the modules were imported
+        from isotropy.training.run import run_training
+
         iso_args, train_args = parse()
         run_dir = train_args.output_dir
         result = run_training(iso_args, train_args)
     except KeyboardInterrupt:
-        print(f"isotropy train: interrupted{_resume_hint(run_dir)}", file=sys.stderr)
-        return 130
+        signum = stop_requested() or signal.SIGINT
+        how = "" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"
+        print(f"isotropy train: interrupted{how}{_resume_hint(run_dir)}", file=sys.stderr)
+        return 128 + signum
     except (ValueError, FileNotFoundError, TypeError) as err:
         print(f"isotropy train: error: {err}", file=sys.stderr)
         return 2

@@ -299,8 +299,14 @@ def finished_difference(point: SweepPoint) -> str | None:
 
 def check_finished_runs(points: Sequence[SweepPoint]) -> None:
     """``ValueError`` if a finished run in a point's directory has other settings than the
-    point: the sweep would otherwise count it as done (it is never overwritten)."""
+    point: the sweep would otherwise count it as done (it is never overwritten); also if a
+    point's directory holds files but no run of ours (:meth:`RunDirectory.check_not_foreign`),
+    which the sweep would otherwise count as done, or refuse at that point."""
     for p in points:
+        try:
+            RunDirectory(p.run_dir).check_not_foreign()
+        except ValueError as err:
+            raise ValueError(f"{p.describe()}: {err}") from None
         diff = finished_difference(p)
         if diff is not None:
             raise ValueError(

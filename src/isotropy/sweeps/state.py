@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from isotropy._validation import one_line
 from isotropy.io import write_json_atomic
 from isotropy.rundir import RunDirectory
 from isotropy.sweeps.points import SweepPoint
@@ -21,6 +22,7 @@ __all__ = [
     "STATES",
     "SWEEP_FILE",
     "SweepStatus",
+    "check_sweep_root",
 ]
 
 STATES = ("pending", "running", "done", "failed", "interrupted")
@@ -32,6 +34,26 @@ SWEEP_FILE = "sweep.json"
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def check_sweep_root(root: Path) -> None:
+    """``ValueError`` (one line) when the output root holds a ``sweep.json`` that a sweep did
+    not write (not a JSON object with ``spec`` and ``points``), or a ``results.csv`` without
+    a ``sweep.json``: the sweep would replace them. Changes nothing."""
+    status, results = root / SWEEP_FILE, root / "results.csv"
+    if status.is_file():
+        try:
+            data = json.loads(status.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{status} is not valid JSON ({one_line(err)}); move it away to "
+                             "start the status afresh (run directories are kept)") from None
+        if not (isinstance(data, dict) and isinstance(data.get("points"), list)
+                and isinstance(data.get("spec"), dict)):
+            raise ValueError(f"{status} is not a sweep's status file (no spec and points): "
+                             "choose another output_root (nothing in it is changed)")
+    elif results.exists():
+        raise ValueError(f"{root} holds {results.name} but no {SWEEP_FILE}, so no sweep wrote "
+                         "it: choose another output_root (nothing in it is changed)")
 
 
 class SweepStatus:

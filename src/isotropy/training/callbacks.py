@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
+from isotropy._validation import one_line
 from isotropy.losses import IStarLoss, PersistentEntropyLoss
 from isotropy.models.shrinkage import (
     ShrinkageRefreshCallback,
@@ -22,13 +23,16 @@ from isotropy.progress import stage
 from isotropy.rundir import (
     CHECKPOINT_STATE,
     RunDirectory,
+    checkpoint_problem,
 )
 from isotropy.runtime import fault_point
 
 __all__ = [
     "IsotropyStateCallback",
     "MetricsFileCallback",
+    "check_checkpoint",
     "read_checkpoint_state",
+    "resume_advice",
 ]
 
 
@@ -111,11 +115,41 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
 
 
 def read_checkpoint_state(checkpoint: str | Path) -> dict[str, Any] | None:
-    """The ``isotropy_state.pt`` of a checkpoint folder (``None`` if absent)."""
+    """The ``isotropy_state.pt`` of a checkpoint folder (``None`` if absent); ``ValueError``
+    (one line naming the file and what to do) when it is not a whole torch file."""
     path = Path(checkpoint) / CHECKPOINT_STATE
     if not path.is_file():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # cut short or overwritten: zip, pickle or EOF errors
+        raise ValueError(f"{path} is damaged ({type(err).__name__}: {one_line(err, 160)}); "
+                         f"{resume_advice(Path(checkpoint))}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is damaged (it holds a {type(state).__name__}, not the "
+                         f"checkpoint's state); {resume_advice(Path(checkpoint))}")
+    return state
+
+
+def resume_advice(checkpoint: Path) -> str:
+    """What to do about a damaged checkpoint (the words used for damaged weights too)."""
+    return (f"cannot resume from {checkpoint.name}: delete {checkpoint} to resume from the "
+            "checkpoint before it, or pass --overwrite to start again")
+
+
+def check_checkpoint(checkpoint: Path) -> dict[str, Any] | None:
+    """The state of the checkpoint a run resumes from, once every file it was written with is
+    there whole (:func:`isotropy.rundir.checkpoint_problem`) and its weights are whole;
+    ``ValueError`` (one line) otherwise, before anything is changed."""
+    from isotropy.models.loading import check_weight_files
+
+    check_weight_files(str(checkpoint), advice=resume_advice(checkpoint))  # names the cut
+    state = read_checkpoint_state(checkpoint)
+    problem = checkpoint_problem(checkpoint, (state or {}).get("files"))
+    if problem is not None:
+        raise ValueError(f"checkpoint {checkpoint} is damaged: {problem}; "
+                         f"{resume_advice(checkpoint)}")
+    return state
 
 
 def _sync_folder(folder: Path) -> None:

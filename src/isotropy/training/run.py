@@ -57,10 +57,11 @@ from isotropy.rundir import (
     git_commit,
     library_versions,
 )
-from isotropy.runtime import fault_point, flush_denormals
+from isotropy.runtime import fault_point, flush_denormals, stop_point
 from isotropy.training.callbacks import (
     IsotropyStateCallback,
     MetricsFileCallback,
+    check_checkpoint,
     read_checkpoint_state,
 )
 from isotropy.training.config import IsotropyArguments, TrainArguments, describe
@@ -176,6 +177,7 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
     model_config = check_model(model_path, iso_args)
     check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    fault_point("tokenizer_loaded")  # start-up: where a dropped Ctrl-C was seen
     notes = _regularizer_notes(spec, iso_args)
     if tokenizer.pad_token is None:  # decoders: pad with end-of-sequence, as analyze does
         ensure_pad_token(tokenizer)
@@ -217,7 +219,8 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
     if status == "restart":
         said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
                     "starting it again")
-    if status == "resume":
+    if status == "resume":  # every check before resume_point changes anything
+        said.extend(_check_resume(run_dir, train_args.resume_from_checkpoint))
         said.extend(resume_point(run_dir, train_args.resume_from_checkpoint))
     if status in ("new", "restart") or not run_dir.file(CONFIG).is_file():
         spec = inputs.spec
@@ -238,6 +241,17 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
         run_dir.truncate_metrics(step)
         run_dir.truncate_measurements(step)
     return status, said
+
+
+def _check_resume(run_dir: RunDirectory, requested: str | None) -> list[str]:
+    """The checkpoint a resume continues from (``requested``, else the last complete one) is
+    whole, and the JSONL files can be cut back to it (:meth:`RunDirectory.check_records`);
+    ``ValueError`` (one line) otherwise. Returns what to tell the user."""
+    resumed = check_resume_point(run_dir, requested) if requested else run_dir.last_checkpoint()
+    if resumed is None:
+        return []
+    state = check_checkpoint(resumed)
+    return run_dir.check_records((state or {}).get("records"), resumed.name)
 
 
 def _load_model(inputs: _Inputs, classifier_pooling: str = "cls") -> Any:
@@ -266,6 +280,19 @@ def _load_model(inputs: _Inputs, classifier_pooling: str = "cls") -> Any:
         hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()
+
+
+class _StopPoints(TrainerCallback):
+    """Stop at the next step's edge when a stop was requested but its ``KeyboardInterrupt``
+    was dropped (:func:`isotropy.runtime.stop_point`)."""
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
+        stop_point()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+        stop_point()
+        return control
 
 
 def _shrinkage_loader(train_args: TrainArguments, train_ds: TaskDataset,
@@ -352,8 +379,10 @@ def _run_training(
     echo: Callable[[str], None],
 ) -> TrainResult:
     """The steps of :func:`run_training`: inputs, run directory, model, Trainer, train, write."""
-    inputs = _load_inputs(iso_args, train_args)
     run_dir = RunDirectory(train_args.output_dir)
+    run_dir.check_not_foreign()  # a folder that is not a run of ours: refused before any work
+    inputs = _load_inputs(iso_args, train_args)
+    stop_point()  # a Ctrl-C that Python dropped while the tokenizer and data were loaded
     settings = describe(iso_args, train_args)  # before the devices are set up (check_parallel)
     check_parallel(train_args)
     check_precision(train_args)
@@ -373,6 +402,7 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     """:func:`_run_training` once the run directory's lock is held."""
     from transformers import set_seed
 
+    stop_point()
     status, said = on_main_process(
         lambda: _prepare_run_dir(run_dir, iso_args, train_args, inputs, settings))
     if status == "finished":
@@ -388,8 +418,9 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
 
     set_seed(train_args.seed)
     model = _load_model(inputs, iso_args.classifier_pooling)
-    trainer, predictor = _build_trainer(iso_args, train_args, inputs, run_dir, model, callbacks,
-                                        resume_state)
+    trainer, predictor = _build_trainer(iso_args, train_args, inputs, run_dir, model,
+                                        [*callbacks, _StopPoints()], resume_state)
+    stop_point()
     train_out, train_seconds = _train(trainer, train_args, resume_from)
     done = _Trained(run_dir=run_dir, trainer=trainer, inputs=inputs, model=model, iso_args=iso_args,
                     train_out=train_out, train_seconds=train_seconds,

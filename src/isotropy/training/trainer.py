@@ -33,6 +33,7 @@ from isotropy.probing.eval_scalars import cls_spectrum_logs, scalar_metrics
 from isotropy.progress import stage
 from isotropy.rundir import (
     RunDirectory,
+    checkpoint_files,
 )
 from isotropy.runtime import fault_point
 from isotropy.training.callbacks import (
@@ -201,7 +202,9 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             if (folder / "training_args.bin").is_file():  # with the real save_total_limit
                 torch.save(self.args, folder / "training_args.bin")
             _sync_folder(folder)
-            _write_checkpoint_state(folder, self._checkpoint_payload())
+            # the files written, by size: a resume refuses a checkpoint missing one of them
+            payload = {**self._checkpoint_payload(), "files": checkpoint_files(folder)}
+            _write_checkpoint_state(folder, payload)
             fault_point("checkpoint_written")
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
                                best_model_checkpoint=self.state.best_model_checkpoint,
