@@ -275,6 +275,25 @@ class TrainArguments(TrainingArguments):
                 stacklevel=2,
             )
             self.report_to = [r for r in self.report_to if r != "tensorboard"]
+        _check_report_to(self.report_to)
+
+
+def _check_report_to(report_to: list[str]) -> None:
+    """``ValueError`` for a ``--report_to`` name that the Trainer would refuse only once it is
+    built (after the data, the model and the run's record): one that is not a logging
+    integration of ``transformers``, or whose package is not installed (or is disabled)."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    available = set(get_available_reporting_integrations())
+    for name in report_to:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ValueError(f"--report_to {name}: not a logging integration of transformers "
+                             f"(one of: none, all, {', '.join(sorted(INTEGRATION_TO_CALLBACK))})")
+        if name not in available:
+            raise ValueError(f"--report_to {name}: the {name} integration is not available here "
+                             "(its package is not installed, or an environment variable turns "
+                             "it off); install it or choose another --report_to")
 
 
 def field_names() -> set[str]:
