@@ -149,3 +149,11 @@ def test_a_full_disk_while_appending_metrics_names_the_file(tmp_path, monkeypatc
         f"could not write {run.path / 'metrics.jsonl'}: No space left on device")
     assert [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()] \
         == [{"step": 1, "loss": 0.5}]
+
+
+def test_save_best_without_evaluations_is_refused(tmp_path):
+    argv = train_argv("unused-model", tmp_path, tmp_path / "run", "--save_strategy", "best",
+                      "--eval_strategy", "no", "--metric_for_best_model", "accuracy")
+    with pytest.raises(ValueError, match="--eval_strategy no never evaluates: no checkpoint "
+                                         "would be written"):
+        parse_train_args(argv)

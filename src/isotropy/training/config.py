@@ -8,6 +8,7 @@ presets in :mod:`isotropy.training.settings`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -276,6 +277,10 @@ class TrainArguments(TrainingArguments):
             )
             self.report_to = [r for r in self.report_to if r != "tensorboard"]
         _check_report_to(self.report_to)
+        if self.save_strategy == "best" and self.eval_strategy == "no":
+            raise ValueError("--save_strategy best saves when an evaluation improves "
+                             "--metric_for_best_model, and --eval_strategy no never evaluates: "
+                             "no checkpoint would be written; choose an --eval_strategy")
 
 
 def _check_report_to(report_to: list[str]) -> None:
@@ -286,6 +291,8 @@ def _check_report_to(report_to: list[str]) -> None:
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
     available = set(get_available_reporting_integrations())
+    if importlib.util.find_spec("flytekit") is not None:  # not among transformers' list
+        available.add("flyte")
     for name in report_to:
         if name not in INTEGRATION_TO_CALLBACK:
             raise ValueError(f"--report_to {name}: not a logging integration of transformers "
