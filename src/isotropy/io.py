@@ -24,6 +24,9 @@ __all__ = [
     "archived",
     "atomic_path",
     "earlier_outputs_problem",
+    "parse_json_unique",
+    "parse_yaml_unique",
+    "read_json",
     "read_text_utf8",
     "to_jsonable",
     "write_csv_atomic",
@@ -34,6 +37,9 @@ __all__ = [
 
 
 _BOM = b"\xef\xbb\xbf"
+# byte-order marks of the encodings a text file saved as "Unicode" by an editor may be in
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
 def archived(path: str | os.PathLike[str]) -> Path:
@@ -72,12 +78,16 @@ def read_text_utf8(path: str | os.PathLike[str]) -> str:
     file whose name ends in ``.gz`` is decompressed first.
 
     Raises ``ValueError`` naming the file, the line and the column of the first byte that is
-    not valid UTF-8 (instead of a bare ``UnicodeDecodeError``), or saying that a ``.gz`` file
-    is not gzip data.
+    not valid UTF-8 (instead of a bare ``UnicodeDecodeError``), or saying that the file is
+    UTF-16 or UTF-32 (its byte-order mark), or that a ``.gz`` file is not gzip data.
     """
     data = Path(path).read_bytes()
     if str(path).endswith(".gz"):
         data = _gunzip(data, path)
+    for bom, encoding in _OTHER_BOMS:
+        if data.startswith(bom):
+            raise ValueError(f"{path}: the file is {encoding} (its byte-order mark), not UTF-8; "
+                             "save it as UTF-8")
     start = len(_BOM) if data.startswith(_BOM) else 0
     try:
         return data[start:].decode("utf-8")
@@ -89,6 +99,81 @@ def read_text_utf8(path: str | os.PathLike[str]) -> str:
             f"{path}:{line}: not valid UTF-8 (byte 0x{data[pos]:02x}, byte {column} of the line); "
             "save the file as UTF-8"
         ) from None
+
+
+def read_json(path: str | os.PathLike[str], what: str = "JSON object") -> Any:
+    """The JSON object in the UTF-8 file ``path`` (:func:`read_text_utf8`); ``ValueError``
+    naming the file when it is not valid JSON (with the line and column) or holds no JSON
+    object (``what`` says what it should hold).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "c.json"
+    >>> _ = p.write_text('[1,\n')
+    >>> try:
+    ...     read_json(p)
+    ... except ValueError as err:
+    ...     print(str(err).replace(str(p.parent), "D"))
+    D/c.json is not valid JSON: Expecting value: line 2 column 1 (char 4)
+    """
+    text = read_text_utf8(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a {what}, not {type(data).__name__}")
+    return data
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; ``ValueError`` for a key given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice (which one was meant?)")
+        out[key] = value
+    return out
+
+
+def parse_json_unique(text: str) -> Any:
+    """:func:`json.loads`, except that an object giving a key twice (JSON keeps the last one,
+    silently) is a ``ValueError``.
+
+    >>> parse_json_unique('{"a": 1, "b": 2}')
+    {'a': 1, 'b': 2}
+    >>> parse_json_unique('{"a": 1, "a": 2}')
+    Traceback (most recent call last):
+    ...
+    ValueError: the key 'a' is given twice (which one was meant?)
+    """
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
+def parse_yaml_unique(text: str) -> Any:
+    """``yaml.safe_load``, except that a mapping giving a key twice (PyYAML keeps the last
+    one, silently) is a ``yaml.YAMLError`` with its line (``problem_mark``)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """A safe loader refusing a key given twice in one mapping."""
+
+    def mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                twice = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor refuses it itself
+                continue
+            if twice:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (which one was meant?)",
+                    key_node.start_mark)
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _current_umask() -> int:

@@ -51,6 +51,7 @@ from typing import Any
 
 from isotropy.io import (
     output_dir_problem,
+    read_json,
     read_text_utf8,
     to_jsonable,
     write_json_atomic,
@@ -445,7 +446,7 @@ class RunDirectory:
                 p.unlink()
 
     def read_config(self) -> dict[str, Any]:
-        return json.loads(self.file(CONFIG).read_text(encoding="utf-8"))
+        return read_json(self.file(CONFIG), "run's record (a JSON object)")
 
     def write_config(self, config: Mapping[str, Any]) -> Path:
         return write_json_atomic(self.file(CONFIG), config)
@@ -454,15 +455,18 @@ class RunDirectory:
         return write_json_atomic(self.file(RESULTS), results)
 
     def read_results(self) -> dict[str, Any]:
-        return json.loads(self.file(RESULTS).read_text(encoding="utf-8"))
+        return read_json(self.file(RESULTS), "run's results (a JSON object)")
 
     def _append_jsonl(self, name: str, record: Mapping[str, Any]) -> None:
         """Append one JSON line to ``name`` (written whole, flushed and synced)."""
         line = json.dumps(to_jsonable(record), allow_nan=False) + "\n"
-        with self.file(name).open("a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with self.file(name).open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:  # a failed write() names no file: name it
+            raise OSError(err.errno, err.strerror, str(self.file(name))) from err
 
     def _truncate_jsonl(self, name: str, max_step: int) -> None:
         """Keep only the records of ``name`` up to ``max_step`` (rewritten atomically), never

@@ -147,5 +147,7 @@ def test_a_claims_json_not_written_by_report_is_kept(tmp_path: Path) -> None:
     (tmp_path / "report").mkdir()
     mine = tmp_path / "report" / "claims.json"
     mine.write_text('{"my": "notes"}')
-    write_report([str(tmp_path / "runs")], tmp_path / "report", figures=False)
+    with pytest.raises(ValueError, match=r"holds 1 file\(s\) that isotropy report did not "
+                                         r"write \(claims.json\)"):
+        write_report([str(tmp_path / "runs")], tmp_path / "report", figures=False)
     assert mine.read_text() == '{"my": "notes"}'

@@ -265,6 +265,27 @@ def test_bad_specs_are_refused_with_one_line(data, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(("name", "data", "message"), [
+    ("s.yaml", b"output_root: x\ngrid:\n  zeta: [0.2]\n  zeta: [0.4]\n",
+     r"is not valid YAML: .*the key 'zeta' is given twice .*line 4, column 3"),
+    ("s.json", b'{"output_root": "x", "output_root": "y"}',
+     "could not be parsed: the key 'output_root' is given twice"),
+    ("s.yaml", "output_root: x\n".encode("utf-16"),
+     r"the file is UTF-16 \(its byte-order mark\), not UTF-8"),
+])
+def test_spec_files_that_cannot_mean_one_spec_are_refused(tmp_path, name, data, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=message) as info:
+        load_spec(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_spec_directory_is_not_said_to_be_missing(tmp_path):
+    with pytest.raises(ValueError, match=f"sweep file {tmp_path} is a directory"):
+        load_spec(tmp_path)
+
+
 @pytest.mark.parametrize(("keys", "message"), [
     ({"grid": {"zeta": [0.2, 1.5]}},
      r"grid \(point 2: zeta=1.5, seed default\): --zeta must be in"),

@@ -89,3 +89,49 @@ def test_a_value_out_of_range_in_a_file_names_the_file(tmp_path):
 def test_an_offline_alias_is_recorded_in_one_spelling(tmp_path, typed, recorded):
     iso, _ = args_from_dict({"model": typed, "output_dir": str(tmp_path / "r")})
     assert iso.model == recorded
+
+
+def test_a_config_file_naming_another_is_refused(tmp_path):
+    """``config:`` inside a config file would be ignored (its settings never read): refused."""
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("max_steps: 2\n")
+    with pytest.raises(ValueError, match=r"config file .*settings.yaml sets config "
+                                         r"\('.*inner.yaml'\): a config file cannot name "
+                                         r"another"):
+        _args(tmp_path, f"config: {inner}\ntask: sst2\n", ".yaml")
+    with pytest.raises(ValueError, match="cannot name another"):
+        _args(tmp_path, json.dumps({"config": str(inner)}), ".json")
+
+
+@pytest.mark.parametrize("encoding,name", [("utf-16", "UTF-16"), ("utf-32", "UTF-32")])
+def test_a_config_file_not_in_utf8_names_the_file(tmp_path, encoding, name):
+    path = tmp_path / "settings.yaml"
+    path.write_bytes("task: sst2\n".encode(encoding))  # with its byte-order mark
+    with pytest.raises(ValueError) as err:
+        args_from_dict({"config": str(path), "output_dir": str(tmp_path / "run")})
+    assert str(err.value) == (f"config file {path}: the file is {name} (its byte-order mark), "
+                              "not UTF-8; save it as UTF-8")
+
+
+def test_a_config_file_with_a_byte_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "settings.yaml"
+    path.write_bytes(b"task: sst2\nmodel: caf\xe9\n")
+    with pytest.raises(ValueError, match=rf"config file {path}:2: not valid UTF-8 \(byte 0xe9"):
+        args_from_dict({"config": str(path), "output_dir": str(tmp_path / "run")})
+
+
+def test_a_config_directory_is_not_said_to_be_missing(tmp_path):
+    with pytest.raises(ValueError) as err:
+        args_from_dict({"config": str(tmp_path), "output_dir": str(tmp_path / "run")})
+    assert str(err.value) == f"config file {tmp_path} is a directory, not a file of settings"
+
+
+def test_a_setting_given_twice_in_a_config_file_is_refused(tmp_path):
+    """YAML and JSON keep the last of two equal keys without a word: which was meant?"""
+    with pytest.raises(ValueError, match=r"config file .*settings.yaml is not valid YAML: "
+                                         r"line 3, column 1: the key 'learning_rate' is given "
+                                         "twice"):
+        _args(tmp_path, "learning_rate: 1e-3\ntask: sst2\nlearning_rate: 1e-5\n", ".yaml")
+    with pytest.raises(ValueError, match=r"config file .*settings.json is not valid JSON: the "
+                                         "key 'seed' is given twice"):
+        _args(tmp_path, '{"seed": 1, "seed": 2}', ".json")

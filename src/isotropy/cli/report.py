@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pathlib import Path
 
     from isotropy.io import output_dir_problem
+    from isotropy.reporting.folder import folder_problem
     from isotropy.reporting.report import collect_runs, expand_inputs, sweeps_inside, write_report
 
     out = Path(args.output_dir)
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not runs:
             first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
             raise ValueError(f"no usable run among {len(skipped)} run directories{first}")
-        problem = output_dir_problem(out, ["report.md", "claims.md"])
+        problem = output_dir_problem(out, ["report.md", "claims.md"]) or folder_problem(out)
         if problem is not None:
             raise ValueError(f"--output-dir {out}: {problem}")
         reports = [(out, [str(p) for p in paths])]
@@ -121,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     where / "report.md").exists() else ""
                 print(f"{where}: no finished run in {root}, no report{stale}")
                 continue
-            problem = output_dir_problem(where, ["report.md", "claims.md"])
+            problem = output_dir_problem(where, ["report.md", "claims.md"]) or \
+                folder_problem(where)
             if problem is not None:
                 raise ValueError(f"--output-dir {out}: {problem}")
             reports.append((where, [str(root)]))

@@ -7,13 +7,14 @@ local model directory, a hub id, or an offline alias: ``minilm`` (MiniLM-L6-H384
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from isotropy._validation import one_line
+from isotropy.io import read_json
 from isotropy.models.loading import (
     alias_path,
     check_model_path,
@@ -54,9 +55,13 @@ def locate_checkpoint(model_or_run: str | os.PathLike[str]) -> dict[str, Any]:
     settings = None
     if config_file.is_file():
         try:
-            settings = json.loads(config_file.read_text(encoding="utf-8")).get("settings")
-        except (ValueError, AttributeError):
-            settings = None
+            settings = read_json(config_file).get("settings")
+        except ValueError as err:
+            if (path / MODEL).is_dir():  # a run whose record is damaged: its task is unknown
+                raise ValueError(f"{one_line(err, 300)}: the run's settings (task, data, "
+                                 f"length) cannot be read; measure {path / MODEL} with the "
+                                 "options of the run instead") from None
+            settings = None  # a model folder's own config.json: its loader says what is wrong
     if settings is None and not (path / MODEL).is_dir():
         check_model_path(str(path))
         return {"kind": "path", "model": str(path)}

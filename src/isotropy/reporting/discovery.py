@@ -36,23 +36,38 @@ def _is_run(p: Path) -> bool:
     return (real / CONFIG).exists() or archived(real / RESULTS).exists()
 
 
+def _unreadable(p: Path) -> bool:
+    """Whether ``p`` is (or lies in) a packed sweep that cannot be unpacked: taken as a run
+    directory, which :func:`~isotropy.reporting.runs.load_run` then skips with the reason."""
+    try:
+        real_path(p)
+    except ValueError:
+        return True
+    return False
+
+
 def _is_sweep_root(p: Path) -> bool:
     """A sweep output root: a ``sweep.json`` and no run files."""
-    return is_file(p / "sweep.json") and not _is_run(p)
+    return not _unreadable(p) and is_file(p / "sweep.json") and not _is_run(p)
+
+
+def _is_dir(p: Path) -> bool:
+    """A directory, or a packed sweep that cannot be unpacked (skipped with its reason)."""
+    return _unreadable(p) or is_dir(p)
 
 
 def _subdirs(p: Path) -> list[Path]:
-    """The sub-directories of ``p`` in name order (packed sweeps among them), without hidden
-    ones and a sweep's logs."""
+    """The sub-directories of ``p`` in name order (packed sweeps among them, also those that
+    cannot be unpacked), without hidden ones and a sweep's logs."""
     return [c for c in (p / name for name in list_dir(p))
-            if is_dir(c) and not c.name.startswith(".") and not _sweep_logs(c)]
+            if _is_dir(c) and not c.name.startswith(".") and not _sweep_logs(c)]
 
 
 def _runs_under(p: Path) -> list[Path]:
-    """``p`` if it is a run (or not a directory); else its sub-directories in name order,
-    those that are sweep output roots themselves expanded in turn; ``[p]`` when it has none
-    (it is then skipped with the reason)."""
-    if not is_dir(p) or _is_run(p):
+    """``p`` if it is a run (or not a directory, or a packed sweep that cannot be unpacked);
+    else its sub-directories in name order, those that are sweep output roots themselves
+    expanded in turn; ``[p]`` when it has none (it is then skipped with the reason)."""
+    if _unreadable(p) or not is_dir(p) or _is_run(p):
         return [p]
     out: list[Path] = []
     for c in _subdirs(p):
@@ -87,7 +102,8 @@ def sweeps_inside(patterns: Iterable[str]) -> list[tuple[str, Path]]:
         matches = glob_packed(pattern) if _GLOB_CHARS & set(pattern) else [pattern]
         for m in matches:
             p = Path(m)
-            if is_dir(p) and not _is_run(p) and not is_file(p / "sweep.json"):
+            if not _unreadable(p) and is_dir(p) and not _is_run(p) \
+                    and not is_file(p / "sweep.json"):
                 walk(p, p)
     return list(named.items())
 
@@ -108,7 +124,7 @@ def expand_inputs(patterns: Iterable[str]) -> list[Path]:
     out: list[Path] = []
     for pattern in patterns:
         if _GLOB_CHARS & set(pattern):
-            matches = [m for m in glob_packed(pattern) if is_dir(m)]
+            matches = [m for m in glob_packed(pattern) if _is_dir(Path(m))]
             if not matches:
                 raise FileNotFoundError(f"{pattern} matches no directory")
         elif not exists(pattern):

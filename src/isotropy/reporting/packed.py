@@ -42,6 +42,7 @@ PACKED_SUFFIX = ".tar.xz"
 MAX_UNPACKED_BYTES = 2 * 2**30  # a sweep's small files are tens of MB
 _Key = tuple[str, int, int, int, int]  # archive's real path, inode, size, mtime, ctime
 _unpacked: dict[_Key, Path] = {}  # -> the unpacked folder
+_unreadable: dict[_Key, str] = {}  # -> why it cannot be unpacked (not tried again)
 _is_sweep: dict[_Key, bool] = {}  # -> whether its first member is under <sweep>/
 _scratch: list[str] = []
 _READ_ERRORS = (tarfile.TarError, EOFError, OSError, lzma.LZMAError)
@@ -95,6 +96,8 @@ def _looks_packed(archive: Path) -> bool:
 def _unpack(archive: Path) -> Path:
     """The unpacked sweep folder of ``archive`` (unpacked on first use)."""
     key = _key(archive)
+    if key in _unreadable:
+        raise ValueError(_unreadable[key])
     if key not in _unpacked:
         top = _top(archive)
         dest = Path(tempfile.mkdtemp(dir=_scratch_dir()))
@@ -111,9 +114,12 @@ def _unpack(archive: Path) -> Path:
                     assert src is not None  # a regular file
                     with src, open(target, "wb") as out:
                         shutil.copyfileobj(src, out)
-        except _READ_ERRORS as err:
+        except (*_READ_ERRORS, ValueError) as err:  # ValueError: _check_members' refusal
             shutil.rmtree(dest, ignore_errors=True)
-            raise ValueError(f"unreadable packed sweep {archive}: {err}") from None
+            why = (f"unreadable packed sweep {archive}: {err}" if isinstance(err, _READ_ERRORS)
+                   else str(err))
+            _unreadable[key] = why
+            raise ValueError(why) from None
         _unpacked[key] = dest / top
     return _unpacked[key]
 
@@ -186,26 +192,33 @@ def glob_packed(pattern: str) -> list[str]:
     matches inside ``runs/istar.tar.xz``. Names starting with a dot match only a pattern
     part that starts with one, as there. Unlike there, a trailing ``/`` still matches files,
     and the matches are spelled as :class:`~pathlib.Path` spells the pattern (``./`` and
-    ``//`` dropped): filter with :func:`is_dir` where folders are wanted."""
+    ``//`` dropped): filter with :func:`is_dir` where folders are wanted. A packed sweep
+    that cannot be unpacked, where the pattern goes on inside it, is a match itself (reading
+    it then says why it cannot be used)."""
     if not glob.has_magic(pattern):
         return [pattern] if exists(pattern) else []
     p = Path(pattern)
     anchor, parts = (p.anchor, p.parts[1:]) if p.anchor else ("", p.parts)
     found = [anchor]
+    unreadable: set[str] = set()  # packed sweeps on the way that cannot be unpacked
     for part in parts:
         step: list[str] = []
         for base in found:
             here = base or "."
-            if not glob.has_magic(part):
-                cand = os.path.join(base, part) if base else part
-                if exists(cand):
-                    step.append(cand)
-                continue
-            if not is_dir(here):
+            try:
+                if not glob.has_magic(part):
+                    cand = os.path.join(base, part) if base else part
+                    if exists(cand):
+                        step.append(cand)
+                    continue
+                if not is_dir(here):
+                    continue
+            except ValueError:  # matched as the archive's folder, whose reading says why not
+                unreadable.add(base)
                 continue
             for name in list_dir(here):
                 if fnmatch.fnmatchcase(name, part) and \
                         (not name.startswith(".") or part.startswith(".")):
                     step.append(os.path.join(base, name) if base else name)
         found = step
-    return sorted(set(found))
+    return sorted(set(found) | unreadable)

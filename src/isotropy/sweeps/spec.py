@@ -12,14 +12,13 @@ settings; a list inside a method is that method's own axis, except ``regularizer
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from isotropy.io import read_text_utf8, to_jsonable
+from isotropy.io import parse_json_unique, parse_yaml_unique, read_text_utf8, to_jsonable
 from isotropy.training.config import field_names
 from isotropy.training.settings import canonical_settings
 
@@ -225,6 +224,8 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "sweep spec") -> Sweep
 def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
     """Read a sweep spec from a YAML (``.yaml``/``.yml``), TOML (``.toml``) or JSON file."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"sweep file {p} is a directory, not a sweep spec")
     if not p.is_file():
         raise FileNotFoundError(f"sweep file {p} does not exist")
 
@@ -242,11 +243,9 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
                                      "tomli (pip install tomli)") from None
             data = tomllib.loads(text)
         elif suffix == ".json":
-            data = json.loads(text)
+            data = parse_json_unique(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = parse_yaml_unique(text)
     except ValueError as err:  # json.JSONDecodeError and tomllib.TOMLDecodeError
         raise ValueError(f"sweep file {p} could not be parsed: {' '.join(str(err).split())}"
                          ) from None

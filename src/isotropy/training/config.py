@@ -8,6 +8,7 @@ presets in :mod:`isotropy.training.settings`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -275,6 +276,31 @@ class TrainArguments(TrainingArguments):
                 stacklevel=2,
             )
             self.report_to = [r for r in self.report_to if r != "tensorboard"]
+        _check_report_to(self.report_to)
+        if self.save_strategy == "best" and self.eval_strategy == "no":
+            raise ValueError("--save_strategy best saves when an evaluation improves "
+                             "--metric_for_best_model, and --eval_strategy no never evaluates: "
+                             "no checkpoint would be written; choose an --eval_strategy")
+
+
+def _check_report_to(report_to: list[str]) -> None:
+    """``ValueError`` for a ``--report_to`` name that the Trainer would refuse only once it is
+    built (after the data, the model and the run's record): one that is not a logging
+    integration of ``transformers``, or whose package is not installed (or is disabled)."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    available = set(get_available_reporting_integrations())
+    if importlib.util.find_spec("flytekit") is not None:  # not among transformers' list
+        available.add("flyte")
+    for name in report_to:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ValueError(f"--report_to {name}: not a logging integration of transformers "
+                             f"(one of: none, all, {', '.join(sorted(INTEGRATION_TO_CALLBACK))})")
+        if name not in available:
+            raise ValueError(f"--report_to {name}: the {name} integration is not available here "
+                             "(its package is not installed, or an environment variable turns "
+                             "it off); install it or choose another --report_to")
 
 
 def field_names() -> set[str]:

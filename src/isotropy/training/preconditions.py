@@ -12,22 +12,26 @@ from typing import Any
 
 from transformers.training_args import ParallelMode
 
+from isotropy._validation import one_line
 from isotropy.clouds import parse_layers
 from isotropy.data.glue import TaskSpec
 from isotropy.distributed import is_distributed, world_size
+from isotropy.io import read_json
 from isotropy.models.loading import check_tokenizer, longest_input
-from isotropy.rundir import RunDirectory
+from isotropy.rundir import TRAINER_STATE, RunDirectory
 from isotropy.training.config import IsotropyArguments, TrainArguments
 from isotropy.training.predictions import SPAN_LABELS
 
 __all__ = [
     "IGNORED_FOR_RESUME",
+    "check_best_metric",
     "check_drop_last",
     "check_feature_lengths",
     "check_model",
     "check_parallel",
     "check_precision",
     "checkpoint_step",
+    "evaluation_metric_names",
     "check_resume_point",
     "prepare_span_arguments",
     "resume_point",
@@ -61,6 +65,45 @@ def check_model(path: str, iso_args: IsotropyArguments | None = None) -> Any:
                     f"has {n_layers} transformer layers (valid: 0 = embeddings, 1..{n_layers}, "
                     f"or -1..-{n_layers + 1})")
     return config
+
+
+_SPEED_METRICS = ("runtime", "samples_per_second", "steps_per_second")
+
+
+def evaluation_metric_names(spec: TaskSpec, n_layers: int) -> list[str]:
+    """The names (without ``eval_``) of what every evaluation of a run of task ``spec`` on a
+    model of ``n_layers`` transformer layers records: the loss, the task metrics, the
+    prediction summary, the representation measures and the Trainer's speed."""
+    from isotropy.probing.eval_scalars import scalar_metrics
+
+    zero = {"isoscore": 0.0, "isoscore_star": 0.0, "avg_cosine": 0.0, "twonn": 0.0}
+    record = {"num_layers": n_layers, "union": zero,
+              "layers": [{"layer": i, "token": zero, "cls": zero} for i in range(n_layers + 1)]}
+    summary = {"classification": ["collapsed", "majority_fraction"],
+               "regression": ["collapsed"]}.get(spec.kind, [])
+    return ["loss", *spec.metrics, *summary, *scalar_metrics(record), *_SPEED_METRICS]
+
+
+def check_best_metric(train_args: Any, spec: TaskSpec, config: Any) -> None:
+    """``ValueError`` when ``--metric_for_best_model`` names nothing an evaluation records
+    (:func:`evaluation_metric_names`): the Trainer would fail at the first checkpoint after
+    an evaluation, with the work up to it lost."""
+    metric = getattr(train_args, "metric_for_best_model", None)
+    if metric is None:
+        return
+    n_layers = getattr(config, "num_hidden_layers", None)
+    names = evaluation_metric_names(spec, n_layers if isinstance(n_layers, int) else 0)
+    name = metric.removeprefix("eval_")
+    if name in names:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ValueError(
+        f"--metric_for_best_model {metric}: no evaluation of {spec.display_name} records it"
+        f"{hint}; it records loss, {', '.join(spec.metrics)}, the measures (isoscore_star_union, "
+        "twonn_cls_last, ...; see metrics.jsonl)")
 
 
 def check_feature_lengths(lengths: Sequence[int], config: Any, max_seq_length: int | None,
@@ -113,9 +156,13 @@ def resume_point(run_dir: RunDirectory, requested: str | None) -> list[str]:
     if resumed is not None:  # its weights are read by the Trainer: whole, or one line now
         from isotropy.models.loading import check_weight_files
 
-        check_weight_files(str(resumed), advice=(
-            f"cannot resume from {resumed.name}: delete {resumed} to resume from the checkpoint "
-            "before it, or pass --overwrite to start again"))
+        advice = (f"cannot resume from {resumed.name}: delete {resumed} to resume from the "
+                  "checkpoint before it, or pass --overwrite to start again")
+        check_weight_files(str(resumed), advice=advice)
+        try:  # the Trainer reads it first, with an error that names no file
+            read_json(resumed / TRAINER_STATE, "Trainer state (a JSON object)")
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{one_line(err, 300)}; {advice}") from None
     for p in run_dir.drop_checkpoints(incomplete=True):
         said.append(f"{p.name} is incomplete (the run stopped while writing it): deleted; "
                     f"resuming from {last_complete.name if last_complete else 'the start'}")

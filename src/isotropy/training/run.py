@@ -73,6 +73,7 @@ from isotropy.training.features import (
 )
 from isotropy.training.model_kind import check_pooling, is_decoder_only
 from isotropy.training.preconditions import (
+    check_best_metric,
     check_drop_last,
     check_feature_lengths,
     check_model,
@@ -175,6 +176,7 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
     data = load_task_data(iso_args, subset_seed)
     model_path = resolve_model(iso_args.model)
     model_config = check_model(model_path, iso_args)
+    check_best_metric(train_args, spec, model_config)
     check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     fault_point("tokenizer_loaded")  # start-up: where a dropped Ctrl-C was seen

@@ -6,12 +6,12 @@ weights accepted as aliases; each value converted to its field's type once, wher
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from isotropy.io import parse_json_unique, parse_yaml_unique, read_text_utf8
 from isotropy.training.config import (
     REGULARIZER_SETTINGS,
     IsotropyArguments,
@@ -40,14 +40,21 @@ def read_config_file(path: str) -> dict[str, Any]:
     """The mapping of setting -> value in a ``--config`` file (YAML by its suffix, else
     JSON); ``ValueError`` naming the file, and the line for YAML, when it cannot be read."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"config file {p} is a directory, not a file of settings")
     if not p.is_file():
         raise ValueError(f"config file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = read_text_utf8(p)
+    except OSError as err:
+        raise ValueError(f"config file {p} cannot be read: {err.strerror or err}") from None
+    except ValueError as err:
+        raise ValueError(f"config file {err}") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = parse_yaml_unique(text)
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = (f"line {mark.line + 1}, column {mark.column + 1}: "
@@ -59,11 +66,14 @@ def read_config_file(path: str) -> dict[str, Any]:
                              f"{' '.join(str(what).split())}") from None
     else:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"config file {p} is not valid JSON: {err}") from err
+            data = parse_json_unique(text)
+        except ValueError as err:  # json.JSONDecodeError, or a key given twice
+            raise ValueError(f"config file {p} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {p} must hold a mapping of setting -> value")
+    if "config" in data:  # files do not nest: the inner file's settings would be ignored
+        raise ValueError(f"config file {p} sets config ({data['config']!r}): a config file "
+                         "cannot name another; copy its settings into this one")
     return data
 
 
