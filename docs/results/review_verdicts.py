@@ -2,8 +2,10 @@
 committed runs, by the decision rules written there before the runs started.
 
 Every comparison is seed-paired: d = metric(cell) - metric(reference, same seed), in points
-(x 100). A test counts the values above 0 (a difference of exactly 0 counts against the
-claimed side) in a one-sided exact sign test, ``P(X >= k)`` for ``X ~ Binomial(n, 1/2)``.
+(x 100). A test counts the values above 0 in a one-sided exact sign test, ``P(X >= k)`` for
+``X ~ Binomial(n, 1/2)``; a difference of exactly 0 stays in n and counts for neither side
+(against the claimed side, and against the other: the study's one tie rule,
+``claim_stats.TIE_RULE``, as in ``isotropy report`` and ``gpu_phase.py``).
 A step whose runs are not all there is reported as pending, with the runs it lacks, and gets
 no verdict. Each run's ``config.json`` is checked against the settings its rule names before
 its metric is read.

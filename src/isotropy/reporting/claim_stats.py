@@ -19,6 +19,7 @@ __all__ = [
     "ALPHA",
     "CONFIDENCE",
     "MIN_SEEDS",
+    "TIE_RULE",
     "Diff",
     "claim_verdict",
     "deciding_p",
@@ -72,24 +73,33 @@ class Diff:
 
 
 ALPHA = 0.05  # the claim-level sign test's level
+# One tie rule for every sign test of the study (the report's, the review phase's, the GPU
+# phase's): a seed-paired difference of exactly 0 is a seed on which the method did not move
+# the metric, so it stays in n and counts for neither side. With a discrete metric a tie has
+# a positive chance under no effect, P(d > 0) = P(d < 0) <= 1/2, so each one-sided p stays
+# valid (conservative), and a tie can never strengthen a verdict.
+TIE_RULE = "a difference of exactly 0 stays in n and counts for neither side"
 MIN_SEEDS = 2  # a claim's verdict needs at least this many values from each of its tasks
 
 def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
-    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero finite values are > 0, and the
-    exact one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` finite values are > 0, and the exact
+    one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+
+    The tie rule (:data:`TIE_RULE`, shared with ``docs/results/review_verdicts.py`` and
+    ``gpu_phase.py``): a value of exactly 0 stays in ``n`` and counts for neither side.
 
     >>> sign_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # 6 of 6: 1/64
     (6, 6, 0.015625, 1.0)
-    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie is dropped
-    >>> (k, n, round(p * 2 ** 15))  # C(15,12) + C(15,13) + C(15,14) + C(15,15) = 576
-    (12, 15, 576)
+    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie stays in n
+    >>> (k, n, round(p * 2 ** 16))  # C(16,12) + C(16,13) + ... + C(16,16) = 2517
+    (12, 16, 2517)
     """
-    nonzero = [v for v in values if v != 0 and math.isfinite(v)]  # a NaN decides nothing
-    n, k = len(nonzero), sum(v > 0 for v in nonzero)
+    finite = [v for v in values if math.isfinite(v)]  # a NaN decides nothing
+    n, k, below = len(finite), sum(v > 0 for v in finite), sum(v < 0 for v in finite)
     if n == 0:
         return 0, 0, 1.0, 1.0
     p_for = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
-    p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
+    p_against = float(stats.binomtest(below, n, 0.5, alternative="greater").pvalue)
     return k, n, p_for, p_against
 
 

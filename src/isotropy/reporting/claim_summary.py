@@ -216,7 +216,8 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
     out = ["## Summary: one verdict per claim", "",
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"(see `isotropy.reporting.claim_summary`): *k of n* values move the claimed way "
-           "(for \"no rise\": rise), with its one-sided p; then the test's deciding p "
+           "(for \"no rise\": rise; n counts a tie, which moves neither way), with its "
+           "one-sided p; then the test's deciding p "
            "(two-sided, twice the smaller one-sided p, where either verdict can be reached, so "
            "it can be far below the one-sided p of the claimed way when the values go the "
            "other way; for \"no rise\" the one-sided p of a rise), and that p Holm-adjusted "
