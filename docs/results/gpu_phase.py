@@ -38,7 +38,9 @@ from review_verdicts import (  # noqa: E402
     LABEL,
     LR,
     PAPER,
+    PAPER_GAIN,
     _points,
+    bound_text,
     check_same_but_method,
     sign_p,
 )
@@ -237,7 +239,9 @@ def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     primary: dict[str, Comparison] = {}
     for title, cell, ref, tasks in COMPARISONS:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
-        out += [f"### {title} (points)", "", *table(c), "", verdict(c), ""]
+        paper = None if title.endswith("- without padding") else PAPER_GAIN
+        out += [f"### {title} (points)", "", *table(c), "", verdict(c), "",
+                bound_text({t: list(v.values()) for t, v in c.d.items()}, paper), ""]
         if title.startswith(PRIMARY):
             key = title.split(" - ")[0]
             assert key not in primary, f"two primary comparisons named {key!r}"
