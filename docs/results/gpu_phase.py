@@ -11,7 +11,8 @@ the method.
 
 Each comparison: d = metric(cell) - metric(reference, same seed), in points (x 100), on the
 seeds where both runs are there; the values above 0 in a one-sided exact sign test (a
-difference of exactly 0 counts against the claimed side, as in the review phase's rules).
+difference of exactly 0 stays in n and counts for neither side: the study's one tie rule,
+``claim_stats.TIE_RULE``, as in the review phase and ``isotropy report``).
 A verdict word is given only when all five seeds of every task of the comparison are there:
 **supported** if p('above') < 0.05, **contradicted** if p('below') < 0.05, else
 **inconclusive**; before that the counts are printed as they stand, marked partial. Beside
@@ -37,7 +38,9 @@ from review_verdicts import (  # noqa: E402
     LABEL,
     LR,
     PAPER,
+    PAPER_GAIN,
     _points,
+    bound_text,
     check_same_but_method,
     sign_p,
 )
@@ -177,8 +180,8 @@ def _p(p: float) -> str:
 
 def two_sided(c: Comparison) -> float:
     """Twice the smaller one-sided sign-test p (capped at 1), a difference of exactly 0
-    counted against both sides (as the phase's rule counts it against the claimed side; more
-    conservative than dropping ties, as ``claim_stats.sign_test`` does).
+    counted against both sides: the study's one tie rule (``claim_stats.TIE_RULE``), as in
+    ``isotropy report`` and the review phase.
 
     >>> two_sided(Comparison({"mrpc": {0: 1.0, 1: 2.0, 2: 3.0}}, {"mrpc": False}))
     0.25
@@ -236,7 +239,9 @@ def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     primary: dict[str, Comparison] = {}
     for title, cell, ref, tasks in COMPARISONS:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
-        out += [f"### {title} (points)", "", *table(c), "", verdict(c), ""]
+        paper = None if title.endswith("- without padding") else PAPER_GAIN
+        out += [f"### {title} (points)", "", *table(c), "", verdict(c), "",
+                bound_text({t: list(v.values()) for t, v in c.d.items()}, paper), ""]
         if title.startswith(PRIMARY):
             key = title.split(" - ")[0]
             assert key not in primary, f"two primary comparisons named {key!r}"

@@ -2,8 +2,10 @@
 committed runs, by the decision rules written there before the runs started.
 
 Every comparison is seed-paired: d = metric(cell) - metric(reference, same seed), in points
-(x 100). A test counts the values above 0 (a difference of exactly 0 counts against the
-claimed side) in a one-sided exact sign test, ``P(X >= k)`` for ``X ~ Binomial(n, 1/2)``.
+(x 100). A test counts the values above 0 in a one-sided exact sign test, ``P(X >= k)`` for
+``X ~ Binomial(n, 1/2)``; a difference of exactly 0 stays in n and counts for neither side
+(against the claimed side, and against the other: the study's one tie rule,
+``claim_stats.TIE_RULE``, as in ``isotropy report`` and ``gpu_phase.py``).
 A step whose runs are not all there is reported as pending, with the runs it lacks, and gets
 no verdict. Each run's ``config.json`` is checked against the settings its rule names before
 its metric is read.
@@ -20,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from isotropy.reporting.claim_stats import mean_interval
+from isotropy.reporting.claim_bounds import bound_words
+from isotropy.reporting.claim_registry import PAPER_EFFECT
+from isotropy.reporting.claim_stats import effect_bound, mean_interval
 from isotropy.reporting.claim_summary import constant_predictor, holm
 from isotropy.reporting.packed import real_path
 from isotropy.reporting.runs import Run, load_run
@@ -189,6 +193,29 @@ def _points(v: float) -> str:
     return "0 (tie)" if v == 0 else f"{v:+.2f}"
 
 
+PAPER_GAIN = PAPER_EFFECT["C1 vs none"]  # I-STAR minus base, BERT, Table 1 (points)
+
+
+def bound_text(by_task: dict[str, list[float]], paper: dict[str, float] | None = PAPER_GAIN
+               ) -> str:
+    """The one-sided 95% bounds on the mean over tasks of the task means (points; stratified
+    by task, ``claim_stats.effect_bound``) in words, beside the paper's own gain on the same
+    tasks (I-STAR minus base, BERT, Table 1) where ``paper`` gives one."""
+    groups = [v for v in by_task.values() if v]
+    b = effect_bound(groups) if groups else None
+    if b is None:
+        return ("One-sided 95% bounds on the mean effect: none (a task with fewer than 2 seeds, "
+                "or no spread).")
+    text = (f"Mean over {b.tasks} task(s) {b.mean:+.2f} points, one-sided 95% bounds "
+            f"(stratified by task) {b.lower:+.2f} and {b.upper:+.2f}: "
+            f"{bound_words(b.lower, b.upper)}")
+    if paper is not None:
+        gain = sum(paper[t] for t in by_task) / len(by_task)
+        text += (f"; the paper's gain on these tasks, {gain:+.2f}, is "
+                 + ("excluded" if b.upper < gain else "not excluded"))
+    return text + "."
+
+
 def _row(task: str, c: Comparison) -> str:
     cells = " | ".join(_points(v) for v in c.d[task])
     mean = mean_interval(c.d[task])  # the report's 95% Student-t interval
@@ -213,17 +240,18 @@ def six_of_six(c: Comparison, title: str, *, constant_rule: bool) -> tuple[list[
     p = sign_p(k, n)
     return [f"### {title}", "", *_table(c), "",
             f"{k} of {n} above 0, {down} below: one-sided p = {p:.3f} for 'above', "
-            f"{sign_p(down, n):.3f} for 'below'. **{word}**"], p
+            f"{sign_p(down, n):.3f} for 'below'. **{word}**", "", bound_text(c.d)], p
 
 
 def b1(runs: Path) -> tuple[list[str], float]:
     tasks = list(PAPER)
     out = ["### B1, the authors' padding protocol (d = B1 - reference, points)", ""]
     p_primary = math.nan
-    for ref_name, ref in (("the base run (primary)", lambda t: base(t, "istar")),
-                          ("CosReg (secondary)", cosreg),
-                          ("the same setting without padding (secondary)",
-                           lambda t: istar(t, "istar"))):
+    for ref_name, ref, paper in (
+            ("the base run (primary)", lambda t: base(t, "istar"), PAPER_GAIN),
+            ("CosReg (secondary)", cosreg, PAPER_EFFECT["C1 vs CosReg"]),
+            ("the same setting without padding (secondary)", lambda t: istar(t, "istar"),
+             None)):
         c = compare(runs, [(t, istar(t, "review", pad=True), ref(t)) for t in tasks])
         n, k, down = len(c.values()), c.above(), c.below()
         word = "supported" if k >= 10 else "contradicted" if down >= 10 else "inconclusive"
@@ -231,7 +259,8 @@ def b1(runs: Path) -> tuple[list[str], float]:
         out += [f"Against {ref_name}:", "", *_table(c), "",
                 f"{k} of {n} above 0, {down} below, {n - k - down} exactly 0: one-sided p = "
                 f"{sign_p(k, n):.3f} for 'above'; task means above 0 on "
-                f"{sum(v > 0 for v in means.values())} of {len(means)}. **{word}**", ""]
+                f"{sum(v > 0 for v in means.values())} of {len(means)}. **{word}**", "",
+                bound_text(c.d, paper), ""]
         if ref_name.endswith("(primary)"):
             p_primary = sign_p(k, n)
     return out, p_primary
@@ -305,7 +334,8 @@ def b3(runs: Path) -> list[str]:
         c = comparisons[lam]
         up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
-                f"task means above 0 on {len(up)} of {len(c.d)}: {word}", ""]
+                f"task means above 0 on {len(up)} of {len(c.d)}: {word}", "",
+                bound_text(c.d), ""]
     if missing:
         return [*out, "The confirmation waits for every lambda's screen.", "",
                 *dose_response(runs)]

@@ -175,6 +175,15 @@ def test_sign_test_is_the_binomial_tail(k: int, n: int) -> None:
     assert p_against == pytest.approx(sum(comb(n, i) for i in range(0, k + 1)) / 2 ** n)
 
 
+def test_sign_test_keeps_a_tie_in_n_for_neither_side() -> None:
+    # 12 above, 3 below, 1 tie of 16: P(X >= 12) and P(X >= 3), X ~ Bin(16, 1/2), by hand
+    from math import comb
+    k, n, p_for, p_against = claims.sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])
+    assert (k, n) == (12, 16)
+    assert p_for == pytest.approx(sum(comb(16, i) for i in range(12, 17)) / 2 ** 16)
+    assert p_against == pytest.approx(sum(comb(16, i) for i in range(3, 17)) / 2 ** 16)
+
+
 @pytest.mark.parametrize(("values", "sign", "expected"), [
     ([], +1, "not run"),
     ([0.1] * 6, +1, "supported"),  # 1/64: two tasks, every seed
@@ -183,7 +192,10 @@ def test_sign_test_is_the_binomial_tail(k: int, n: int) -> None:
     ([0.1] * 11 + [-0.1] * 4, +1, "inconclusive"),  # 0.059
     ([-0.1] * 6, +1, "contradicted"),
     ([0.1] * 3, +1, "inconclusive"),  # one task, 3 seeds: 1/8 can never decide
-    ([0.1, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1, 0.1], +1, "supported"),  # ties dropped: 6 of 6
+    # ties stay in n, for neither side: 6 of 8, p = (28 + 8 + 1) / 256, two-sided 0.289
+    ([0.1, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1, 0.1], +1, "inconclusive"),
+    ([0.1] * 8 + [0.0], +1, "supported"),  # 8 of 9: p = 10/512, two-sided 0.039
+    ([-0.1] * 8 + [0.0], 0, "not contradicted"),  # a tie is no rise either
     ([0.1] * 6, 0, "contradicted"),  # "no rise": a significant rise
     ([0.1] * 5 + [-0.1], 0, "not contradicted"),
 ])
@@ -239,7 +251,7 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     # Nine claims tested: six decide at the two-sided p = 2/64 (6 of 6 one way: P1 held down,
     # P2, P1's centred growth, P3 metric, P3 spectrum, and P4: all bars above the base run),
     # P1's raw growth at 2 · 42/64 > 1, and the two centred top-1 comparisons at 1 (every run
-    # has the same centred share: 6 ties). Holm: the six become 9 · 2/64 = 0.281, the rest 1:
+    # has the same centred share: 6 ties, in n). Holm: the six become 9 · 2/64 = 0.281, the rest 1:
     # no verdict survives the adjustment. Task level: 2 tasks, p 1/4 at best.
     held = "| 6 of 6 | 0.0156 | 0.0312 | 0.281 | 2 of 2 | 0.25 | 2 / 0 / 0 | – |"
     against = "| 0 of 6 | 1 | 0.0312 | 0.281 | 0 of 2 | 1 | 0 / 2 / 0 | – |"
@@ -255,7 +267,8 @@ def test_summary_of_phase_b(tmp_path: Path) -> None:
     # selected (0.25) minus all bars (0.2) is a rise of the share: the other way
     assert _row(out, "P3 spectrum").endswith(f"{against} {down}")
     for key in ("P1 held down, centred", "P3 spectrum, centred"):
-        assert _row(out, key).endswith("| 2 | 0 of 0 | 1 | 1 | 1 | 0 of 0 | – | 0 / 0 / 2 | – | "
+        # six ties stay in n, for neither side: 0 of 6, and both task means 0 (0 of 2)
+        assert _row(out, key).endswith("| 2 | 0 of 6 | 1 | 1 | 1 | 0 of 2 | 1 | 0 / 0 / 2 | – | "
                                        "inconclusive | – |")
     # all bars 0.03 above the base run on every seed: "on par" contradicted per task, and
     # before the adjustment

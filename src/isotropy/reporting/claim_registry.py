@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-__all__ = ["CLAIMS", "ISTAR_BEST", "NEEDS", "TASKS", "ZETAS"]
+__all__ = ["CLAIMS", "ISTAR_BEST", "METRIC_CLAIMS", "NEEDS", "PAPER_EFFECT", "TASKS", "ZETAS",
+           "TABLE1_BERT"]
 
 
 # I-STAR paper, Table 2 (BERT): the best I-STAR (lambda, zeta) per task, and the paper's Table 1
@@ -45,6 +46,33 @@ CLAIMS: dict[str, tuple[str, int]] = {
     "P3 spectrum, centred": ("selected bars below all bars, centred top-1 share", +1),
     "P4 all bars on par": ("the entropy loss with all bars on par with no regularizer, "
                            "last-30% metric", 2),
+}
+
+
+# The claims whose quantity is a difference in the task metric (method minus reference), with
+# the factor that turns their oriented values back into that difference (C6's are -Δ).
+METRIC_CLAIMS: dict[str, int] = {"C1 vs none": +1, "C1 vs CosReg": +1, "C6 λ = +1 hurts": -1,
+                                 "C7 CosReg no gain": +1, "P2": +1, "P3 metric": +1,
+                                 "P4 all bars on par": +1}
+
+# I-STAR paper, Table 1, BERT rows (points: accuracy, Matthews and Pearson x 100), 5 seeds.
+TABLE1_BERT: dict[str, dict[str, float]] = {
+    "istar": {"sst2": 92.65, "rte": 62.53, "mrpc": 86.76, "cola": 59.60, "stsb": 86.44},
+    "base": {"sst2": 92.40, "rte": 62.24, "mrpc": 86.51, "cola": 59.22, "stsb": 86.15},
+    "cosreg": {"sst2": 92.01, "rte": 61.52, "mrpc": 85.29, "cola": 57.90, "stsb": 86.30},
+}
+
+
+def _table1_effect(method: str, reference: str) -> dict[str, float]:
+    return {t: round(TABLE1_BERT[method][t] - TABLE1_BERT[reference][t], 2) for t in TASKS}
+
+
+# The paper's own effect (points, per task) of the metric claims it gives a number for: the
+# persistent-entropy paper's Table 2 numbers are lost in its text, and Fig. 3 (C6) has none.
+PAPER_EFFECT: dict[str, dict[str, float]] = {
+    "C1 vs none": _table1_effect("istar", "base"),
+    "C1 vs CosReg": _table1_effect("istar", "cosreg"),
+    "C7 CosReg no gain": _table1_effect("cosreg", "base"),
 }
 
 

@@ -19,9 +19,12 @@ __all__ = [
     "ALPHA",
     "CONFIDENCE",
     "MIN_SEEDS",
+    "TIE_RULE",
+    "Bound",
     "Diff",
     "claim_verdict",
     "deciding_p",
+    "effect_bound",
     "mean_interval",
     "paired",
     "per_seed_spearman",
@@ -72,24 +75,33 @@ class Diff:
 
 
 ALPHA = 0.05  # the claim-level sign test's level
+# One tie rule for every sign test of the study (the report's, the review phase's, the GPU
+# phase's): a seed-paired difference of exactly 0 is a seed on which the method did not move
+# the metric, so it stays in n and counts for neither side. With a discrete metric a tie has
+# a positive chance under no effect, P(d > 0) = P(d < 0) <= 1/2, so each one-sided p stays
+# valid (conservative), and a tie can never strengthen a verdict.
+TIE_RULE = "a difference of exactly 0 stays in n and counts for neither side"
 MIN_SEEDS = 2  # a claim's verdict needs at least this many values from each of its tasks
 
 def sign_test(values: Sequence[float]) -> tuple[int, int, float, float]:
-    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` non-zero finite values are > 0, and the
-    exact one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+    """``(k, n, p_for, p_against)``: ``k`` of the ``n`` finite values are > 0, and the exact
+    one-sided binomial p-values of that many (or more) > 0 and < 0 under a median of 0.
+
+    The tie rule (:data:`TIE_RULE`, shared with ``docs/results/review_verdicts.py`` and
+    ``gpu_phase.py``): a value of exactly 0 stays in ``n`` and counts for neither side.
 
     >>> sign_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # 6 of 6: 1/64
     (6, 6, 0.015625, 1.0)
-    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie is dropped
-    >>> (k, n, round(p * 2 ** 15))  # C(15,12) + C(15,13) + C(15,14) + C(15,15) = 576
-    (12, 15, 576)
+    >>> k, n, p, q = sign_test([1.0] * 12 + [-1.0] * 3 + [0.0])  # a tie stays in n
+    >>> (k, n, round(p * 2 ** 16))  # C(16,12) + C(16,13) + ... + C(16,16) = 2517
+    (12, 16, 2517)
     """
-    nonzero = [v for v in values if v != 0 and math.isfinite(v)]  # a NaN decides nothing
-    n, k = len(nonzero), sum(v > 0 for v in nonzero)
+    finite = [v for v in values if math.isfinite(v)]  # a NaN decides nothing
+    n, k, below = len(finite), sum(v > 0 for v in finite), sum(v < 0 for v in finite)
     if n == 0:
         return 0, 0, 1.0, 1.0
     p_for = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
-    p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
+    p_against = float(stats.binomtest(below, n, 0.5, alternative="greater").pvalue)
     return k, n, p_for, p_against
 
 
@@ -228,3 +240,52 @@ def spearman_permutation_p(pts: Sequence[tuple[int, float, float]]) -> tuple[flo
     low = sum(c for v, c in counts.items() if v <= observed + eps)
     high = sum(c for v, c in counts.items() if v >= observed - eps)
     return low / total, high / total, len(groups)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The one-sided bounds at :data:`CONFIDENCE` on the mean effect over tasks: the effect is
+    above ``lower`` with that confidence, and below ``upper`` with it (each one-sided; together
+    a two-sided interval at twice the miss rate). ``df``: the Student-t degrees of freedom."""
+
+    mean: float
+    lower: float
+    upper: float
+    df: float
+    tasks: int
+    n: int
+
+
+def effect_bound(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE
+                 ) -> Bound | None:
+    """One-sided bounds on the mean over tasks of each task's mean seed-paired difference
+    (``groups``: one list of per-seed differences per task), stratified by task: the tasks are
+    fixed (the claim is about them), the seeds are the replication. Mean m = (1/T) Σ mₜ, its
+    variance (1/T²) Σ sₜ²/nₜ, and m ∓ t_conf(ν) · se with Welch-Satterthwaite's ν =
+    (Σ vₜ)² / Σ vₜ²/(nₜ - 1), vₜ = sₜ²/nₜ. One task: Student's one-sided bound on its mean.
+    ``None`` where there is no honest bound: a task with fewer than 2 values, or no spread in
+    any task (every difference equal to rounding).
+
+    >>> b = effect_bound([[1.0, 2.0, 3.0]])  # s = 1, t₀.₉₅(2) = 2.9200
+    >>> round(b.lower, 4), round(b.upper, 4), b.df
+    (0.3141, 3.6859, 2.0)
+    >>> effect_bound([[0.5, 0.5]]) is None, effect_bound([[1.0, 2.0], [3.0]]) is None
+    (True, True)
+    """
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    if not arrays or any(a.ndim != 1 or a.size < 2 for a in arrays):
+        return None
+    if any(not np.all(np.isfinite(a)) for a in arrays):
+        raise ValueError("effect_bound needs finite differences")
+    tasks = len(arrays)
+    v = np.array([float(np.var(a, ddof=1)) / a.size for a in arrays])
+    scale = max(1.0, max(float(np.abs(a).max()) for a in arrays))
+    if all(np.ptp(a) <= 1e-12 * scale for a in arrays):
+        return None
+    v[[bool(np.ptp(a) <= 1e-12 * scale) for a in arrays]] = 0.0  # rounding is no spread
+    mean = float(np.mean([a.mean() for a in arrays]))
+    se = math.sqrt(float(v.sum())) / tasks
+    df = float(v.sum() ** 2 / sum(vt ** 2 / (a.size - 1) for vt, a in zip(v, arrays,
+                                                                           strict=True)))
+    half = float(stats.t.ppf(confidence, df)) * se
+    return Bound(mean, mean - half, mean + half, df, tasks, sum(a.size for a in arrays))

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from isotropy.reporting.claim_bounds import bound_field
 from isotropy.reporting.claim_registry import CLAIMS, NEEDS
 from isotropy.reporting.claim_stats import (
     ALPHA,
@@ -147,6 +148,8 @@ class ClaimRow:
     counted_n: int | None = None
     counted_p_holm: float | None = None
     counted_verdict: str | None = None
+    # a metric claim's one-sided 95% bounds on the mean effect (claim_bounds.bound_field)
+    effect_bound: dict[str, Any] | None = None
 
 
 def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
@@ -179,7 +182,8 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
         has = bool(t.values)  # all ties (n = 0) test too, with p = 1
         rows.append(ClaimRow(key, what, sign, len(t.verdicts), k, n, p_for if has else None,
                              decide if has else None, None, tk, tn, tp if tn else None, sup,
-                             con, list(t.left_out), verdict, verdict))
+                             con, list(t.left_out), verdict, verdict,
+                             effect_bound=bound_field(key, t) if has else None))
     adjusted = holm([rows[i].p_decide for i, _, _ in tested])  # type: ignore[misc]
     for (i, p_for, p_against), p_adj in zip(tested, adjusted, strict=True):
         r = rows[i]
@@ -216,7 +220,8 @@ def summary_markdown(rows: Iterable[ClaimRow]) -> list[str]:
     out = ["## Summary: one verdict per claim", "",
            f"Per claim: the per-seed values of all its tasks, pooled, and a one-sided sign test "
            f"(see `isotropy.reporting.claim_summary`): *k of n* values move the claimed way "
-           "(for \"no rise\": rise), with its one-sided p; then the test's deciding p "
+           "(for \"no rise\": rise; n counts a tie, which moves neither way), with its "
+           "one-sided p; then the test's deciding p "
            "(two-sided, twice the smaller one-sided p, where either verdict can be reached, so "
            "it can be far below the one-sided p of the claimed way when the values go the "
            "other way; for \"no rise\" the one-sided p of a rise), and that p Holm-adjusted "

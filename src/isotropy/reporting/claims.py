@@ -29,18 +29,18 @@ contradicted".
 
 Per claim (the summary at the end; :mod:`isotropy.reporting.claim_summary`): the per-seed
 values of all the tasks it was tested on are pooled, each oriented so that > 0 is the claimed
-direction (a paired difference; for C2 minus the Spearman ρ of one seed's runs; for P1's
-growth one run's growth), and a one-sided sign test (exact binomial, ties dropped) gives its p;
-Holm's adjustment of those p across the report's claims decides: *supported* when the values
-in the claimed direction have an adjusted p < 0.05, *contradicted* when those in the other
-direction have, *inconclusive* otherwise, and also while a task gave fewer than 2 values (with
-one seed per task nothing shows whether a task's difference, however small, outlasts a change
-of seed). Unadjusted, with 3 seeds it needs 6 of 6 values on 2 tasks and 12 of 15 on 5, and it
-cannot decide a claim of one task (3 of 3: p = 1/8). For a claim that something does not rise
-(C3) only *contradicted* is possible (a significant rise); otherwise it is *not
-contradicted*, which with this few values also means "too few to see a rise". A task whose
-comparison includes a cell that predicted one class on every seed (a constant predictor) is
-shown but left out of its claim's counts.
+direction (a paired difference; for C2 minus the Spearman ρ of one seed's runs; for P1's growth
+one run's growth), and a one-sided sign test (exact binomial; a tie stays in n and counts for
+neither side) gives its p; Holm's adjustment of those p across the report's claims decides:
+*supported* when the values in the claimed direction have an adjusted p < 0.05, *contradicted*
+when those in the other direction have, *inconclusive* otherwise, and also while a task gave
+fewer than 2 values (with one seed per task nothing shows whether a task's difference, however
+small, outlasts a change of seed). Unadjusted, with 3 seeds it needs 6 of 6 values on 2 tasks
+and 12 of 15 on 5, and it cannot decide a claim of one task (3 of 3: p = 1/8). For a claim that
+something does not rise (C3) only *contradicted* is possible (a significant rise); otherwise it
+is *not contradicted*, which with this few values also means "too few to see a rise". A task
+whose comparison includes a cell that predicted one class on every seed (a constant predictor)
+is shown but left out of its claim's counts.
 
 C3 is judged on IsoScore\* of the last layer's token cloud, the paper's evidence (Fig. 4);
 the union of layers is shown beside it as a claim of its own (*C3 no rise, union*).
@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from isotropy.reporting.cells import Cell
+from isotropy.reporting.claim_bounds import bounds_markdown
 from isotropy.reporting.claim_registry import CLAIMS, ISTAR_BEST, TASKS
 from isotropy.reporting.claim_stats import (
     Diff,
@@ -201,4 +202,4 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
     rows = claim_rows_with_left_out(tally, papers)
     data = claims_json(rows, tally, which=which, seeds_per_cell=seeds,
                        constant_predictors=[f"{t}: {lab}" for t, lab in sorted(constant)])
-    return [*out, *summary_markdown(rows)], data, None
+    return [*out, *summary_markdown(rows), *bounds_markdown(rows)], data, None
