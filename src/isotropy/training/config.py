@@ -26,6 +26,7 @@ from isotropy.clouds import parse_layers
 from isotropy.data.glue import get_task
 from isotropy.data.sources import check_data_source
 from isotropy.models.loading import MINILM_ALIAS, MPNET_ALIAS
+from isotropy.training._compat import GROUP_BY_LENGTH_IS_A_TRAINING_ARGUMENT
 
 __all__ = [
     "REGULARIZERS",
@@ -255,6 +256,8 @@ class TrainArguments(TrainingArguments):
                 "integration names"})
     logging_dir: str | None = field(default=None, metadata={
         "help": "TensorBoard event directory (default: <output_dir>/tensorboard)"})
+    if GROUP_BY_LENGTH_IS_A_TRAINING_ARGUMENT:  # transformers 4.x: set from --group_by_length
+        group_by_length: bool = field(default=False, init=False)  # of IsotropyArguments
 
     def __post_init__(self) -> None:
         _check_training_values(self)

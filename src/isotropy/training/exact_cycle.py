@@ -33,6 +33,7 @@ from isotropy.models.regularized import (
     prepare_exact_cycle,
 )
 from isotropy.runtime import RngState, set_rng_state
+from isotropy.training._compat import accumulation_steps
 from isotropy.training.regularizer_logs import RegularizerLogMixin
 
 __all__ = ["ExactCycleMixin", "check_entropy_accumulation"]
@@ -70,14 +71,15 @@ class ExactCycleMixin(RegularizerLogMixin):
     _exact_model: Any = None
     _entropy_checked: Any = None  # the model whose losses' accumulation was checked
 
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud."""
+    def get_batch_samples(self, epoch_iterator, num_batches, *args):
+        """The Trainer's micro-batches of one accumulation cycle, kept for the cycle's cloud
+        (``args``: the device, from transformers 4.50 on)."""
         if self._entropy_checked is not self.model:  # type: ignore[attr-defined]
             check_entropy_accumulation(self.model,  # type: ignore[attr-defined]
                                        self.args.gradient_accumulation_steps)  # type: ignore[attr-defined]
             self._entropy_checked = self.model  # type: ignore[attr-defined]
         batches, num_items = super().get_batch_samples(  # type: ignore[misc]
-            epoch_iterator, num_batches, device)
+            epoch_iterator, num_batches, *args)
         self._cycle, self._cycle_pos, self._cycle_rng = list(batches), 0, []
         self._cycle_items = num_items
         for loss in self._exact_losses():
@@ -111,7 +113,7 @@ class ExactCycleMixin(RegularizerLogMixin):
         (:meth:`RegularizerLogMixin._task_loss_scaled_for_accumulation`). Where the Trainer
         takes the labels away (label smoothing, a ``compute_loss_func``), the terms are
         divided by the steps either way (:meth:`RegularizerLogMixin.compute_loss`)."""
-        steps = float(self.current_gradient_accumulation_steps)  # type: ignore[attr-defined]
+        steps = float(accumulation_steps(self))
         if self._cycle and self._labels_taken_away(self._cycle[0]):
             return steps
         scaled = self._task_loss_scaled_for_accumulation(self._cycle_items)

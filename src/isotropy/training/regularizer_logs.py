@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from isotropy.models.regularized import find_regularized
+from isotropy.training._compat import accumulation_steps, loss_scaled_for_accumulation
 
 __all__ = ["RegularizerLogMixin"]
 
@@ -79,8 +80,7 @@ class RegularizerLogMixin:
             steps = 1.0
             if model.training and self._task_loss_scaled_for_accumulation(num_items_in_batch):
                 # (evaluation's loss is a per-batch mean)
-                steps = float(getattr(self, "current_gradient_accumulation_steps",
-                                      self.args.gradient_accumulation_steps))  # type: ignore[attr-defined]
+                steps = float(accumulation_steps(self))
             task_log = loss.detach() * steps  # the micro-batch's task loss, as the model's
             terms = getattr(outputs, "regularizer_losses", None) or {}
             if terms:
@@ -112,12 +112,7 @@ class RegularizerLogMixin:
         """Whether the ``Trainer`` uses its loss as is, not divided by the accumulation steps
         (its own rule: ``loss_is_scaled_for_ga``, else a loss normalised by
         ``num_items_in_batch`` or a ``compute_loss_func``)."""
-        scaled = getattr(self, "loss_is_scaled_for_ga", None)
-        if scaled is not None:
-            return bool(scaled)
-        return bool((self.model_accepts_loss_kwargs  # type: ignore[attr-defined]
-                     and num_items_in_batch is not None)
-                    or self.compute_loss_func is not None)  # type: ignore[attr-defined]
+        return loss_scaled_for_accumulation(self, num_items_in_batch)
 
     def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's log / save / evaluate, after a check that no regularizer value of the

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.io import parse_json_unique, parse_yaml_unique, read_text_utf8
+from isotropy.training._compat import group_by_length
 from isotropy.training.config import (
     REGULARIZER_SETTINGS,
     IsotropyArguments,
@@ -150,7 +151,7 @@ def args_from_dict(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainAr
             raise ValueError(f"{err} (from config file {given['config']})") from None
         raise
     if iso_args.group_by_length:
-        train_args.train_sampling_strategy = "group_by_length"
+        group_by_length(train_args)
     return iso_args, train_args
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import IntervalStrategy, has_length, rotate_checkpoints
+from transformers.trainer_utils import IntervalStrategy, has_length
 
 from isotropy.clouds import parse_layers
 from isotropy.distributed import gather_rows
@@ -36,6 +36,7 @@ from isotropy.rundir import (
     checkpoint_files,
 )
 from isotropy.runtime import fault_point
+from isotropy.training._compat import rotate_checkpoints
 from isotropy.training.callbacks import (
     IsotropyStateCallback,
     _point_tensorboard,
@@ -178,7 +179,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         fault_point("checkpoint_partial")  # the model and optimizer are written, not the rest
         return super()._save_rng_state(output_dir)
 
-    def _save_checkpoint(self, model, trial):
+    def _save_checkpoint(self, model, trial, *args, **kwargs):
         """The Trainer's checkpoint, then ``isotropy_state.pt`` written aside and renamed into
         place as its last file (a checkpoint without it is incomplete and never resumed), and
         only then the old checkpoints rotated out: a crash at any point leaves a complete
@@ -190,7 +191,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # transformers 5's "Writing model shards" bar
         try:
-            super()._save_checkpoint(model, trial)
+            super()._save_checkpoint(model, trial, *args, **kwargs)
         finally:
             self.args.save_total_limit = limit
             if bar:
@@ -206,12 +207,10 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             payload = {**self._checkpoint_payload(), "files": checkpoint_files(folder)}
             _write_checkpoint_state(folder, payload)
             fault_point("checkpoint_written")
-            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint,
-                               use_mtime=False)
+            rotate_checkpoints(self, str(run_dir))
 
     def _maybe_log_save_evaluate(self, tr_loss, grad_norm, model, trial, epoch,
-                                 ignore_keys_for_eval, start_time, learning_rate=None):
+                                 ignore_keys_for_eval, *args, **kwargs):
         """The Trainer's log / evaluate / save, with a checkpoint due at the last step of an
         epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
         the same step): a checkpoint then never precedes an evaluation it should hold, so a
@@ -232,13 +231,12 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             self._deferred_save_step = None
         # the mixin checks the regularizer values before anything is logged, saved or evaluated
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
-                                         ignore_keys_for_eval, start_time,
-                                         learning_rate=learning_rate)
+                                         ignore_keys_for_eval, *args, **kwargs)
 
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
+    def get_batch_samples(self, epoch_iterator, num_batches, *args):
         """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
         the cycle's [CLS] rows started afresh."""
-        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, *args)
         self._cycle_cls = []
         return batches, num_items
 
