@@ -59,7 +59,8 @@ FULL = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "batch":
         "decoder_large": {"hidden_size": 4096, "intermediate_size": 14336,
                           "num_hidden_layers": 32, "num_attention_heads": 32,
                           "num_key_value_heads": 8},
-        "analyze_texts": 512, "analyze_shrinkage": 250_000}
+        "analyze_texts": 512, "analyze_shrinkage": 250_000, "profile_calls": (5, 3, 2),
+        "analyze_rounds": 2}
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, "seq": 32,
         "rounds": 2, "warmup": 1, "refresh_rows": 2_000,
         "decoder": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -67,7 +68,8 @@ TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, 
         "decoder_large": {"hidden_size": 96, "intermediate_size": 192,
                           "num_hidden_layers": 3, "num_attention_heads": 4,
                           "num_key_value_heads": 2},
-        "analyze_texts": 32, "analyze_shrinkage": 2_000}
+        "analyze_texts": 32, "analyze_shrinkage": 2_000, "profile_calls": (1, 1, 1),
+        "analyze_rounds": 1}
 VOCAB = 30522
 
 
@@ -228,7 +230,7 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     record["steps"] = time_round_robin(steps, size["rounds"], size["warmup"], device)
     profile_rows({name: (steps["plain"], steps[name])
                   for name in ("I-STAR (all layers, Sigma_S)", "CosReg (last layer)")},
-                 device, 5, record)
+                 device, size["profile_calls"][0], record)
 
     # an accumulation cycle of 8 micro-batches of 8: plain, and with the exact entropy loss
     (big,) = batches_of(1, {**size, "batch": 64}, device, tokenizer, sentences, seed=3)
@@ -253,7 +255,8 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     record["cycles"] = time_round_robin({"plain 8 x 8 cycle": plain_cycle,
                                          "exact entropy 8 x 8 cycle": exact_cycle},
                                         size["rounds"], size["warmup"], device)
-    profile_rows({"exact entropy 8 x 8 cycle": (plain_cycle, exact_cycle)}, device, 3, record)
+    profile_rows({"exact entropy 8 x 8 cycle": (plain_cycle, exact_cycle)}, device,
+                 size["profile_calls"][1], record)
 
     def refresh() -> None:
         with autocast():
@@ -275,7 +278,8 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
                                           "forward passes alone": forward_only},
                                          max(3, size["rounds"] // 4), 1, device)
     record["refresh_rows"] = size["refresh_rows"]
-    profile_rows({"Sigma_S refresh": (forward_only, refresh)}, device, 2, record)
+    profile_rows({"Sigma_S refresh": (forward_only, refresh)}, device, size["profile_calls"][2],
+                 record)
 
 
 def analyze_row(size: dict, device: torch.device, tokenizer_dir: Path | None, glue: Path | None,
@@ -364,14 +368,14 @@ def _timed(fn: Callable[[], object], device: torch.device) -> tuple[float, objec
     return time.perf_counter() - t, out
 
 
-def analyze_phases(inputs, device: torch.device, size: dict, work: Path, rounds: int = 2,
+def analyze_phases(inputs, device: torch.device, size: dict, work: Path,
                    profile: bool = True) -> dict:
     """``analyze``'s measurement timed in this process beside a plain forward pass over the
     same tokens in the same batches (``hidden_state_batches`` over the Sigma_S pass's batches
     and the measured texts' batches, hidden states returned, nothing measured), alternated
-    ``rounds`` times (the last round is reported: the first warms the kernels), plus the
-    phases: tokenising both passes' batches, writing the results; and (``profile``) a
-    ``torch.profiler`` breakdown of one measurement over the plain forward passes.
+    ``size["analyze_rounds"]`` times (the last round is reported: the first warms the
+    kernels), plus the phases: tokenising both passes' batches, writing the results; and
+    (``profile``) a ``torch.profiler`` breakdown of one measurement over the plain forward passes.
     ``statistics`` = measurement - plain forward - tokenising."""
     from isotropy.models.forward import hidden_state_batches
     from isotropy.probing.analyze import DEFAULT_BATCH_SIZE, analyze_model, write_analyze
@@ -406,7 +410,7 @@ def analyze_phases(inputs, device: torch.device, size: dict, work: Path, rounds:
 
     times: dict[str, list[float]] = {"plain forward": [], "analyze (measurement)": []}
     result = None
-    for _ in range(rounds):
+    for _ in range(size["analyze_rounds"]):
         times["plain forward"].append(_timed(forward, device)[0])
         sec, result = _timed(measure, device)
         times["analyze (measurement)"].append(sec)
