@@ -1,7 +1,10 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo         create .venv, install isotropy, run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
-#                     (in 2 processes; make TEST_WORKERS=0 test runs it in one)
+#                     without its end-to-end runs (marked slow), in 2 processes
+#                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports
+#   make test-all     the same with the end-to-end runs (training to the end, sweep workers,
+#                     subprocesses)
 # Benchmarks (same set-up):
 #   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
 #   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
@@ -18,7 +21,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test lint bench bench-quick clean mpnet
+.PHONY: demo test test-all lint bench bench-quick clean mpnet
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -34,8 +37,15 @@ demo: $(VENV)/.installed
 # a file's module-scoped fixtures are built once. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 
+PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(PYTEST) -m "not slow"
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
+
+test-all: $(VENV)/.installed
+	$(PYTEST)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 

