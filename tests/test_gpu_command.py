@@ -48,6 +48,7 @@ def _needs_data_and_model():
     return glue
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_gpu_command_cpu_mode(tmp_path):
     glue = _needs_data_and_model()
@@ -87,6 +88,7 @@ def test_gpu_command_cpu_mode(tmp_path):
     assert (out / "runs-report" / "table1.csv").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_gpu_command_with_every_run_archived_runs_none(tmp_path):
     glue = _needs_data_and_model()

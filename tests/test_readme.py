@@ -64,6 +64,7 @@ def test_command_line_section_says_how_to_reach_the_installed_command():
     assert "VENV ?= .venv" in (README.parent / "Makefile").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_python_block_runs_as_written(index, monkeypatch, one_thread, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

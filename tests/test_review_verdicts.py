@@ -40,25 +40,31 @@ def test_sign_p_is_scipys_exact_binomial_test() -> None:
             assert rv.sign_p(k, n) == pytest.approx(expected, rel=1e-12, abs=0), (k, n)
 
 
+def _verdict(lines: list[str]) -> str:
+    """The verdict line of a comparison (its bounds follow it)."""
+    (line,) = [x for x in lines if x.endswith("**")]
+    return line
+
+
 def test_six_of_six_rule_and_the_constant_predictor() -> None:
     up = rv.Comparison({"mrpc": [0.5, 0.1, 0.2], "cola": [1.0, 2.0, 3.0]},
                        {"mrpc": False, "cola": False})
     lines, p = rv.six_of_six(up, "t", constant_rule=True)
-    assert "6 of 6 above 0" in lines[-1] and "**supported**" in lines[-1]
+    assert "6 of 6 above 0" in _verdict(lines) and "**supported**" in _verdict(lines)
     assert p == 1 / 64
     # the same values, with CoLA's cell predicting one class on every seed: not above
     const = rv.Comparison(up.d, {"mrpc": False, "cola": True})
     lines, p = rv.six_of_six(const, "t", constant_rule=True)
-    assert "3 of 6 above 0" in lines[-1] and "**inconclusive**" in lines[-1]
+    assert "3 of 6 above 0" in _verdict(lines) and "**inconclusive**" in _verdict(lines)
     assert p == pytest.approx(42 / 64)
     # B2's rule has no constant-predictor clause
     lines, p = rv.six_of_six(const, "t", constant_rule=False)
-    assert "6 of 6 above 0" in lines[-1] and p == 1 / 64
+    assert "6 of 6 above 0" in _verdict(lines) and p == 1 / 64
     # a tie counts against the claimed side, and against neither in "below"
     tie = rv.Comparison({"mrpc": [-1.0, -1.0, 0.0], "cola": [-1.0, -1.0, -1.0]},
                         {"mrpc": False, "cola": False})
     lines, _ = rv.six_of_six(tie, "t", constant_rule=True)
-    assert "0 of 6 above 0, 5 below" in lines[-1] and "**inconclusive**" in lines[-1]
+    assert "0 of 6 above 0, 5 below" in _verdict(lines) and "**inconclusive**" in _verdict(lines)
 
 
 def test_committed_b1_and_b2_are_the_published_counts() -> None:
@@ -75,7 +81,7 @@ def test_committed_b1_and_b2_are_the_published_counts() -> None:
     assert verdicts == ["inconclusive", "inconclusive", "supported"]
     assert p == pytest.approx(0.806, abs=5e-4)
     lines, p = rv.b2(RUNS)
-    assert "2 of 6 above 0, 4 below" in lines[-1] and "**inconclusive**" in lines[-1]
+    assert "2 of 6 above 0, 4 below" in _verdict(lines) and "**inconclusive**" in _verdict(lines)
     assert any(line.startswith("| MRPC | -7.35 | -5.64 | -6.37 | -6.45 [") for line in lines)
     assert p == pytest.approx(57 / 64)
 

@@ -155,6 +155,7 @@ def test_demo_command(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
     assert "built-in sentences" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_demo_fine_tuning_comparison(tiny_dir: Path, glue_dir: Path, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -283,14 +284,23 @@ def test_bad_paths_and_devices(tiny_dir: Path, texts_file: Path, glue_dir: Path,
     assert "not a torch device" in err
 
 
-def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path,
+def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path, tiny_dir: Path,
                                             no_compute: list[str],
                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
     broken = tmp_path / "broken_model"
     broken.mkdir()
     err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken)], capsys)
     assert "no config.json" in err
     (broken / "config.json").write_text('{"model_type": "bert"}')  # no weights, no tokenizer
+    err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken),
+                        "--output-dir", str(tmp_path / "o")], capsys)
+    assert "gets a fallback vocabulary in which every word is unknown" in err
+    # the model's own configuration and tokenizer, without its weights
+    for f in tiny_dir.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin")):
+            shutil.copy(f, broken / f.name)
     err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken),
                         "--output-dir", str(tmp_path / "o")], capsys)
     assert "could not load a model" in err
@@ -529,6 +539,7 @@ def test_stability_seed_reaches_the_computation(tmp_path: Path,
     assert values[0] == values[1] and values[0] != values[2]
 
 
+@pytest.mark.slow
 def test_module_help_runs() -> None:
     proc = subprocess.run([sys.executable, "-m", "isotropy.cli.main", "--help"],
                           capture_output=True, text=True, timeout=120)

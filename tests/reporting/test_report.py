@@ -190,6 +190,7 @@ def png_size(path: Path) -> tuple[int, int]:
 FIG_PIXELS = (800, 500)
 
 
+@pytest.mark.slow
 def test_figures_from_fixture_runs(sweep_root: Path, tmp_path: Path) -> None:
     for seed in (1, 2):
         spec = [(s, [0.9 - s / 1000, 0.05, 0.02, 0.3, 0.2, 0.1 + seed / 100])
@@ -382,6 +383,7 @@ def test_isoscore_star_of_different_measurement_zeta_is_not_compared(tmp_path: P
             draw(("rte", "minilm"), cells, "final")
 
 
+@pytest.mark.slow
 def test_runs_of_other_settings_are_kept_apart_not_pooled(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     for seed, (a, b) in enumerate([(0.60, 0.70), (0.62, 0.74)], start=1):
@@ -669,6 +671,7 @@ def test_mixed_measurement_formats_are_not_pooled_per_layer_or_spectrum(tmp_path
     assert f"Fig. 6 (I-STAR, IsoScore* per layer) not drawn: {MIXED}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", [None, 1, 2])
 def test_one_measurement_format_draws_everything_and_says_which(tmp_path: Path,
                                                                 fmt: Any) -> None:

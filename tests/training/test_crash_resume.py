@@ -26,7 +26,7 @@ import pytest
 import torch
 from _models import save_tiny_bert
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 WORDS = ["good", "bad", "great", "awful", "nice", "poor", "the", "film", "plot", "was", "very",
          "not", "a", "story", "actor", "dull"]

@@ -74,6 +74,8 @@ N_ODD = 9  # an odd evaluation set: the last evaluation step holds 7 duplicates
 # (entropy), 1e-14 (I-STAR); the regularizers move the parameters by about 1e-2.
 ATOL = 1e-9
 
+pytestmark = pytest.mark.slow  # two training processes per fixture, and full runs
+
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):

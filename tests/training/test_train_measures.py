@@ -315,6 +315,7 @@ def _logs(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg", ["none", "istar"])
 def test_training_run_records_the_measurements(word_model_dir, sst2_dir, tmp_path, reg):
     out = tmp_path / "run"
@@ -375,6 +376,7 @@ def _check_against_the_saved_model(out, glue, rec):
     assert rec["layers"][2]["token"]["avg_cosine"] == pytest.approx(mean_cosine(tokens), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_sigma_s_pass_leaves_training_unchanged(word_model_dir, sst2_dir, tmp_path):
     """measure_zeta = 0 needs no Sigma_S (IsoScore* = IsoScore); the Sigma_S pass of
     measure_zeta > 0 changes nothing in training (same losses, same evaluation loss)."""
@@ -396,6 +398,7 @@ def test_sigma_s_pass_leaves_training_unchanged(word_model_dir, sst2_dir, tmp_pa
             assert a.get(key) == b.get(key), key
 
 
+@pytest.mark.slow
 def test_resume_truncates_the_measurements(word_model_dir, sst2_dir, tmp_path):
     extra = ["--task", "sst2", "--max_train_samples", "32", "--save_strategy", "steps",
              "--save_steps", "3"]

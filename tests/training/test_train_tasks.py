@@ -270,6 +270,7 @@ def _boundary_squad() -> list[tuple[str, str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_squad_answer_across_a_window_boundary_is_learnt_end_to_end(model_dir, tmp_path):
     """Train and evaluate on the same few questions until memorised: every answer, the one
     cut by a window boundary included, comes back exactly, with length-grouped evaluation
@@ -372,6 +373,7 @@ def test_squad_window_defaults():
     assert parse_train_args(["--task", "rte", "--output_dir", "x"])[0].max_seq_length == 128
 
 
+@pytest.mark.slow
 def test_a_squad_run_split_by_question_does_not_resume_split_by_paragraph(model_dir, data_dir,
                                                                          tmp_path):
     out = tmp_path / "squad"

@@ -158,7 +158,7 @@ def test_group_by_length_is_one_flag_that_reaches_the_trainers_sampler(tmp_path)
     from isotropy.training.settings import parse_train_args
 
     _, args = parse_train_args(["--output_dir", str(tmp_path / "run"), "--group_by_length",
-                                "--report_to", "none", "--use_cpu"])
+                                "--report_to", "none", "--use_cpu", "--eval_strategy", "no"])
     rows = [{"input_ids": [1] * n, "labels": 0} for n in (3, 9, 5, 7)]
     trainer = Trainer(model=tiny_bert(BertForSequenceClassification, vocab_size=16),
                       args=args, train_dataset=rows)

@@ -45,7 +45,8 @@ def _split(t: Tally, factor: int) -> list[tuple[str, list[float]]]:
     out, start = [], 0
     for i, n in enumerate(t.seeds):
         if n:
-            out.append((t.tasks[i], [100 * factor * v for v in t.values[start:start + n]]))
+            task = t.tasks[i] if i < len(t.tasks) else f"unit {i + 1}"  # tasks: where known
+            out.append((task, [100 * factor * v for v in t.values[start:start + n]]))
         start += n
     return out
 

@@ -173,10 +173,10 @@ def _load_inputs(iso_args: IsotropyArguments, train_args: TrainArguments) -> _In
                          "and eval_predictions.csv")
     prepare_span_arguments(spec, train_args)
     subset_seed = train_args.seed if iso_args.subset_seed is None else iso_args.subset_seed
+    data = load_task_data(iso_args, subset_seed)
     model_path = resolve_model(iso_args.model)
     model_config = check_model(model_path, iso_args)
     check_best_metric(train_args, spec, model_config)
-    data = load_task_data(iso_args, subset_seed)
     check_pooling(model_path, iso_args.pooling, iso_args.regularizers)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     fault_point("tokenizer_loaded")  # start-up: where a dropped Ctrl-C was seen
