@@ -97,8 +97,10 @@ def test_an_unreadable_run_record_is_named(model_dir, glue, tmp_path):
     with pytest.raises(ValueError) as err:
         run_train(train_argv(model_dir, glue, out, "--task", "sst2"))
     # the run directory is not recognised as a run of ours: refused, naming the file and why
-    assert f"{out / 'config.json'} is not valid JSON: " in str(err.value)
-    assert "nothing in it is changed" in str(err.value)
+    assert str(err.value).startswith(f"output directory {out} holds no run of isotropy: its "
+                                     "config.json is not a run's record (it is not readable "
+                                     "JSON (")
+    assert "line 2 column 1" in str(err.value) and "nothing in it is changed" in str(err.value)
     assert (out / "config.json").read_text() == "{\n"
 
 
@@ -113,9 +115,10 @@ def test_an_unreadable_trainer_state_is_named_before_resuming(model_dir, glue, t
     (last / "trainer_state.json").write_text("\n")
     with pytest.raises(ValueError) as err:
         run_train([*argv, "--resume"])
-    assert str(err.value).startswith(f"{last / 'trainer_state.json'} is not valid JSON: "
-                                     "Expecting value: line 2 column 1")
-    assert f"cannot resume from {last.name}" in str(err.value)
+    # the checkpoint's own list of files finds it first (its size differs from the one saved)
+    assert str(err.value).startswith(f"checkpoint {last} is damaged: trainer_state.json")
+    assert f"delete {last} to resume from the checkpoint before it" in str(err.value)
+    assert "\n" not in str(err.value)
     assert last.is_dir()  # nothing deleted
 
 
