@@ -8,6 +8,8 @@ import os
 import pytest
 from _distributed import RanksFailed, require_gloo, run_on_ranks, step
 
+pytestmark = pytest.mark.slow  # spawns ranks: Python processes that import torch
+
 
 def _fail_differently(rank: int) -> None:
     import torch.distributed as dist

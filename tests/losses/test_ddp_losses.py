@@ -22,6 +22,8 @@ from isotropy.losses.cosreg import CosRegLoss
 from isotropy.losses.istar import IStarLoss
 from isotropy.models.shrinkage import collect_covariance
 
+pytestmark = pytest.mark.slow  # spawns ranks: Python processes that import torch
+
 WORLD = 2
 SIZES = (3, 5)  # unequal local batch sizes
 SEQ, DIM, N_STATES = 6, 5, 3  # hidden_states = (embeddings, layer 1, layer 2)

@@ -18,6 +18,8 @@ from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_star
 from isotropy.measures.isoscore_metric import IsoScoreMetric
 
+pytestmark = pytest.mark.slow  # spawns ranks: Python processes that import torch
+
 WORLD = 2
 F64 = torch.float64
 
