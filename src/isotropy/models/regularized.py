@@ -354,9 +354,7 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
         if frame_code is trainer_cls.compute_loss.__code__:  # the Trainer's own compute_loss
             check_trainer(trainer)
             return
-        from isotropy.training.regularizer_logs import RegularizerLogMixin
-
-        if isinstance(trainer, RegularizerLogMixin) or self.__dict__.get("_warned_own_loss"):
+        if _keeps_terms(trainer) or self.__dict__.get("_warned_own_loss"):
             return
         self.__dict__["_warned_own_loss"] = True
         warnings.warn(
@@ -445,15 +443,20 @@ def _fix(trainer: Any) -> str:
             f"before Trainer in the bases of {type(trainer).__name__}")
 
 
+def _keeps_terms(trainer: Any) -> bool:
+    """Whether ``trainer`` says it adds the regularizers' terms to its loss (the class
+    attribute ``keeps_regularizer_terms``, which ``RegularizerLogMixin`` sets: the model layer
+    reads it without importing the training layer)."""
+    return bool(getattr(type(trainer), "keeps_regularizer_terms", False))
+
+
 def check_trainer(trainer: Any) -> None:
     """Raise ``ValueError`` when ``trainer`` (a ``transformers.Trainer`` training a
     :class:`RegularizedModel`) would drop the regularizers' terms: ``Trainer.compute_loss``
     with ``label_smoothing_factor`` or a ``compute_loss_func`` computes the loss from the
     logits alone. A :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin` (e.g.
     ``RegularizedTrainer``) keeps them: it passes."""
-    from isotropy.training.regularizer_logs import RegularizerLogMixin
-
-    if isinstance(trainer, RegularizerLogMixin):
+    if _keeps_terms(trainer):
         return
     options = [name for name, on in (
         ("label_smoothing_factor", getattr(trainer, "label_smoother", None) is not None),
