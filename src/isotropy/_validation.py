@@ -59,7 +59,7 @@ def check_binary_mask(m: torch.Tensor, *, name: str = "mask") -> None:
     >>> try:
     ...     check_binary_mask(torch.tensor([[0.0, -1e4]]), name="attention_mask")
     ... except ValueError as err:
-    ...     print(str(err)[:45])
+    ...     print(str(err)[:44])
     attention_mask must hold 0 and 1 (1 = a real
     """
     if m.dtype == torch.bool or not (m.is_floating_point() or m.device.type == "cpu"):

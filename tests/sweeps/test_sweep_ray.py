@@ -28,6 +28,7 @@ def no_ray_left():
         ray.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_left):
     model = make_tiny_model(tmp_path / "model")
@@ -81,6 +82,7 @@ print(json.dumps({"driver": os.nice(0), "worker": worker, "left": left}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ray_engine_workers_run_at_the_sweeps_niceness():
     # Ray's default starts its workers at niceness 15, where any other load on the machine
