@@ -17,7 +17,7 @@ from isotropy.reporting.claim_stats import CONFIDENCE, Bound, effect_bound
 if TYPE_CHECKING:
     from isotropy.reporting.claim_summary import Tally
 
-__all__ = ["METHOD", "bound_field", "bound_words", "bounds_markdown"]
+__all__ = ["METHOD", "bound_field", "bound_words", "bounds_markdown", "task_groups"]
 
 METHOD = ("one-sided 95% Student-t bounds on the mean over tasks of each task's mean "
           "seed-paired difference (points), stratified by task: the tasks fixed, each task's "
@@ -40,8 +40,9 @@ def bound_words(lower: float, upper: float) -> str:
     return f"{gain}; {loss}"
 
 
-def _split(t: Tally, factor: int) -> list[tuple[str, list[float]]]:
-    """(task, Δ per seed in points) of each unit of ``t`` that gave values."""
+def task_groups(t: Tally, factor: int) -> list[tuple[str, list[float]]]:
+    """(task, 100 · ``factor`` · value per seed) of each unit of ``t`` that gave values: with
+    the claim's ``factor``, Δ per seed in points."""
     out, start = [], 0
     for i, n in enumerate(t.seeds):
         if n:
@@ -71,8 +72,8 @@ def bound_field(key: str, t: Tally) -> dict[str, Any] | None:
     if key not in METRIC_CLAIMS:
         return None
     factor = METRIC_CLAIMS[key]
-    counted = _split(t, factor)
-    left = _split(t.left_out_units, factor) if t.left_out_units is not None else []
+    counted = task_groups(t, factor)
+    left = task_groups(t.left_out_units, factor) if t.left_out_units is not None else []
     pooled = effect_bound([v for _, v in counted]) if counted else None
     paper = PAPER_EFFECT.get(key)
     on = [task for task, _ in counted if paper and task in paper]

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from isotropy.reporting.claim_bounds import bound_field
+from isotropy.reporting.claim_primary import decide as decide_primary
+from isotropy.reporting.claim_primary import primary_field
 from isotropy.reporting.claim_registry import CLAIMS, NEEDS
 from isotropy.reporting.claim_stats import (
     ALPHA,
@@ -150,6 +152,8 @@ class ClaimRow:
     counted_verdict: str | None = None
     # a metric claim's one-sided 95% bounds on the mean effect (claim_bounds.bound_field)
     effect_bound: dict[str, Any] | None = None
+    # a metric claim's primary test of the confirmatory plan (claim_primary.primary_field)
+    primary: dict[str, Any] | None = None
 
 
 def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
@@ -183,13 +187,18 @@ def claim_rows(tally: dict[str, Tally], papers: str = "CP") -> list[ClaimRow]:
         rows.append(ClaimRow(key, what, sign, len(t.verdicts), k, n, p_for if has else None,
                              decide if has else None, None, tk, tn, tp if tn else None, sup,
                              con, list(t.left_out), verdict, verdict,
-                             effect_bound=bound_field(key, t) if has else None))
+                             effect_bound=bound_field(key, t) if has else None,
+                             primary=primary_field(key, sign, t) if has else None))
     adjusted = holm([rows[i].p_decide for i, _, _ in tested])  # type: ignore[misc]
     for (i, p_for, p_against), p_adj in zip(tested, adjusted, strict=True):
         r = rows[i]
         r.p_holm = p_adj
         r.verdict = verdict_word(r.sign, p_for, p_against, p_adj)
         r.verdict_unadjusted = verdict_word(r.sign, p_for, p_against, r.p_decide)  # type: ignore[arg-type]
+    primary = [r for r in rows if r.primary is not None and r.primary["why_none"] is None]
+    for r, p_adj in zip(primary, holm([r.primary["p_decide"] for r in primary]),  # type: ignore[index]
+                        strict=True):
+        decide_primary(r.primary, r.sign, p_adj)  # type: ignore[arg-type]
     return rows
 
 

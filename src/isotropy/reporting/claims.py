@@ -53,6 +53,7 @@ from typing import Any
 
 from isotropy.reporting.cells import Cell
 from isotropy.reporting.claim_bounds import bounds_markdown
+from isotropy.reporting.claim_primary import primary_markdown
 from isotropy.reporting.claim_registry import CLAIMS, ISTAR_BEST, TASKS
 from isotropy.reporting.claim_stats import (
     Diff,
@@ -202,4 +203,5 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
     rows = claim_rows_with_left_out(tally, papers)
     data = claims_json(rows, tally, which=which, seeds_per_cell=seeds,
                        constant_predictors=[f"{t}: {lab}" for t, lab in sorted(constant)])
-    return [*out, *summary_markdown(rows), *bounds_markdown(rows)], data, None
+    return [*out, *summary_markdown(rows), *bounds_markdown(rows), *primary_markdown(rows)], \
+        data, None
