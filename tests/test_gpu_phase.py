@@ -171,3 +171,39 @@ def test_multiplicity_is_holm_over_the_primary_comparisons() -> None:
     holm4 = multipletests([*raw, 1.0], method="holm")[1]
     rows4 = [line for line in missing if line.startswith("| B")]
     assert [float(r.split(" | ")[2]) for r in rows4] == pytest.approx(holm4, abs=6e-4)
+
+
+def test_the_plans_primary_test_is_scipys_sign_flip_test_under_holm() -> None:
+    import numpy as np
+    from scipy.stats import permutation_test
+    from statsmodels.stats.multitest import multipletests
+
+    def comp(values: list[list[float]]) -> gp.Comparison:
+        return gp.Comparison({f"t{i}": dict(enumerate(v)) for i, v in enumerate(values)},
+                             {f"t{i}": False for i in range(len(values))})
+
+    family = {"B1: x": comp([[-1.0, -2.0, -0.5, -1.5, -3.0], [-0.2, 0.1, -0.4, -0.3, 0.0]]),
+              "B3: y": comp([[0.3, -0.2, 0.1, 0.4, -0.1], [0.2, 0.0, -0.3, 0.1, 0.2]])}
+    lines = gp.plan_reading(family)
+    rows = [line.split(" | ") for line in lines if line.startswith("| B")]
+
+    def scipy_p(c: gp.Comparison) -> float:
+        groups = [list(v.values()) for v in c.d.values()]
+        task = np.concatenate([[i] * len(g) for i, g in enumerate(groups)])
+
+        def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+            return np.mean([np.mean(x[..., task == i], axis=axis)
+                            for i in range(len(groups))], axis=0)
+
+        return float(permutation_test((np.concatenate(groups),), statistic,
+                                      permutation_type="samples", n_resamples=np.inf,
+                                      vectorized=True).pvalue)
+
+    raw = [scipy_p(c) for c in family.values()]
+    adjusted = multipletests(raw, method="holm")[1]
+    assert [float(r[2]) for r in rows] == pytest.approx(raw, abs=6e-4)
+    assert [float(r[3]) for r in rows] == pytest.approx(adjusted, abs=6e-4)
+    # S: the mean of the two task means, (-1.6 - 0.16) / 2 and (0.1 + 0.04) / 2
+    assert [r[1] for r in rows] == ["-0.88", "+0.07"]
+    assert adjusted[0] < 0.05 and rows[0][4] == "contradicted |"
+    assert adjusted[1] >= 0.05 and rows[1][4] == "inconclusive |"

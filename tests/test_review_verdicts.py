@@ -509,3 +509,36 @@ def test_committed_b4_matches_the_run_files_read_directly() -> None:
     assert p == pytest.approx(rv.sign_p(above, 6))
     for d in ds:
         assert f"{d:+.2f}" in text
+
+
+def _scipy_sign_flip(groups: list[list[float]]) -> tuple[float, float]:
+    """S and its exact two-sided p by scipy's sign flips of one sample, stratified."""
+    from scipy.stats import permutation_test
+
+    task = np.concatenate([[i] * len(g) for i, g in enumerate(groups)])
+
+    def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([np.mean(x[..., task == i], axis=axis) for i in range(len(groups))],
+                       axis=0)
+
+    data = np.concatenate(groups)
+    res = permutation_test((data,), statistic, permutation_type="samples", n_resamples=np.inf,
+                           vectorized=True)
+    return float(res.statistic), float(res.pvalue)
+
+
+def test_committed_b1_carries_the_plans_primary_test_as_scipy_computes_it() -> None:
+    if not packed.is_dir(RUNS / "review"):
+        pytest.skip("no committed review runs")
+    lines, _ = rv.b1(RUNS)
+    said = [line for line in lines if line.startswith("The confirmatory plan's primary test")]
+    assert len(said) == 3 and all("(exploratory" in line for line in said)
+    # against the base run: the d of the table's rows, read back from the table itself
+    first = lines.index("Against the base run (primary):")
+    rows = [line for line in lines[first:] if line.startswith("| ") and "seed" not in line]
+    groups = [[0.0 if c.strip() == "0 (tie)" else float(c) for c in row.split(" | ")[1:4]]
+              for row in rows[:4]]
+    s, p = _scipy_sign_flip(groups)
+    assert f"S = {s:+.2f} points over 4 task(s), 12 values" in said[0]
+    assert said[0].endswith(f"two-sided p = {p:.4g}.")
+    assert rv.plan_p(lines) == pytest.approx(p, rel=1e-3)

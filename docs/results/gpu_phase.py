@@ -42,11 +42,13 @@ from review_verdicts import (  # noqa: E402
     _points,
     bound_text,
     check_same_but_method,
+    primary_text,
     sign_p,
 )
 
 from isotropy.reporting.claim_stats import mean_interval  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
+from isotropy.reporting.confirmatory import sign_flip_p  # noqa: E402
 from isotropy.reporting.runs import Run, load_run  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -241,12 +243,14 @@ def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
         paper = None if title.endswith("- without padding") else PAPER_GAIN
         out += [f"### {title} (points)", "", *table(c), "", verdict(c), "",
-                bound_text({t: list(v.values()) for t, v in c.d.items()}, paper), ""]
+                bound_text({t: list(v.values()) for t, v in c.d.items()}, paper), "",
+                primary_text({t: list(v.values()) for t, v in c.d.items()}), ""]
         if title.startswith(PRIMARY):
             key = title.split(" - ")[0]
             assert key not in primary, f"two primary comparisons named {key!r}"
             primary[key] = c
-    return out + multiplicity(primary)
+    return out + multiplicity(primary) + (plan_reading(primary) if any(
+        c.values() for c in primary.values()) else [])
 
 
 def multiplicity(primary: dict[str, Comparison]) -> list[str]:
@@ -269,6 +273,29 @@ def multiplicity(primary: dict[str, Comparison]) -> list[str]:
     if not all(c.complete() for c in primary.values()):
         lines += ["", "Provisional: a comparison of the family is partial, so every adjusted p "
                   "can still change."]
+    return [*lines, ""]
+
+
+def plan_reading(primary: dict[str, Comparison]) -> list[str]:
+    """The confirmatory plan's primary test (``docs/results.md``, "Confirmatory plan") of each
+    primary comparison, exploratory (the runs were seen before the plan): S, the mean over
+    tasks of the task means (points), its exact stratified sign-flip two-sided p, Holm-adjusted
+    across the same family (one not run yet: p = 1), *supported* / *contradicted* on the side
+    of S at an adjusted p < 0.05."""
+    groups = {t: [list(v.values()) for v in c.d.values() if v] for t, c in primary.items()}
+    tests = {t: sign_flip_p(g) if g else (0.0, 1.0, 1.0, 1.0) for t, g in groups.items()}
+    adjusted = holm([two for _, _, _, two in tests.values()])
+    lines = ["### The confirmatory plan's primary test (exploratory), Holm-adjusted across "
+             "the same comparisons", "",
+             "| comparison | S (points) | sign-flip two-sided p | Holm-adjusted | reading |",
+             "|---|---|---|---|---|"]
+    for (t, c), (s, _, _, two), a in zip(primary.items(), tests.values(), adjusted,
+                                         strict=True):
+        word = ("not run" if not c.values() else "partial" if not c.complete() else
+                "inconclusive" if a >= 0.05 or s == 0 else
+                "supported" if s > 0 else "contradicted")
+        lines.append(f"| {t} | {f'{s:+.2f}' if c.values() else '-'} | "
+                     f"{_p(two) if c.values() else '-'} | {_p(a)} | {word} |")
     return [*lines, ""]
 
 

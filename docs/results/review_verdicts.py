@@ -26,6 +26,7 @@ from isotropy.reporting.claim_bounds import bound_words
 from isotropy.reporting.claim_registry import PAPER_EFFECT
 from isotropy.reporting.claim_stats import effect_bound, mean_interval
 from isotropy.reporting.claim_summary import constant_predictor, holm
+from isotropy.reporting.confirmatory import sign_flip_p
 from isotropy.reporting.packed import real_path
 from isotropy.reporting.runs import Run, load_run
 from isotropy.training.config import default_run_name
@@ -216,6 +217,23 @@ def bound_text(by_task: dict[str, list[float]], paper: dict[str, float] | None =
     return text + "."
 
 
+def primary_text(by_task: dict[str, list[float]]) -> str:
+    """The confirmatory plan's primary test (``docs/results.md``, "Confirmatory plan") of one
+    comparison: S, the mean over tasks of the task means (points), and its exact stratified
+    sign-flip two-sided p; exploratory, since these runs were seen before the plan.
+
+    >>> primary_text({"mrpc": [1.0, 2.0, 3.0]}).split(": S = ")[1]
+    '+2.00 points over 1 task(s), 3 values, exact stratified sign-flip two-sided p = 0.25.'
+    """
+    groups = [v for v in by_task.values() if v]
+    if not groups:
+        return "The confirmatory plan's primary test: no values yet."
+    s, _, _, p = sign_flip_p(groups)
+    return ("The confirmatory plan's primary test (exploratory: runs seen before the plan): "
+            f"S = {s:+.2f} points over {len(groups)} task(s), {sum(map(len, groups))} values, "
+            f"exact stratified sign-flip two-sided p = {p:.4g}.")
+
+
 def _row(task: str, c: Comparison) -> str:
     cells = " | ".join(_points(v) for v in c.d[task])
     mean = mean_interval(c.d[task])  # the report's 95% Student-t interval
@@ -240,7 +258,8 @@ def six_of_six(c: Comparison, title: str, *, constant_rule: bool) -> tuple[list[
     p = sign_p(k, n)
     return [f"### {title}", "", *_table(c), "",
             f"{k} of {n} above 0, {down} below: one-sided p = {p:.3f} for 'above', "
-            f"{sign_p(down, n):.3f} for 'below'. **{word}**", "", bound_text(c.d)], p
+            f"{sign_p(down, n):.3f} for 'below'. **{word}**", "", bound_text(c.d), "",
+            primary_text(c.d)], p
 
 
 def b1(runs: Path) -> tuple[list[str], float]:
@@ -260,7 +279,7 @@ def b1(runs: Path) -> tuple[list[str], float]:
                 f"{k} of {n} above 0, {down} below, {n - k - down} exactly 0: one-sided p = "
                 f"{sign_p(k, n):.3f} for 'above'; task means above 0 on "
                 f"{sum(v > 0 for v in means.values())} of {len(means)}. **{word}**", "",
-                bound_text(c.d, paper), ""]
+                bound_text(c.d, paper), "", primary_text(c.d), ""]
         if ref_name.endswith("(primary)"):
             p_primary = sign_p(k, n)
     return out, p_primary
@@ -335,7 +354,7 @@ def b3(runs: Path) -> list[str]:
         up, word = screen(c)
         out += [f"lambda = {lam:g}:", "", *_table(c), "",
                 f"task means above 0 on {len(up)} of {len(c.d)}: {word}", "",
-                bound_text(c.d), ""]
+                bound_text(c.d), "", primary_text(c.d), ""]
     if missing:
         return [*out, "The confirmation waits for every lambda's screen.", "",
                 *dose_response(runs)]
@@ -524,6 +543,7 @@ def b6(runs: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     runs = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent / "runs"
     primary: dict[str, float] = {}
+    plan: dict[str, float] = {}  # the confirmatory plan's p of each step's primary comparison
     for step, fn in (("B1", b1), ("B2", b2), ("B3", b3), ("B4", b4), ("B6", b6)):
         try:
             result = fn(runs)
@@ -537,13 +557,31 @@ def main(argv: list[str]) -> int:
         print("\n".join(lines) + "\n")
         if p is not None:
             primary[step] = p
+            plan[step] = plan_p(lines)
     for family in (("B1", "B2"), ("B1", "B2", "B4")):
         if all(s in primary for s in family):
             adjusted = holm([primary[s] for s in family])
             print(f"Holm over {', '.join(family)}: " + ", ".join(
                 f"{s} p = {primary[s]:.3f} -> {a:.3f}" for s, a in zip(family, adjusted,
                                                                       strict=True)))
+    family = tuple(s for s in ("B1", "B2", "B4") if s in plan)
+    if family:
+        adjusted = holm([plan[s] for s in family])
+        print(f"The confirmatory plan's primary test (exploratory), Holm over "
+              f"{', '.join(family)}: " + ", ".join(
+                  f"{s} p = {plan[s]:.4g} -> {a:.4g}" for s, a in zip(family, adjusted,
+                                                                     strict=True)))
     return 0
+
+
+def plan_p(lines: list[str]) -> float:
+    """The two-sided p of a step's first :func:`primary_text` line (its primary comparison).
+
+    >>> plan_p(["x", primary_text({"mrpc": [1.0, 2.0, 3.0]})])
+    0.25
+    """
+    said = next(x for x in lines if x.startswith("The confirmatory plan's primary test ("))
+    return float(said.rsplit("two-sided p = ", 1)[1].rstrip("."))
 
 
 if __name__ == "__main__":
