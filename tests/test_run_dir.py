@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -287,3 +288,46 @@ def test_records_the_checkpoint_counted_but_the_file_lost_refuse_the_resume(tmp_
                                          r"after 5 .records before it are lost"):
         rd.check_records({"metrics.jsonl": 5}, "checkpoint-2")
     assert rd.check_records({"metrics.jsonl": 2}, "checkpoint-2") == []
+
+
+def test_a_checkpoint_without_a_list_of_files_is_damaged_when_a_state_file_is_empty(tmp_path):
+    # a checkpoint written before isotropy_state.pt listed its files: each file the resume
+    # reads must be there and hold something (zero bytes passed, then torch.load failed)
+    from isotropy.rundir import checkpoint_problem
+
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        (folder / name).write_bytes(b"x" * 10)
+    assert checkpoint_problem(folder, None) is None
+    for name in ("optimizer.pt", "rng_state.pth"):
+        (folder / name).write_bytes(b"")
+    assert checkpoint_problem(folder, None) == "optimizer.pt, rng_state.pth are empty"
+    # a list of files that is not one is a damaged checkpoint, said so
+    assert "not a list of names and sizes" in checkpoint_problem(folder, "not-a-mapping")
+    assert "not a list of names and sizes" in checkpoint_problem(folder, {"optimizer.pt": "9"})
+
+
+def test_a_linked_checkpoint_or_model_folder_is_refused_and_left_whole(tmp_path):
+    # an incomplete checkpoint-N that is a link to a folder elsewhere: before, shutil's bare
+    # "Cannot call rmtree on a symbolic link"; now one line, and neither link nor target goes
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "optimizer.pt").write_bytes(b"mine")
+    rd = make(tmp_path, checkpoints={2: True})
+    (rd.path / "checkpoint-3").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="checkpoint-3 is a link to .*elsewhere, not a "
+                                         "checkpoint this run wrote; nothing is removed"):
+        rd.drop_checkpoints()
+    assert (rd.path / "checkpoint-3").is_symlink() and (rd.path / "checkpoint-2").is_dir()
+    assert (elsewhere / "optimizer.pt").read_bytes() == b"mine"
+
+    class Saves:
+        def save_pretrained(self, path):
+            Path(path, "model.safetensors").write_bytes(b"new")
+
+    (rd.path / "model").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="model is a link, not the model folder this run"):
+        rd.save_model(Saves(), Saves())
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["optimizer.pt"]
+    assert not list(rd.path.glob(".model-*"))

@@ -194,13 +194,22 @@ def checkpoint_problem(folder: Path, files: Mapping[str, int] | None) -> str | N
     'scheduler.pt is missing'
     >>> checkpoint_problem(d, {"optimizer.pt": 9})
     'optimizer.pt holds 5 bytes, 9 when the checkpoint was written (cut short or changed)'
+    >>> checkpoint_problem(d, None)  # an older checkpoint: no list, so every file it needs
+    'trainer_state.json, scheduler.pt, rng_state.pth are missing'
     """
     if files is None:
         missing = [n for n in _RESUME_READS if not (folder / n).is_file()]
-        if not any(folder.glob("rng_state*.pth")):
+        rng = sorted(folder.glob("rng_state*.pth"))
+        if not rng:
             missing.append("rng_state.pth")
-        return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing" \
-            if missing else None
+        if missing:
+            return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
+        empty = [p.name for p in [*(folder / n for n in _RESUME_READS), *rng]
+                 if p.stat().st_size == 0]  # no state file of torch's or the Trainer's is empty
+        return f"{', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty" if empty else None
+    if not isinstance(files, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, int) for k, v in files.items()):
+        return "its list of files (isotropy_state.pt) is not a list of names and sizes"
     for name, size in files.items():
         path = folder / name
         if not path.is_file():
@@ -312,13 +321,17 @@ class RunDirectory:
                          ) -> list[Path]:
         """Delete the incomplete checkpoints, and with ``after`` those of later steps (the
         future a resumed run replaces); returns what was deleted."""
-        gone = []
-        for p in self.checkpoints():
-            step = int(p.name.rsplit("-", 1)[-1])
-            if (incomplete and not self.is_complete(p)) or (after is not None and step > after):
-                shutil.rmtree(p)
-                gone.append(p)
-        return gone
+        doomed = [p for p in self.checkpoints()
+                  if (incomplete and not self.is_complete(p))
+                  or (after is not None and int(p.name.rsplit("-", 1)[-1]) > after)]
+        linked = [p for p in doomed if p.is_symlink()]
+        if linked:  # a link is not a checkpoint this run wrote: neither it nor its target goes
+            raise ValueError(f"{linked[0]} is a link to {os.readlink(linked[0])}, not a "
+                             "checkpoint this run wrote; nothing is removed: remove the link, "
+                             "or choose another output directory")
+        for p in doomed:
+            shutil.rmtree(p)
+        return doomed
 
     def check_writable(self) -> None:
         """Raise ``ValueError`` unless the folder can be created and written
@@ -578,6 +591,10 @@ class RunDirectory:
         from isotropy.runtime import fault_point
 
         target = self.file(MODEL)
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            raise ValueError(f"{target} is {'a link' if target.is_symlink() else 'a file'}, "
+                             "not the model folder this run writes; nothing is saved over it: "
+                             "remove it, or choose another output directory")
         tmp = Path(tempfile.mkdtemp(prefix=".model-", dir=self.path))
         bar = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # transformers 5's "Writing model shards" bar

@@ -193,3 +193,14 @@ def test_constant_column_is_exact() -> None:
     c = CovarianceStats.from_batch(x).covariance()
     assert torch.equal(c[1], torch.zeros(3, dtype=torch.float64))
     assert np.allclose(c.numpy(), np.cov(x.numpy(), rowvar=False), rtol=1e-12, atol=1e-15)
+
+
+def test_statistics_whose_parts_disagree_are_refused():
+    # a hand-built CovarianceStats with a (2, 2) co-moment and a mean of 3 was scored as d = 3
+    with pytest.raises(ValueError, match=r"mean of shape \(d,\) and a co-moment of shape "
+                                          r"\(d, d\), got \(3,\) and \(2, 2\)"):
+        CovarianceStats(5, torch.zeros(3, dtype=torch.float64), torch.eye(2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="dim must be an integer, got 2.5"):
+        CovarianceStats.empty(2.5)
+    with pytest.raises(TypeError, match="can merge CovarianceStats only, got NoneType"):
+        CovarianceStats.empty(3).merge(None)

@@ -94,11 +94,41 @@ def test_a_report_cut_short_is_recognised_and_cleaned(tmp_path: Path) -> None:
     make_run(tmp_path / "other", task="mrpc", seed=1)
     out = tmp_path / "report"
     write_report([str(tmp_path / "grid")], out, figures=False, pick_best_over=("learning_rate",))
-    # cut short: the manifest says it was being written and lists none of its files yet
-    (out / MANIFEST).write_text(json.dumps({"generated_by": "isotropy report",
-                                            "complete": False, "files": []}))
+    # cut short after its tables: the manifest says it was being written, with the files it
+    # had recorded by then
+    manifest = json.loads((out / MANIFEST).read_text())
+    (out / MANIFEST).write_text(json.dumps({**manifest, "complete": False}))
     write_report([str(tmp_path / "other")], out, figures=False)
     assert not (out / "picks.csv").exists()
+
+
+def test_a_users_file_named_like_an_output_is_kept_after_a_report_cut_short(
+        tmp_path: Path) -> None:
+    # a report cut short before it recorded any file, then a file of the user's, named like
+    # one of a report's outputs: it is refused, never taken for the report's and removed
+    make_run(tmp_path / "runs", seed=1)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / MANIFEST).write_text(json.dumps({"generated_by": "isotropy report",
+                                            "complete": False, "files": []}))
+    (out / "report.md").write_text("# Report of an earlier run\n")  # cut before recording it
+    (out / "claims.md").write_text("my own notes")
+    with pytest.raises(ValueError, match="cut short") as err:
+        write_report([str(tmp_path / "runs")], out, figures=False)
+    assert "claims.md" in str(err.value) and "report.md" in str(err.value)
+    assert (out / "claims.md").read_text() == "my own notes"
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "claims.md", "report.md"]
+
+
+def test_a_file_where_the_report_folder_should_be_is_refused(tmp_path: Path) -> None:
+    from isotropy.reporting.folder import folder_problem
+
+    (tmp_path / "report").write_text("precious")
+    assert "is a file, not a folder" in folder_problem(tmp_path / "report")
+    make_run(tmp_path / "runs", seed=1)
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        write_report([str(tmp_path / "runs")], tmp_path / "report", figures=False)
+    assert (tmp_path / "report").read_text() == "precious"
 
 
 def test_a_manifest_never_removes_what_is_not_a_report_output(tmp_path: Path) -> None:

@@ -135,3 +135,42 @@ def test_a_setting_given_twice_in_a_config_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"config file .*settings.json is not valid JSON: the "
                                          "key 'seed' is given twice"):
         _args(tmp_path, '{"seed": 1, "seed": 2}', ".json")
+
+
+@pytest.mark.parametrize("line,message", [
+    ("zeta: null", "zeta has no value (null)"),
+    ("learning_rate: null", "learning_rate has no value (null)"),
+    ("regularizer: 5", "regularizer must be a name or a list of names, got 5"),
+    ("output_dir: 5", "output_dir must be text, got 5"),
+    ("1: 2", "setting names must be text, got 1"),
+])
+def test_a_value_of_no_use_in_a_file_is_named_before_any_work(tmp_path, line, message):
+    # each was a bare TypeError (a comparison with None, iterating an int, a path of an int)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"task: sst2\n{line}\n")
+    with pytest.raises(ValueError) as err:
+        args_from_dict({"config": str(path), "report_to": "none"})
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("text,setting", [
+    ("tuning: -5\n", "tuning"),                         # I-STAR's weight, no regularizer on
+    ("regularizer: entropy\nzeta: 0.9\n", "zeta"),      # I-STAR's zeta, entropy on
+    ("istar_lambda: -5\n", "tuning"),                   # the paper's alias
+])
+def test_a_regularizers_setting_in_a_config_file_is_refused_while_it_is_off(tmp_path, text,
+                                                                               setting):
+    # the same setting given as a flag was refused; from a file it trained without it
+    from isotropy.training.settings import parse_train_args
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"^{setting} \(set in config file .*c\.yaml\) is a "
+                                         "setting of the istar regularizer, which is not on"):
+        parse_train_args(["--config", str(path), "--output_dir", str(tmp_path / "o"),
+                          "--report_to", "none"])
+    # with its regularizer on, the same file is taken
+    path.write_text("regularizer: istar\n" + text.replace("regularizer: entropy\n", ""))
+    iso, _ = parse_train_args(["--config", str(path), "--output_dir", str(tmp_path / "o"),
+                               "--report_to", "none"])
+    assert iso.regularizer == ["istar"]

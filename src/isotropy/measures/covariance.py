@@ -74,9 +74,21 @@ class CovarianceStats:
     mean: torch.Tensor
     comoment: torch.Tensor
 
+    def __post_init__(self) -> None:
+        """Parts that belong together: a mean of shape (d,) and a co-moment of (d, d) (shapes
+        only: no value is read, so no accelerator synchronises)."""
+        m, c = self.mean, self.comoment
+        if not (isinstance(m, torch.Tensor) and isinstance(c, torch.Tensor)) or m.ndim != 1 \
+                or tuple(c.shape) != (m.shape[0], m.shape[0]):
+            shapes = tuple(getattr(m, "shape", ())), tuple(getattr(c, "shape", ()))
+            raise ValueError("CovarianceStats needs a mean of shape (d,) and a co-moment of "
+                             f"shape (d, d), got {shapes[0]} and {shapes[1]}")
+
     @classmethod
     def empty(cls, dim: int, device: torch.device | str | None = None) -> CovarianceStats:
         """Statistics of zero rows in dimension ``dim``."""
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"dim must be an integer, got {dim!r}")
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         z = torch.zeros(dim, dtype=torch.float64, device=device)
@@ -125,6 +137,8 @@ class CovarianceStats:
 
     def merge(self, other: CovarianceStats) -> CovarianceStats:
         """Statistics of the union of both samples (a new object)."""
+        if not isinstance(other, CovarianceStats):
+            raise TypeError(f"can merge CovarianceStats only, got {type(other).__name__}")
         if other.dim != self.dim:
             raise ValueError(f"cannot merge dimension {self.dim} with {other.dim}")
         if other.count == 0:

@@ -6,11 +6,13 @@ anything is written, so that no report is mixed with other files and no such fil
 overwritten or removed.
 
 A report's files are those its manifest lists; while a report is being written its manifest
-says so, and the files with the name of a report output (:data:`OUTPUT_NAME`) count as its
-files too (a report cut short leaves them), as they do in a folder holding a ``report.md`` of
-ours written before manifests were kept. Hidden files (a ``.gitignore``, a temporary file of
-an interrupted write) are neither refused nor removed. Each sub-report (``sweeps/NAME/``) is a
-report folder of its own, checked when it is written.
+says so and lists each group of files as soon as they are written (:func:`record`), so that a
+report cut short leaves exactly its files recognisable, and a file that a user adds to such a
+folder, even one named like a report output, is refused, never removed or overwritten. In a
+folder holding a ``report.md`` of ours written before manifests were kept, the files with the
+name of a report output (:data:`OUTPUT_NAME`) count as that report's. Hidden files (a
+``.gitignore``, a temporary file of an interrupted write) are neither refused nor removed.
+Each sub-report (``sweeps/NAME/``) is a report folder of its own, checked when it is written.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from isotropy.io import write_json_atomic
 
-__all__ = ["MANIFEST", "OUTPUT_NAME", "earlier_outputs", "finish", "folder_problem", "start"]
+__all__ = ["MANIFEST", "OUTPUT_NAME", "earlier_outputs", "finish", "folder_problem", "record",
+           "start"]
 
 MANIFEST = ".isotropy-report.json"
 GENERATED_BY = "isotropy report"
@@ -81,19 +84,18 @@ def _visible_files(folder: Path, rel: str = "") -> list[str]:
 
 def earlier_outputs(folder: str | os.PathLike[str]) -> list[str]:
     """The files (relative paths) of the report already in ``folder``: those its manifest
-    lists; with them, the files with output names when that report was cut short (its
-    manifest says it was being written), or of a report written before manifests were kept
-    (no manifest, a ``report.md`` of ours); none when ``folder`` holds no report."""
+    lists (complete, or as far as a report cut short had recorded them), or for a report
+    written before manifests were kept (no manifest, a ``report.md`` of ours) the files with
+    output names; none when ``folder`` holds no report."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     manifest = _manifest(folder)
-    if manifest is not None and manifest[1]:
+    if manifest is not None:
         return manifest[0]
-    if manifest is None and not _old_report_md(folder):
+    if not _old_report_md(folder):
         return []
-    named = [f for f in _visible_files(folder) if OUTPUT_NAME.fullmatch(f)]
-    return sorted({*(manifest[0] if manifest else []), *named})
+    return sorted(f for f in _visible_files(folder) if OUTPUT_NAME.fullmatch(f))
 
 
 def folder_problem(folder: str | os.PathLike[str]) -> str | None:
@@ -101,6 +103,8 @@ def folder_problem(folder: str | os.PathLike[str]) -> str | None:
     wrote (named, at most three); ``None`` for a new or empty folder, or one holding a report
     (and hidden files) only."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder: a report goes into a new or empty folder"
     if not folder.is_dir():
         return None
     try:
@@ -112,8 +116,13 @@ def folder_problem(folder: str | os.PathLike[str]) -> str | None:
     if not foreign:
         return None
     shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    manifest = _manifest(folder)
+    cut = ("; a report into it was cut short, and these are not among the files it recorded "
+           "(remove them if they are its own)" if manifest is not None and not manifest[1]
+           else "")
     return (f"{folder} holds {len(foreign)} file(s) that isotropy report did not write "
-            f"({shown}): a report goes into a new or empty folder, or one holding a report")
+            f"({shown}): a report goes into a new or empty folder, or one holding a report"
+            f"{cut}")
 
 
 def start(folder: str | os.PathLike[str], earlier: Iterable[str]) -> None:
@@ -121,6 +130,16 @@ def start(folder: str | os.PathLike[str], earlier: Iterable[str]) -> None:
     complete): a report cut short leaves its new files recognisable as a report's."""
     write_json_atomic(Path(folder) / MANIFEST, {"generated_by": GENERATED_BY,
                                                "complete": False, "files": sorted(earlier)})
+
+
+def record(folder: str | os.PathLike[str], earlier: Iterable[str],
+           written: Iterable[str | os.PathLike[str]]) -> None:
+    """List the files ``written`` so far (with the ``earlier`` outputs) in the manifest of a
+    report being written: a report cut short after this call leaves them recognisable."""
+    folder = Path(folder)
+    now = {Path(p).relative_to(folder).as_posix() for p in written}
+    write_json_atomic(folder / MANIFEST, {"generated_by": GENERATED_BY, "complete": False,
+                                          "files": sorted({*earlier, *now})})
 
 
 def finish(folder: str | os.PathLike[str], earlier: Iterable[str],

@@ -15,7 +15,7 @@ from isotropy.reporting.cells import Cell, collect_runs, group_cells, pick_best
 from isotropy.reporting.claims import claims_report
 from isotropy.reporting.discovery import expand_inputs
 from isotropy.reporting.figures import make_figures
-from isotropy.reporting.folder import earlier_outputs, finish, folder_problem, start
+from isotropy.reporting.folder import earlier_outputs, finish, folder_problem, record, start
 from isotropy.reporting.runs import SPECTRUM_KEYS, Run, _fmt, _num
 from isotropy.reporting.tables import (
     _format_note,
@@ -98,10 +98,12 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
     earlier = earlier_outputs(out)
     start(out, earlier)
     files = _write_tables(rep, out)
+    record(out, earlier, files)  # each group listed once written: a cut leaves them known
     if figures:
         rep.fig_files, rep.fig_skipped = make_figures(rep.cells, out / "figures", which,
                                                       refused=rep.refused)
     files += rep.fig_files
+    record(out, earlier, files)
     claims, claims_data, rep.claims_why_not = claims_report(
         rep.cells, which, spectrum=not rep.refused, picked=bool(pick_best_over))
     if claims:
@@ -109,6 +111,7 @@ def write_report(paths: Sequence[str | os.PathLike[str]], output_dir: str | os.P
                                        + "\n"))
         files.append(write_text_atomic(out / "claims.json", json.dumps(
             claims_data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"))
+        record(out, earlier, files)
     md = [*_md_head(rep), *_md_tables(rep), *_md_claims(rep), *_md_figures(rep), *_md_tail(rep)]
     files.append(write_text_atomic(out / "report.md", "\n".join(md) + "\n"))
     finish(out, earlier, files)  # the earlier report's other files go, the new ones are listed

@@ -21,6 +21,12 @@ _TRUE = ("true", "yes", "1")
 _FALSE = ("false", "no", "0")
 
 
+def _args(hint: Any) -> tuple[Any, ...]:
+    """The members of a union hint, or the hint alone."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return typing.get_args(hint) if union else (hint,)
+
+
 def _scalar_kinds(hint: Any) -> set[type]:
     """The scalar types of a type hint."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
@@ -43,10 +49,24 @@ def coerce(name: str, value: Any, where: str, types_: Mapping[str, Any]) -> Any:
     Traceback (most recent call last):
     ...
     ValueError: config file c.yaml: include_padding must be true or false, got 'maybe'
+    >>> coerce("seed", None, "config file c.yaml", kinds)
+    Traceback (most recent call last):
+    ...
+    ValueError: config file c.yaml: seed has no value (null): give one, or leave it out
     """
     hint = types_.get(name)
-    if hint is None or value is None:
+    if hint is None:
         return value
+    args = _args(hint)
+    if value is None:
+        if type(None) in args or typing.Any in args:
+            return value
+        raise ValueError(f"{where}: {name} has no value (null): give one, or leave it out")
+    if typing.get_origin(hint) is list and not isinstance(value, (str, list)):
+        raise ValueError(f"{where}: {name} must be a name or a list of names, got {value!r}")
+    if args and all(a is str for a in args if a is not type(None)) \
+            and not isinstance(value, str):
+        raise ValueError(f"{where}: {name} must be text, got {value!r}")
     kinds = _scalar_kinds(hint)
     if bool in kinds:
         if isinstance(value, bool):

@@ -72,6 +72,9 @@ def read_config_file(path: str) -> dict[str, Any]:
             raise ValueError(f"config file {p} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {p} must hold a mapping of setting -> value")
+    odd = [k for k in data if not isinstance(k, str)]
+    if odd:
+        raise ValueError(f"config file {p}: setting names must be text, got {odd[0]!r}")
     if "config" in data:  # files do not nest: the inner file's settings would be ignored
         raise ValueError(f"config file {p} sets config ({data['config']!r}): a config file "
                          "cannot name another; copy its settings into this one")
@@ -174,10 +177,18 @@ def args_from_flags(given: Mapping[str, Any]) -> tuple[IsotropyArguments, TrainA
     (:func:`check_settings_used`)."""
     iso_args, train_args = args_from_dict(given)
     check_settings_used(given, iso_args.regularizer)
+    if given.get("config"):  # a file's settings are given as much as flags are
+        path = given["config"]
+        names = field_names()
+        from_file = {k: v for k, v in canonical_settings(read_config_file(path)).items()
+                     if k in names and k not in canonical_settings(given)}
+        check_settings_used(typed_settings(from_file, f"config file {path}"),
+                            iso_args.regularizer, where=f"config file {path}")
     return iso_args, train_args
 
 
-def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str]) -> None:
+def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str], *,
+                        where: str | None = None) -> None:
     """``ValueError`` when a setting of a regularizer (:data:`REGULARIZER_SETTINGS`) is given,
     at a value other than its default, while none of the regularizers that read it is on:
     ``--tuning -5`` without ``--regularizer istar`` would otherwise train without I-STAR,
@@ -188,13 +199,16 @@ def check_settings_used(given: Mapping[str, Any], regularizers: Sequence[str]) -
     Traceback (most recent call last):
     ...
     ValueError: --tuning is a setting of the istar regularizer, which is not on ...
+
+    ``where`` names the source of settings that are not flags (a config file).
     """
     on = set(regularizers)
     defaults = {f.name: f.default for f in fields(IsotropyArguments)}
     for name, value in canonical_settings(given).items():
         readers = [r for r, names in REGULARIZER_SETTINGS.items() if name in names]
         if readers and not on & set(readers) and value != defaults.get(name):
+            said = f"{name} (set in {where})" if where else f"--{name}"
             raise ValueError(
-                f"--{name} is a setting of the {' or '.join(readers)} regularizer, which is not "
+                f"{said} is a setting of the {' or '.join(readers)} regularizer, which is not "
                 f"on (--regularizer {' '.join(regularizers)}): add --regularizer "
-                f"{readers[0]}, or leave --{name} out")
+                f"{readers[0]}, or leave {name if where else said} out")
