@@ -1,10 +1,13 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo         create .venv, install isotropy, run `isotropy demo`
+#   make demo         create .venv, install isotropy (without its test extras), run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
 #                     without its end-to-end runs (marked slow), in 2 processes
 #                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports
+#                     and then test-min
 #   make test-all     the same with the end-to-end runs (training to the end, sweep workers,
 #                     subprocesses)
+#   make test-min     create .venv-min with the lowest supported versions (.ci/min-versions.txt)
+#                     and run the version-shim and Trainer / `isotropy train` tests there
 # Benchmarks (same set-up):
 #   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
 #   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
@@ -21,7 +24,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test test-all lint bench bench-quick clean mpnet
+.PHONY: demo test test-all test-min lint bench bench-quick clean mpnet
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -30,7 +33,16 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install --quiet -e ".[test]"
 	touch $@
 
-demo: $(VENV)/.installed
+# the demo needs isotropy and its dependencies only (no test extras: ray, lightning, peft, ...);
+# an environment that has the test extras already has them too
+$(VENV)/.demo-installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(TORCH_INDEX_ARG) "$(TORCH_PIN)"
+	$(PIP) install --quiet -e .
+	touch $@
+
+demo: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.demo-installed)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/isotropy demo
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), one test file per process at a time:
@@ -42,6 +54,27 @@ PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,
 test: $(VENV)/.installed
 	$(PYTEST) -m "not slow"
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-min
+
+# The floor: isotropy installed under .ci/min-versions.txt (pyproject's lower bounds, pinned;
+# torch at TORCH_PIN) with the test runner only, and the tests of the version shims and the Trainer / `isotropy train` integration (the tests marked `floor`:
+# train, checkpoint and resume to the end).
+VENV_MIN ?= .venv-min
+MIN_TESTS := tests/test_min_versions.py \
+	tests/training/test_transformers_versions.py tests/training/test_own_trainer.py \
+	tests/training/test_train.py::test_resumed_run_equals_uninterrupted_run
+
+$(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
+	python3 -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_MIN)/bin/python -m pip install --quiet $(TORCH_INDEX_ARG) "$(TORCH_PIN)"
+	$(VENV_MIN)/bin/python -m pip install --quiet -c .ci/min-versions.txt -e . \
+		pytest pytest-timeout hypothesis
+	touch $@
+
+test-min: $(VENV_MIN)/.installed
+	HF_HUB_OFFLINE=1 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider \
+		-m "floor or not slow" $(MIN_TESTS)
 
 test-all: $(VENV)/.installed
 	$(PYTEST)
@@ -66,4 +99,4 @@ bench-quick: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV_MIN) build *.egg-info src/*.egg-info

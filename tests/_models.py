@@ -43,8 +43,9 @@ def save_tiny_bert(root, words, *, name: str = "model", dtype: torch.dtype | Non
                    **config: object):
     """Save a :func:`tiny_bert` encoder (``BertModel``) and a WordPiece tokenizer whose
     vocabulary is the special tokens plus ``words`` into ``root/name``; returns that folder.
-    The vocabulary is passed as ``vocab=`` (transformers 5 ignores ``vocab_file=`` and would
-    map every word to [UNK]). ``dtype`` (e.g. ``torch.float64``) converts the weights."""
+    The vocabulary is passed as ``vocab=`` from transformers 5 on (which ignores
+    ``vocab_file=`` and would map every word to [UNK]), as ``vocab_file=`` before (which reads
+    no ``vocab=``). ``dtype`` (e.g. ``torch.float64``) converts the weights."""
     from pathlib import Path
 
     from transformers import BertModel, BertTokenizerFast
@@ -53,7 +54,10 @@ def save_tiny_bert(root, words, *, name: str = "model", dtype: torch.dtype | Non
     root.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab=str(root / "vocab.txt"), do_lower_case=True)
+    from isotropy.training._compat import TRANSFORMERS_VERSION
+
+    where = "vocab" if TRANSFORMERS_VERSION >= (5, 0) else "vocab_file"
+    tok = BertTokenizerFast(**{where: str(root / "vocab.txt")}, do_lower_case=True)
     out = root / name
     model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0, **config)
     (model if dtype is None else model.to(dtype)).save_pretrained(out)

@@ -331,3 +331,17 @@ def test_a_linked_checkpoint_or_model_folder_is_refused_and_left_whole(tmp_path)
         rd.save_model(Saves(), Saves())
     assert sorted(p.name for p in elsewhere.iterdir()) == ["optimizer.pt"]
     assert not list(rd.path.glob(".model-*"))
+
+
+def test_reading_a_damaged_record_file_says_so_instead_of_returning_fewer_records(tmp_path):
+    # before: read_metrics() gave [] for a file whose first line is damaged, without a word
+    rd = make(tmp_path, metrics=2)
+    assert [r["step"] for r in rd.read_metrics()] == [1, 2]
+    text = rd.file("metrics.jsonl").read_text()
+    rd.file("metrics.jsonl").write_text("garbage{\n" + text)
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 1 of 3 is cut short or "
+                                         "unreadable"):
+        rd.read_metrics()
+    rd.file("metrics.jsonl").write_bytes(b'{"step": 1, "note": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl: unreadable"):
+        rd.read_metrics()

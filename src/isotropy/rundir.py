@@ -557,10 +557,16 @@ class RunDirectory:
                 write_text_atomic(self.file(name), "".join(lines))
 
     def _read_jsonl(self, name: str) -> list[dict[str, Any]]:
+        """Every record of ``name`` (none when it is absent); ``ValueError`` naming the file
+        and line when one is damaged or cut short, rather than fewer records without a word
+        (:func:`read_jsonl_whole` gives the whole records before such a line, with a note)."""
         path = self.file(name)
         if not path.is_file():
             return []
-        return read_jsonl_whole(path)[0]
+        records, note = read_jsonl_whole(path)
+        if note is not None:
+            raise ValueError(f"{self.path}: {note}")
+        return records
 
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` (flushed and synced)."""

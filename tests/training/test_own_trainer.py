@@ -14,8 +14,11 @@ from _models import labelled_rows, tiny_bert
 from _training import own_trainer_args
 
 from isotropy import CosRegLoss, IStarLoss, RegularizedModel, RegularizedTrainer
+from isotropy.training._compat import TRANSFORMERS_VERSION
 
 VOCAB = 30
+# transformers 4.x logs the Trainer's loss rounded to 4 decimals; 5.x logs it as computed
+LOGGED_LOSS_ABS = 5e-5 if TRANSFORMERS_VERSION < (5, 0) else 1e-5
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +108,7 @@ def test_regularized_trainer_logs_each_term_and_they_add_up_to_the_loss(tmp_path
             assert np.isfinite(r[key]), key
         # the Trainer's own loss (logging every step, no accumulation) is the sum of ours
         assert r["loss"] == pytest.approx(r["task_loss"] + r["istar/loss"] + r["cosreg/loss"],
-                                          rel=1e-4, abs=1e-5)
+                                          rel=1e-4, abs=LOGGED_LOSS_ABS)
         # I-STAR: lambda (1 - IsoScore*), lambda = -1
         assert r["istar/loss"] == pytest.approx(-(1.0 - r["istar/isoscore_star"]), rel=1e-5)
 
@@ -125,9 +128,14 @@ def test_regularized_trainer_means_over_the_logging_interval(tmp_path):
 def test_regularized_trainer_values_reach_tensorboard(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import TrainingArguments
 
+    # where the Trainer writes TensorBoard's files: logging_dir up to transformers 4.x, an
+    # environment variable from 5.0 (logging_dir is gone)
+    where = ({"logging_dir": str(tmp_path / "tb")}
+             if "logging_dir" in TrainingArguments.__dataclass_fields__ else {})
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
-    trainer, _ = _train(RegularizedTrainer, tmp_path / "run", report_to="tensorboard")
+    trainer, _ = _train(RegularizedTrainer, tmp_path / "run", report_to="tensorboard", **where)
     events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     assert events
     acc = EventAccumulator(str(events[0].parent), size_guidance={"scalars": 0})
@@ -229,7 +237,8 @@ def test_label_smoothing_keeps_the_regularizers_in_the_loss(tmp_path):
         istar = IStarLoss(tuning=-1.0, zeta=0.0)(out.hidden_states, batch["attention_mask"])
         ent = PersistentEntropyLoss(weight=1.0)(out.hidden_states, batch["attention_mask"],
                                                 labels=batch["labels"])
-    assert logged["loss"] == pytest.approx(float(task + istar.loss + ent.loss), rel=1e-5)
+    assert logged["loss"] == pytest.approx(float(task + istar.loss + ent.loss), rel=1e-5,
+                                           abs=LOGGED_LOSS_ABS)
     assert logged["task_loss"] == pytest.approx(float(task), rel=1e-5)
     # the entropy loss got the labels: one group per class
     assert logged["persistententropy/n_groups"] == 2.0
@@ -239,6 +248,7 @@ def test_label_smoothing_keeps_the_regularizers_in_the_loss(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.floor
 def test_compute_loss_func_under_accumulation_weighs_the_regularizers_as_without_it(tmp_path):
     # a compute_loss_func normalised over the whole accumulation cycle (the Trainer then does
     # not divide by the accumulation steps) gives the same objective as the model's own mean

@@ -1,4 +1,4 @@
-"""What differs between the transformers versions we support (4.48 up to 5.x), in one place.
+"""What differs between the transformers versions we support (4.48.3 up to 5.x), in one place.
 
 The ``Trainer`` subclasses and mixins of this package reach every version-dependent
 function or attribute of ``transformers`` through here; their overrides of the ``Trainer``'s

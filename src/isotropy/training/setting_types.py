@@ -62,7 +62,7 @@ def coerce(name: str, value: Any, where: str, types_: Mapping[str, Any]) -> Any:
         if type(None) in args or typing.Any in args:
             return value
         raise ValueError(f"{where}: {name} has no value (null): give one, or leave it out")
-    if typing.get_origin(hint) is list and not isinstance(value, (str, list)):
+    if typing.get_origin(hint) is list and not isinstance(value, (str, list, tuple)):
         raise ValueError(f"{where}: {name} must be a name or a list of names, got {value!r}")
     if args and all(a is str for a in args if a is not type(None)) \
             and not isinstance(value, str):
