@@ -174,3 +174,10 @@ def test_a_regularizers_setting_in_a_config_file_is_refused_while_it_is_off(tmp_
     iso, _ = parse_train_args(["--config", str(path), "--output_dir", str(tmp_path / "o"),
                                "--report_to", "none"])
     assert iso.regularizer == ["istar"]
+
+
+def test_a_path_object_for_a_text_setting_is_its_text(tmp_path):
+    # from Python, paths come as pathlib objects: taken as their text, never refused
+    iso, train = args_from_dict({"output_dir": tmp_path / "run", "task": "sst2",
+                                 "report_to": "none"})
+    assert train.output_dir == str(tmp_path / "run")

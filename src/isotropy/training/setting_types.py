@@ -7,6 +7,7 @@ caller (:func:`isotropy.training.config.field_types` for ``isotropy train``'s se
 from __future__ import annotations
 
 import math
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -66,6 +67,8 @@ def coerce(name: str, value: Any, where: str, types_: Mapping[str, Any]) -> Any:
         raise ValueError(f"{where}: {name} must be a name or a list of names, got {value!r}")
     if args and all(a is str for a in args if a is not type(None)) \
             and not isinstance(value, str):
+        if isinstance(value, os.PathLike):  # a path given from Python: its text
+            return os.fspath(value)
         raise ValueError(f"{where}: {name} must be text, got {value!r}")
     kinds = _scalar_kinds(hint)
     if bool in kinds:
