@@ -716,7 +716,8 @@ def test_the_papers_weight_names_are_aliases_of_the_recorded_settings(tmp_path):
     assert (iso.tuning, iso.cosreg_tuning, iso.entropy_weight, iso.in_cluster_weight) == \
         (-3.0, 0.5, 2.0, 0.05)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("istar_lambda: -2\nentropy_beta: 0.5\n", encoding="utf-8")
+    cfg.write_text("regularizer: [istar, entropy]\nistar_lambda: -2\nentropy_beta: 0.5\n",
+                   encoding="utf-8")
     iso, _ = parse_train_args([*base, "--config", str(cfg)])
     assert (iso.tuning, iso.entropy_weight) == (-2.0, 0.5)
     cfg.write_text("istar_lambda: -2\ntuning: -1\n", encoding="utf-8")
