@@ -345,3 +345,18 @@ def test_reading_a_damaged_record_file_says_so_instead_of_returning_fewer_record
     rd.file("metrics.jsonl").write_bytes(b'{"step": 1, "note": "caf\xe9"}\n')
     with pytest.raises(ValueError, match="metrics.jsonl: unreadable"):
         rd.read_metrics()
+
+
+def test_truncating_past_a_damaged_line_with_records_after_it_is_refused(tmp_path):
+    # before: every whole record after a damaged first line was deleted without a word; a
+    # crash's cut last line is still dropped (a resume redoes that step)
+    rd = make(tmp_path, metrics=3)
+    path = rd.file("metrics.jsonl")
+    whole = path.read_text()
+    path.write_text("garbage{\n" + whole)
+    with pytest.raises(ValueError, match="line 1 of 4 is damaged and 3 line"):
+        rd.truncate_metrics(5)
+    assert path.read_text() == "garbage{\n" + whole
+    path.write_text(whole + '{"step": 4, "lo')
+    rd.truncate_metrics(2)
+    assert [r["step"] for r in rd.read_metrics()] == [1, 2]

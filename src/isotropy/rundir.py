@@ -488,8 +488,14 @@ class RunDirectory:
         if not path.is_file():
             return
         text = path.read_text(encoding="utf-8")
-        kept = [line.rstrip("\n") for _, line, rec in _whole_records(text)
-                if rec.get("step", 0) <= max_step]
+        whole = list(_whole_records(text))
+        lines = text.splitlines()
+        after = (whole[-1][0] + 1) if whole else 0
+        later = [i for i in range(after, len(lines)) if lines[i].strip()]
+        if len(later) > 1:  # a damaged line with records after it: not a crash's cut last line
+            raise ValueError(f"{path}: line {later[0] + 1} of {len(lines)} is damaged and "
+                             f"{len(later) - 1} line(s) follow it; nothing is changed")
+        kept = [line.rstrip("\n") for _, line, rec in whole if rec.get("step", 0) <= max_step]
         write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     def _terminated_lines(self, name: str) -> list[str]:
