@@ -65,11 +65,11 @@ def coerce(name: str, value: Any, where: str, types_: Mapping[str, Any]) -> Any:
         raise ValueError(f"{where}: {name} has no value (null): give one, or leave it out")
     if typing.get_origin(hint) is list and not isinstance(value, (str, list, tuple)):
         raise ValueError(f"{where}: {name} must be a name or a list of names, got {value!r}")
-    if args and all(a is str for a in args if a is not type(None)) \
-            and not isinstance(value, str):
+    if args and all(a is str for a in args if a is not type(None)):
         if isinstance(value, os.PathLike):  # a path given from Python: its text
             return os.fspath(value)
-        raise ValueError(f"{where}: {name} must be text, got {value!r}")
+        if isinstance(value, (bool, int, float)):  # a number where a name or path is meant
+            raise ValueError(f"{where}: {name} must be text, got {value!r}")
     kinds = _scalar_kinds(hint)
     if bool in kinds:
         if isinstance(value, bool):
