@@ -103,7 +103,10 @@ def test_truncating_by_step_drops_a_cut_line(tmp_path):
 
 def test_one_rule_for_a_damaged_line_reading_and_resuming(tmp_path):
     """Reading (report, RunDirectory) and resuming (truncation) stop at the first line that is
-    not a whole JSON object: records after damage are never read nor kept."""
+    not a whole JSON object: records after damage are never read nor kept. The report reads
+    the records before it with a note; the run folder's own reader names the damage; a
+    truncation that would delete whole records after it is refused; a crash's cut last line
+    is dropped."""
     from isotropy.reporting.runs import read_jsonl_whole as report_reader
     from isotropy.rundir import METRICS, RunDirectory, read_jsonl_whole
 
@@ -113,8 +116,12 @@ def test_one_rule_for_a_damaged_line_reading_and_resuming(tmp_path):
     path.write_text('{"step": 1}\n{"step": 2}\n{"ste\n{"step": 3}\n', encoding="utf-8")
     records, note = read_jsonl_whole(path)
     assert [r["step"] for r in records] == [1, 2] and "line 3 of 4" in note
-    assert run.read_metrics() == records
+    with pytest.raises(ValueError, match="line 3 of 4 is cut short or unreadable"):
+        run.read_metrics()
     assert run.record_counts()[METRICS] == 2
+    with pytest.raises(ValueError, match="line 3 of 4 is damaged and 1 line"):
+        run.truncate_metrics(max_step=10)
+    path.write_text('{"step": 1}\n{"step": 2}\n{"ste\n', encoding="utf-8")  # a crash's cut
     run.truncate_metrics(max_step=10)
     assert path.read_text(encoding="utf-8") == '{"step": 1}\n{"step": 2}\n'
     path.write_text('{"step": 1}\n{"step": 2}', encoding="utf-8")  # no newline: not appendable
