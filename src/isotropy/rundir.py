@@ -492,7 +492,9 @@ class RunDirectory:
         lines = text.splitlines()
         after = (whole[-1][0] + 1) if whole else 0
         later = [i for i in range(after, len(lines)) if lines[i].strip()]
-        if len(later) > 1:  # a damaged line with records after it: not a crash's cut last line
+        # a damaged line with lines after it (not a crash's cut last line) while records are
+        # to be kept: they would go without a word (a restart, max_step 0, keeps none)
+        if len(later) > 1 and max_step > 0:
             raise ValueError(f"{path}: line {later[0] + 1} of {len(lines)} is damaged and "
                              f"{len(later) - 1} line(s) follow it; nothing is changed")
         kept = [line.rstrip("\n") for _, line, rec in whole if rec.get("step", 0) <= max_step]
