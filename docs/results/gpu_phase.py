@@ -242,9 +242,9 @@ def comparisons(runs: dict[tuple[Key, int], list[Copy]]) -> list[str]:
     for title, cell, ref, tasks in COMPARISONS:
         c = compare(runs, [(cell(t), ref(t)) for t in tasks])
         paper = None if title.endswith("- without padding") else PAPER_GAIN
+        by_task = {t: list(v.values()) for t, v in c.d.items()}
         out += [f"### {title} (points)", "", *table(c), "", verdict(c), "",
-                bound_text({t: list(v.values()) for t, v in c.d.items()}, paper), "",
-                primary_text({t: list(v.values()) for t, v in c.d.items()}), ""]
+                bound_text(by_task, paper), "", primary_text(by_task), ""]
         if title.startswith(PRIMARY):
             key = title.split(" - ")[0]
             assert key not in primary, f"two primary comparisons named {key!r}"
