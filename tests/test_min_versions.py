@@ -13,6 +13,8 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.floor  # run by make test-min too
+
 
 def _lower_bounds() -> dict[str, Version]:
     tomllib = pytest.importorskip("tomllib")

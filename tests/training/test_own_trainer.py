@@ -49,6 +49,7 @@ def _train(trainer_cls, out, **kw):
     return trainer, model
 
 
+@pytest.mark.floor
 def test_a_plain_trainer_saves_what_from_pretrained_loads(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification, Trainer
@@ -85,6 +86,7 @@ def test_a_checkpoint_loads_back_into_a_fresh_wrapper(tmp_path):
     assert not result.missing_keys and not result.unexpected_keys
 
 
+@pytest.mark.floor
 def test_a_resumed_plain_trainer_ends_with_the_uninterrupted_weights(tmp_path):
     from transformers import Trainer
 
@@ -98,6 +100,7 @@ def test_a_resumed_plain_trainer_ends_with_the_uninterrupted_weights(tmp_path):
         torch.testing.assert_close(model.model.state_dict()[name], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.floor
 def test_regularized_trainer_logs_each_term_and_they_add_up_to_the_loss(tmp_path):
     trainer, _ = _train(RegularizedTrainer, tmp_path / "run")
     logs = [r for r in trainer.state.log_history if "loss" in r]
@@ -206,6 +209,7 @@ def test_embedding_methods_reach_the_wrapped_model():
     assert model.get_input_embeddings() is inner.get_input_embeddings()
 
 
+@pytest.mark.floor
 def test_label_smoothing_keeps_the_regularizers_in_the_loss(tmp_path):
     # the Trainer takes the labels away under label smoothing and computes the task loss from
     # the logits: the regularizers' terms must stay in the loss. At learning rate 0 the logged
@@ -311,6 +315,7 @@ def test_regularized_trainer_scores_the_exact_entropy_of_the_accumulated_batch(t
     assert float((weights[2] - weights[0]).abs().max()) > 1e-3
 
 
+@pytest.mark.floor
 def test_an_entropy_loss_set_for_other_accumulation_is_refused_before_training(tmp_path):
     model = _no_dropout_entropy_model(1)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -447,6 +452,7 @@ def _smoothed_ce(outputs, labels, num_items_in_batch=None):
 @pytest.mark.parametrize("kw", [{"label_smoothing_factor": 0.1},
                                 {"compute_loss_func": _smoothed_ce}],
                          ids=["label_smoothing", "compute_loss_func"])
+@pytest.mark.floor
 def test_a_plain_trainer_that_would_drop_the_regularizers_is_refused_before_a_step(tmp_path, kw):
     # the Trainer takes the labels away and computes the loss from the logits alone: the
     # wrapper's loss (task + regularizers) would never be used. Refused at the first training
@@ -534,6 +540,7 @@ def test_the_refresh_callback_refuses_such_a_trainer_before_its_first_pass(tmp_p
     assert Counted.reads == 0
 
 
+@pytest.mark.floor
 def test_regularized_trainer_with_the_refresh_callback_and_label_smoothing_trains(tmp_path):
     from isotropy import ShrinkageRefreshCallback
 

@@ -12,6 +12,8 @@ from isotropy.training import _compat
 from isotropy.training.exact_cycle import ExactCycleMixin
 from isotropy.training.trainer import IsotropyTrainer
 
+pytestmark = pytest.mark.floor  # run by make test-min too
+
 
 @pytest.mark.parametrize(("accepts_kwargs", "items", "loss_func", "divisor"), [
     (False, None, None, 4.0),  # the Trainer divides each micro-batch's loss by the steps

