@@ -60,6 +60,28 @@ def test_a_measure_given_hidden_states_points_to_the_padding_free_cloud():
     assert 0 <= float(isoscore(token_cloud(_hidden(), MASK, layers=[2]))) <= 1
 
 
+def test_the_call_the_error_suggests_works_on_one_tensor_and_on_a_list_of_one():
+    """The 3-D error suggests token_cloud(hidden_states, attention_mask): with one layer's
+    (batch, seq, dim) tensor, or a list holding it, the cloud is its real tokens' rows."""
+    h = _hidden()[-1]
+    expected = h[MASK.bool()]  # the 9 real tokens, row-major
+    for states in (h, [h], (h,)):
+        torch.testing.assert_close(token_cloud(states, MASK), expected, rtol=0, atol=0)
+        for layers in ("last", 0, -1, [0]):
+            torch.testing.assert_close(token_cloud(states, MASK, layers), expected,
+                                       rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out of range"):
+        token_cloud(h, MASK, layers=1)
+    with pytest.raises(ValueError, match="hidden_states is empty"):
+        token_cloud([], MASK)
+    with pytest.raises(ValueError, match=r"one \(batch, seq, dim\) tensor, got a tensor of "
+                                         r"shape \(9, 5\)"):
+        token_cloud(expected, MASK)
+    # a model's outputs.hidden_states keeps its meaning: "all" leaves out the embeddings
+    hs = _hidden()
+    assert token_cloud(hs, MASK).shape == (2 * 9, 5)
+
+
 @pytest.mark.parametrize("fill", [-10000.0, float("-inf")])
 def test_every_streaming_route_refuses_an_additive_mask_with_one_message(fill):
     from isotropy.measures.covariance import CovarianceStats, packed_batch

@@ -50,6 +50,11 @@ def get_hidden_states(outputs: Any) -> tuple[torch.Tensor, ...]:
 
 def _layer_indices(n_states: int, layers: Layers) -> list[int]:
     n_layers = n_states - 1
+    if n_states == 0:
+        raise ValueError("hidden_states is empty: give a model's outputs.hidden_states "
+                         "(embeddings, then each layer) or one (batch, seq, dim) tensor")
+    if n_states == 1 and layers in ("all", "last"):
+        return [0]  # one layer's states: that layer
     if layers == "all":
         return list(range(1, n_states))
     if layers == "last":
@@ -71,11 +76,34 @@ def _layer_indices(n_states: int, layers: Layers) -> list[int]:
     return out
 
 
+def as_layers(hidden_states: Sequence[torch.Tensor] | torch.Tensor) -> Sequence[torch.Tensor]:
+    """``hidden_states`` as a sequence of ``(batch, seq, dim)`` tensors: a model's
+    ``outputs.hidden_states`` as it is, one such tensor as a sequence of one.
+
+    >>> len(as_layers(torch.zeros(2, 3, 4))), len(as_layers([torch.zeros(2, 3, 4)] * 7))
+    (1, 7)
+    """
+    if isinstance(hidden_states, torch.Tensor):
+        if hidden_states.ndim != 3:
+            raise ValueError(
+                "hidden_states must be a model's outputs.hidden_states (a sequence of "
+                "(batch, seq, dim) tensors) or one (batch, seq, dim) tensor, got a tensor of "
+                f"shape {tuple(hidden_states.shape)}")
+        return (hidden_states,)
+    return hidden_states
+
+
 def select_layers(
-    hidden_states: Sequence[torch.Tensor], layers: Layers = "all"
+    hidden_states: Sequence[torch.Tensor] | torch.Tensor, layers: Layers = "all"
 ) -> list[torch.Tensor]:
-    """The chosen hidden-state tensors, each of shape ``(batch, seq, dim)``."""
-    return [hidden_states[j] for j in _layer_indices(len(hidden_states), layers)]
+    """The chosen hidden-state tensors, each of shape ``(batch, seq, dim)``.
+
+    ``hidden_states`` is a model's ``outputs.hidden_states`` (index 0 the embeddings:
+    ``"all"`` is every transformer layer, 1 to L) or one ``(batch, seq, dim)`` tensor (a
+    sequence of one: ``"all"``, ``"last"``, 0 and -1 are that tensor).
+    """
+    states = as_layers(hidden_states)
+    return [states[j] for j in _layer_indices(len(states), layers)]
 
 
 def token_mask(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -127,7 +155,7 @@ def _check_finite(t: torch.Tensor, what: str) -> None:
 
 
 def layer_token_clouds(
-    hidden_states: Sequence[torch.Tensor],
+    hidden_states: Sequence[torch.Tensor] | torch.Tensor,
     attention_mask: torch.Tensor | None,
     layers: Layers = "all",
     *,
@@ -157,16 +185,21 @@ def layer_token_clouds(
 
 
 def token_cloud(
-    hidden_states: Sequence[torch.Tensor],
+    hidden_states: Sequence[torch.Tensor] | torch.Tensor,
     attention_mask: torch.Tensor | None,
     layers: Layers = "all",
     *,
     check_finite: bool = True,
 ) -> torch.Tensor:
     """Union over the chosen layers of the non-padding token states (see
-    :func:`layer_token_clouds`).
+    :func:`layer_token_clouds`): a model's ``outputs.hidden_states``, or one ``(batch, seq,
+    dim)`` tensor, to a cloud ``(n_layers * n_tokens, dim)``.
 
-    Shape ``(n_layers * n_tokens, dim)``.
+    >>> h = torch.arange(12.0).reshape(2, 3, 2)  # one layer: 2 sentences, 3 positions
+    >>> token_cloud(h, torch.tensor([[1, 1, 0], [1, 0, 0]]))  # the 3 real tokens
+    tensor([[0., 1.],
+            [2., 3.],
+            [6., 7.]])
     """
     clouds = layer_token_clouds(hidden_states, attention_mask, layers,
                                 check_finite=check_finite)
