@@ -36,3 +36,13 @@ def accept_negative_numbers(parser: Any) -> None:
     -1e-05
     """
     parser._negative_number_matcher = _NEGATIVE_NUMBER
+
+
+def plain_help(text: str) -> str:
+    """A help text as a terminal shows it: the docstrings' reStructuredText literals
+    (double backticks) as single backticks.
+
+    >>> plain_help("Run ``isotropy train --help``.")
+    'Run `isotropy train --help`.'
+    """
+    return text.replace("``", "`")

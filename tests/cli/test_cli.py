@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,9 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("isotropy: error: ") and err.endswith("\n"), err
+    # the command's own checks name it; argparse's leftover arguments come from the top parser
+    assert re.match(r"isotropy(?: (?:measure|stability|demo))?: error: ", err), err
+    assert err.endswith("\n"), err
     assert err.count("\n") == 1, err
     return err
 
@@ -103,7 +106,7 @@ def test_measure_command_texts(tiny_dir: Path, texts_file: Path, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m"
     code = main(["measure", "--model", str(tiny_dir), "--texts", str(texts_file),
-                 "--batch-size", "3", "--max-tokens", "20", "--device", "cpu",
+                 "--batch-size", "3", "--twonn-tokens", "20", "--device", "cpu",
                  "--no-progress", "--output-dir", str(out)])
     assert code == 0
     text = capsys.readouterr().out
@@ -292,7 +295,7 @@ def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path, tin
     broken = tmp_path / "broken_model"
     broken.mkdir()
     err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken)], capsys)
-    assert "no config.json" in err
+    assert err.startswith("isotropy measure: error: ") and "no config.json" in err
     (broken / "config.json").write_text('{"model_type": "bert"}')  # no weights, no tokenizer
     err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(broken),
                         "--output-dir", str(tmp_path / "o")], capsys)
@@ -320,7 +323,7 @@ def test_failure_while_computing_returns_1(tiny_dir: Path, texts_file: Path, tmp
                  "--no-progress", "--output-dir", str(tmp_path / "o")])
     assert code == 1
     assert capsys.readouterr().err == (
-        "isotropy: error: CUDA out of memory. Tried to allocate 2 GiB\n")
+        "isotropy measure: error: CUDA out of memory. Tried to allocate 2 GiB\n")
 
 
 # --------------------------------------------------------------------------- checks first
@@ -610,3 +613,28 @@ def test_ctrl_c_before_a_command_takes_over_is_one_line(monkeypatch, capsys) -> 
     monkeypatch.setattr(cli, "_dispatch", interrupted)
     assert cli.main(["train", "--help"]) == 130
     assert capsys.readouterr().err == "isotropy: interrupted\n"
+
+
+def test_the_twonn_sample_option_keeps_its_former_name_and_says_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from isotropy.cli.main import build_parser
+
+    args = build_parser().parse_args(["measure", "--texts", "t.txt", "--twonn-tokens", "9"])
+    assert args.max_tokens == 9 and args.top_k == 10  # top-k as analyze's
+    assert capsys.readouterr().err == ""
+    args = build_parser().parse_args(["measure", "--texts", "t.txt", "--max-tokens", "9"])
+    assert args.max_tokens == 9
+    assert capsys.readouterr().err == (
+        "isotropy measure: --max-tokens is now --twonn-tokens (the former name still works)\n")
+
+
+def test_help_shows_single_backticks(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["measure", "--help"], ["analyze", "--help"], ["sweep", "--help"],
+                 ["report", "--help"]):
+        try:
+            code = main(argv)
+        except SystemExit as stop:  # argparse's --help
+            code = stop.code
+        assert code in (0, None), argv
+        out = capsys.readouterr().out
+        assert "usage:" in out and "``" not in out, argv

@@ -106,7 +106,7 @@ def test_rows_and_config(result, tiny) -> None:
         if r["layer"] == 0 and r["cloud"] == "cls":
             continue
         for key in ("isoscore", "participation_ratio", "avg_cosine", "log_partition",
-                    "spectrum_raw_1", "spectrum_centered_1", "twonn"):
+                    "spectrum_raw_1", "spectrum_centred_1", "twonn"):
             assert r[key] is not None and math.isfinite(r[key]), (r["layer"], r["cloud"], key)
         assert 0.0 <= r["isoscore"] <= 1.0
         assert 1.0 <= r["participation_ratio"] <= 32.0
@@ -121,9 +121,9 @@ def test_denormal_mode_is_restored(tiny) -> None:
     assert float(torch.tensor([1e-310], dtype=torch.float64) * 1.0) != 0.0
 
 
-VARIANCE_KEYS = ("isoscore", "participation_ratio", "spectrum_centered_1", "spectrum_centered_2",
-                 "spectrum_centered_3", "twonn", "ph0_entropy")
-VARIANCE_NAMES = ("isoscore", "participation_ratio", "spectrum_centered", "twonn", "ph0_entropy")
+VARIANCE_KEYS = ("isoscore", "participation_ratio", "spectrum_centred_1", "spectrum_centred_2",
+                 "spectrum_centred_3", "twonn", "ph0_entropy")
+VARIANCE_NAMES = ("isoscore", "participation_ratio", "spectrum_centred", "twonn", "ph0_entropy")
 
 
 def test_layer0_cls_is_degenerate_and_reported(result, tiny) -> None:
@@ -221,7 +221,7 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
         raw = anisotropy_spectrum(x, 3).tolist()
         ctr = anisotropy_spectrum(x, 3, center=True).tolist()
         assert [row[f"spectrum_raw_{i}"] for i in (1, 2, 3)] == pytest.approx(raw, abs=1e-5)
-        assert [row[f"spectrum_centered_{i}"] for i in (1, 2, 3)] == pytest.approx(ctr, abs=1e-5)
+        assert [row[f"spectrum_centred_{i}"] for i in (1, 2, 3)] == pytest.approx(ctr, abs=1e-5)
         # max_tokens >= n_tokens: the "sample" is the whole cloud
         assert row["n_sampled"] == x.shape[0]
         assert row["log_partition"] == pytest.approx(

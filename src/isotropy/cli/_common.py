@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from isotropy._text import accept_negative_numbers, one_line
+from isotropy._text import accept_negative_numbers, one_line, plain_help
 
 __all__ = ["OneLineParser", "one_line", "one_line_warnings", "positive_int", "task_name"]
 
@@ -54,6 +54,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.error_prefix}: error: {one_line(message)}\n")
+
+    def format_help(self) -> str:  # descriptions come from docstrings
+        return plain_help(super().format_help())
 
 
 def positive_int(text: str) -> int:

@@ -46,9 +46,12 @@ repository (classic glue_data/ layout).
 
 
 class _Parser(OneLineParser):
-    """Errors are one line, ``isotropy: error: ...``, exit status 2."""
+    """Errors are one line naming the command, ``isotropy measure: error: ...`` (``isotropy:
+    error: ...`` before a command is known), exit status 2."""
 
-    error_prefix = "isotropy"
+    @property
+    def error_prefix(self) -> str:  # type: ignore[override]
+        return self.prog  # "isotropy", or a command's parser: "isotropy measure"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every input is checked before anything is computed: a bad option, path, model, data file,
     device or ``--max-length``, or an output directory that cannot be written, exits with
-    status 2 and one line ``isotropy: error: ...`` on stderr. A failure while computing (rare
-    once the checks pass) prints the same one line and returns 1.
+    status 2 and one line ``isotropy COMMAND: error: ...`` on stderr. A failure while
+    computing (rare once the checks pass) prints the same one line and returns 1.
     """
     from isotropy.runtime import stop_on_signals
 
@@ -147,7 +150,7 @@ def _dispatch(argv: list[str]) -> int:
         stop_point()  # a Ctrl-C dropped while the modules were imported
         return int(args.func(args, args.subparser))
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"isotropy: error: {one_line(err)}", file=sys.stderr)
+        print(f"isotropy {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"isotropy {args.command}: interrupted", file=sys.stderr)

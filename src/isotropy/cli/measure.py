@@ -13,6 +13,19 @@ from isotropy.cli._common import positive_int, task_name
 __all__ = ["add_options", "compute", "register", "run"]
 
 
+class _RenamedFlag(argparse.Action):
+    """Store the value; given under its former name (the second option string), say once on
+    stderr that it has a new name. ``--max-tokens`` means rows measured per layer in
+    ``isotropy analyze``: here the option is named for what it caps."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if option_string is not None and option_string != self.option_strings[0]:
+            print(f"{parser.prog}: {option_string} is now {self.option_strings[0]} (the "
+                  "former name still works)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
     from isotropy.probing.layerwise import (
         DEFAULT_BATCH_SIZE,
@@ -44,10 +57,12 @@ def add_options(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
                    help="texts per forward pass (default: %(default)s)")
     p.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH, metavar="N",
                    help="truncate texts to N tokens (default: %(default)s)")
-    p.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
+    p.add_argument("--twonn-tokens", "--max-tokens", dest="max_tokens", type=positive_int,
+                   default=DEFAULT_MAX_TOKENS, metavar="N", action=_RenamedFlag,
                    help="cap of the seeded uniform token sample used by TwoNN and the partition "
                         "score; IsoScore, participation ratio, cosine and spectra use all "
-                        "tokens (default: %(default)s)")
+                        "tokens (default: %(default)s; --max-tokens, its former name, is "
+                        "still read)")
     p.add_argument("--top-k", type=positive_int, default=DEFAULT_TOP_K, metavar="K",
                    help="anisotropy-spectrum components to report, raw and centred "
                         "(default: %(default)s)")
@@ -130,7 +145,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
             "the persistent entropy of the H0 barcode. "
             "Token-cloud IsoScore, participation ratio, cosine and spectra are exact over all "
             "tokens (streamed statistics); TwoNN and the partition score use a seeded sample "
-            "of at most --max-tokens tokens. A measure that is undefined on a cloud (e.g. on "
+            "of at most --twonn-tokens tokens. A measure that is undefined on a cloud (e.g. on "
             "the identical layer-0 [CLS] vectors) is recorded as null, with the reason.",
             "Writes measure.json (configuration, rows, undefined measures), measure.csv and "
             "the per-layer outlier figure outliers.png to --output-dir, and prints a table.",

@@ -116,7 +116,7 @@ __all__ = [
 DEFAULT_MAX_TOKENS = 20_000
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_MAX_LENGTH = 128
-DEFAULT_TOP_K = 3
+DEFAULT_TOP_K = 10  # as analyze, train's measurements and the geometry monitor
 
 # --------------------------------------------------------------------------- accumulation
 
@@ -251,12 +251,12 @@ def _token_row(
     row["log_partition"] = log_p
     raw = _safe(errors, f"{where} spectrum_raw",
                 lambda: _spectrum_from_moment(st.comoment + n * torch.outer(st.mean, st.mean), k))
-    ctr = _safe(errors, f"{where} spectrum_centered",
+    ctr = _safe(errors, f"{where} spectrum_centred",
                 lambda: _spectrum_from_moment(st.comoment, k), _cloud_reason(acc.lo, acc.hi))
     for i in range(k):
         row[f"spectrum_raw_{i + 1}"] = None if raw is None or i >= len(raw) else raw[i]
     for i in range(k):
-        row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
+        row[f"spectrum_centred_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
     row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(sample),
                          _cloud_reason(acc.lo, acc.hi))
     row["effective_rank"] = _safe(errors, f"{where} effective_rank",
@@ -286,12 +286,12 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     row["log_partition"] = log_p
     raw = _safe(errors, f"{where} spectrum_raw",
                 lambda: anisotropy_spectrum(x, kk, center=False).tolist())
-    ctr = _safe(errors, f"{where} spectrum_centered",
+    ctr = _safe(errors, f"{where} spectrum_centred",
                 lambda: anisotropy_spectrum(x, kk, center=True).tolist(), why)
     for i in range(k):
         row[f"spectrum_raw_{i + 1}"] = None if raw is None or i >= len(raw) else raw[i]
     for i in range(k):
-        row[f"spectrum_centered_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
+        row[f"spectrum_centred_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
     row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(x), why)
     row["effective_rank"] = _safe(errors, f"{where} effective_rank",
                                   lambda: float(effective_rank(x)))
@@ -504,7 +504,7 @@ _TABLE = [  # (key, header, width, format)
     ("avg_cosine", "avg cos", 7, ".3f"),
     ("log_partition", "log partition", 13, ".4g"),
     ("spectrum_raw_1", "spec1 raw", 9, ".3f"),
-    ("spectrum_centered_1", "spec1 ctr", 9, ".3f"),
+    ("spectrum_centred_1", "spec1 ctr", 9, ".3f"),
     ("twonn", "TwoNN", 6, ".1f"),
     ("effective_rank", "eff. rank", 9, ".1f"),
     ("uniformity", "uniform", 7, ".3f"),

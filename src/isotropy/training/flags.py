@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
+from isotropy._text import plain_help
 from isotropy._validation import accept_negative_numbers
 from isotropy.training.config import IsotropyArguments, TrainArguments
 
@@ -55,6 +56,9 @@ class TrainParser(HfArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         accept_negative_numbers(self)  # --learning_rate -1e-5 is a value (then refused)
+
+    def format_help(self) -> str:  # descriptions come from docstrings  # noqa: D102
+        return plain_help(super().format_help())
 
     def error(self, message: str) -> NoReturn:  # noqa: D102
         text = " ".join(str(message).split())
