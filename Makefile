@@ -54,8 +54,12 @@ TEST_WORKERS ?= 2
 
 PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
+# TEST_REPORT=DIR: each run's per-test times as JUnit XML in DIR (main.xml, min.xml)
+TEST_REPORT ?=
+junit = $(if $(strip $(TEST_REPORT)),--junitxml=$(strip $(TEST_REPORT))/$(1).xml)
+
 test: $(VENV)/.installed
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow" $(call junit,main)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory docs-build
 	$(MAKE) --no-print-directory test-min
@@ -80,7 +84,7 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
 
 test-min: $(VENV_MIN)/.installed
 	HF_HUB_OFFLINE=1 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider \
-		-m floor $(MIN_TESTS)
+		-m floor $(call junit,min) $(MIN_TESTS)
 
 test-all: $(VENV)/.installed
 	$(PYTEST)
