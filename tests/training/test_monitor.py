@@ -211,6 +211,26 @@ def test_a_measurement_at_a_logging_step_keeps_the_training_log(tmp_path):
     assert [r["step"] for r in history if "geometry/isoscore_last" in r] == [2, 4]
 
 
+def test_the_console_shows_one_line_per_measurement_not_the_values(tmp_path, capsys):
+    from transformers import Trainer
+
+    trainer = Trainer(model=_model(), args=_args(tmp_path / "run", logging_steps=2,
+                                                 disable_tqdm=True),  # PrinterCallback
+                      train_dataset=_rows(32, 0))
+    GeometryMonitor(_batches(_rows(16, 1)), every_n_steps=2, zeta=0.0).attach(trainer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "geometry" in line]
+    assert len(lines) == 2 and all(len(line) < 120 for line in lines), lines
+    assert lines[0].startswith("geometry: ") and "values logged at step 2" in lines[0]
+    assert "'loss'" in out  # the Trainer's own logs are still printed
+    # while log_history and the loggers get every value
+    logged = [r for r in trainer.state.log_history if "geometry/isoscore_last" in r]
+    assert [r["step"] for r in logged] == [2, 4] and len(logged[0]) > 10
+
+
 def test_monitor_values_reach_tensorboard(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

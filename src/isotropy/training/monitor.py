@@ -274,7 +274,8 @@ class _Settings:
 class GeometryMonitor(TrainerCallback):
     """``transformers`` callback: the probe set's geometry every ``every_n_steps`` optimizer
     steps (module docstring), logged by ``trainer.log`` (``log_history`` and every
-    ``report_to`` logger). Attach it with :meth:`attach` (it needs the trainer to log)::
+    ``report_to`` logger); the console shows one line per measurement, not the values.
+    Attach it with :meth:`attach` (it needs the trainer to log)::
 
         GeometryMonitor(probe_batches, every_n_steps=500).attach(trainer)
 
@@ -335,10 +336,36 @@ class GeometryMonitor(TrainerCallback):
         # log due at this step must still be written
         should_log = control.should_log
         if state.is_world_process_zero:
-            self.trainer.log(dict(logs))
+            _log_quietly(self.trainer, dict(logs), state.global_step, self.settings.prefix)
         control.should_log = should_log
         self.trainer.control.should_log = should_log
         return control
+
+
+def _log_quietly(trainer: Any, logs: dict[str, float], step: int, prefix: str) -> None:
+    """``trainer.log(logs)`` (``log_history`` and every ``report_to`` logger) without the
+    console's copy of the whole dict (over a hundred values): the console callbacks are left
+    out of that call, and they print one line instead."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    handler = trainer.callback_handler
+    callbacks = list(handler.callbacks)
+    console = [c for c in callbacks if isinstance(c, (PrinterCallback, ProgressCallback))]
+    handler.callbacks = [c for c in callbacks if c not in console]
+    try:
+        trainer.log(logs)
+    finally:
+        handler.callbacks = callbacks
+    if not console:
+        return
+    last = logs.get(f"{prefix}/isoscore_last")
+    line = (f"{prefix}: {len(logs)} values logged at step {step}"
+            + ("" if last is None else f" ({prefix}/isoscore_last {last:.4f})"))
+    bar = getattr(console[0], "training_bar", None)
+    if bar is not None:
+        bar.write(line)  # above the progress bar, as the Trainer writes its logs
+    else:
+        print(line)
 
 
 def _lightning_callback_base() -> type:
