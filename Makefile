@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo         create .venv, install isotropy (without its test extras), run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
-#                     without its end-to-end runs (marked slow), in 2 processes
+#                     without its end-to-end runs (marked slow, or listed in
+#                     tests/slow_by_time.txt), in 2 processes
 #                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports,
 #                     the documentation site's strict build (docs-build) and test-min
 #   make test-all     the same with the end-to-end runs (training to the end, sweep workers,

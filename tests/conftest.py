@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,8 +36,23 @@ def no_leaked_denormal_flushing():
         pytest.fail("the test left torch.set_flush_denormal(True) switched on")
 
 
+_SLOW_BY_TIME = Path(__file__).with_name("slow_by_time.txt")
+
+
+def _slow_by_time() -> set[str]:
+    """The node ids of ``slow_by_time.txt``: tests measured over 60 s on the CI machine."""
+    lines = _SLOW_BY_TIME.read_text(encoding="utf-8").splitlines()
+    return {line.split("#", 1)[0].strip() for line in lines} - {""}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` are skipped, with the reason, where CUDA is not available."""
+    """Tests listed in ``slow_by_time.txt`` are marked ``slow``; tests marked ``gpu`` are
+    skipped, with the reason, where CUDA is not available."""
+    slow = _slow_by_time()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")

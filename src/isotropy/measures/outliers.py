@@ -52,7 +52,13 @@ from dataclasses import dataclass
 
 import torch
 
-from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    as_tensor,
+    check_finite_float,
+)
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.measures._gradients import detached_input
 from isotropy.measures.cosine import _unit_rows  # fp64, extreme norms scaled first
@@ -183,15 +189,17 @@ def _contributions(s: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
 def cosine_contributions(X: ArrayLike) -> torch.Tensor:
     r"""Each dimension's exact contribution :math:`CC_j` to the average cosine similarity over
     all pairs of distinct rows (module doc); they sum to
-    :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Float64, shape ``(dim,)``.
+    :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Shape ``(dim,)``, computed in
+    float64 (float64 for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> cosine_contributions(torch.tensor([[1.0, 1.0], [1.0, -1.0]]))  # cos = 0 = 1/2 - 1/2
-    tensor([ 0.5000, -0.5000], dtype=torch.float64)
+    tensor([ 0.5000, -0.5000])
     """
     X = detached_input(X, "cosine_contributions")
     u = _unit_rows(_cloud(X, min_points=2))
-    return _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
+    cc = _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
+    return cc.to(accumulation_dtype(as_tensor(X)))
 
 
 def _shares(cc: torch.Tensor, n: int) -> torch.Tensor:
@@ -225,14 +233,16 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, k: int = 3) -> tuple[torch.Ten
     X = detached_input(X, "rogue_dimensions")
     if isinstance(X, OutlierStats):
         cc, n = X.cosine_contributions(), X.count
+        out = torch.float64  # statistics are float64
     else:
         x = _cloud(X, min_points=2)
         cc, n = cosine_contributions(x), x.shape[0]
+        out = accumulation_dtype(as_tensor(X))
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= cc.shape[0]:
         raise ValueError(f"k must be an integer in [1, {cc.shape[0]}], got {k!r}")
     share = _shares(cc, n)
     dims = _descending(torch.arange(cc.shape[0], device=cc.device), cc)[:k]
-    return dims, share[dims]
+    return dims, share[dims].to(out)
 
 
 # ------------------------------------------------------------------ massive (Sun et al.)
@@ -304,15 +314,18 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     keep[chosen.to(cov.device)] = False
     if int(keep.sum()) < 2:
         raise ValueError(f"{int(keep.sum())} dimension(s) would remain: IsoScore needs 2")
+    # statistics are float64; a cloud's result is float64 for float64 rows, else float32
+    out = torch.float64 if isinstance(cloud, CovarianceStats) else accumulation_dtype(
+        as_tensor(cloud))
     if how == "remove":
-        return _iota(cov[keep][:, keep])
+        return _iota(cov[keep][:, keep]).to(out)
     var = cov.diagonal()
     target = var[keep].mean()
     scale = torch.ones(d, dtype=cov.dtype, device=cov.device)
     if not bool((var[~keep] > 0).all()):
         raise ValueError("a dimension to standardise has zero variance")
     scale[~keep] = torch.sqrt(target / var[~keep])
-    return _iota(cov * scale[:, None] * scale[None, :])
+    return _iota(cov * scale[:, None] * scale[None, :]).to(out)
 
 
 def _iota(cov: torch.Tensor) -> torch.Tensor:

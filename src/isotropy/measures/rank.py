@@ -44,7 +44,13 @@ import math
 
 import torch
 
-from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    as_tensor,
+    check_finite_float,
+)
 from isotropy.measures._gradients import detached_input
 from isotropy.measures.covariance import CovarianceStats
 
@@ -103,7 +109,8 @@ def _entropy_rank(sigma: torch.Tensor, eps: float) -> torch.Tensor:
 
 def effective_rank(X: ArrayLike, *, center: bool = False) -> torch.Tensor:
     r"""Effective rank :math:`\exp H(\sigma / \sum\sigma)` of ``X`` (module docstring), a
-    float64 0-d tensor in :math:`[1, \min(n, d)]`.
+    0-d tensor in :math:`[1, \min(n, d)]`, computed in float64 (float64 for float64 input,
+    float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> round(float(effective_rank(torch.eye(4))), 6)  # four equal singular values
@@ -112,12 +119,13 @@ def effective_rank(X: ArrayLike, *, center: bool = False) -> torch.Tensor:
     1.0
     """
     X = detached_input(X, "effective_rank")
-    return _entropy_rank(_singular_values(X, center), 0.0)
+    return _entropy_rank(_singular_values(X, center), 0.0).to(accumulation_dtype(as_tensor(X)))
 
 
 def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -> torch.Tensor:
     r"""RankMe :math:`\exp(-\sum_k p_k \log p_k)`, :math:`p_k = \sigma_k/\lVert\sigma\rVert_1
-    + \varepsilon`, of ``X`` (module docstring), a float64 0-d tensor.
+    + \varepsilon`, of ``X`` (module docstring), a 0-d tensor computed in float64 (float64
+    for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     >>> round(float(rankme(torch.eye(3))), 5)
@@ -127,7 +135,7 @@ def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    return _entropy_rank(_singular_values(X, center), eps)
+    return _entropy_rank(_singular_values(X, center), eps).to(accumulation_dtype(as_tensor(X)))
 
 
 def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -> torch.Tensor:

@@ -30,7 +30,13 @@ import math
 
 import torch
 
-from isotropy._validation import ArrayLike, as_point_cloud, check_finite_float
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    as_tensor,
+    check_finite_float,
+)
 
 __all__ = ["alignment", "uniformity"]
 
@@ -58,14 +64,15 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
     x, y = _normalised(X, "X"), _normalised(Y, "Y")
+    out = accumulation_dtype(as_tensor(X))
     if x.shape != y.shape:
         raise ValueError(f"X and Y must have the same shape (pairs), got {tuple(x.shape)} "
                          f"and {tuple(y.shape)}")
     d = torch.linalg.vector_norm(x - y, dim=1).pow(alpha)
     if reduction == "mean":
-        return d.mean()
+        return d.mean().to(out)
     if reduction == "sum":
-        return d.sum(), int(d.shape[0])
+        return d.sum().to(out), int(d.shape[0])
     raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
 
 
@@ -82,6 +89,7 @@ def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024) -> torch.Tens
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer, got {block!r}")
     x = _normalised(X, "X", min_points=2)
+    out = accumulation_dtype(as_tensor(X))
     n = x.shape[0]
     parts = []
     for start in range(0, n - 1, block):
@@ -93,4 +101,4 @@ def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024) -> torch.Tens
         later = j >= i  # column j is row start + 1 + j: a pair i < j
         parts.append(torch.logsumexp((-t * sq)[later], dim=0))
     pairs = n * (n - 1) / 2
-    return torch.logsumexp(torch.stack(parts), dim=0) - math.log(pairs)
+    return (torch.logsumexp(torch.stack(parts), dim=0) - math.log(pairs)).to(out)
