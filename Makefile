@@ -67,9 +67,10 @@ test: $(VENV)/.installed
 
 # The floor: isotropy installed under .ci/min-versions.txt (pyproject's lower bounds, pinned;
 # torch at TORCH_PIN) with the test runner only, and the tests marked `floor` in MIN_TESTS:
-# the version shims, and the Trainer / `isotropy train` integration (train, save, load,
-# checkpoint and resume to the end, the regularizers' logs and loss under label smoothing,
-# a compute_loss_func and gradient accumulation).
+# the version shims, and the Trainer / `isotropy train` integration (a RegularizedTrainer
+# with the Sigma_S refresh, `isotropy train` checkpointed and resumed to the end, the
+# regularizers' logs and loss under label smoothing, a compute_loss_func under gradient
+# accumulation, a plain Trainer that would drop the regularizers refused).
 VENV_MIN ?= .venv-min
 MIN_TESTS := tests/test_min_versions.py \
 	tests/training/test_transformers_versions.py tests/training/test_own_trainer.py \

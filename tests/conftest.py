@@ -4,8 +4,10 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import settings
+
+# torch is imported where it is used: the pytest-xdist controller loads this file but runs no
+# test, and importing torch there costs minutes on a slow machine
 
 # Property tests draw the same examples on every run (a suite that fails 1 run in 20 blocks
 # everyone). HYPOTHESIS_PROFILE=explore searches with fresh random examples instead.
@@ -17,6 +19,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 @pytest.fixture
 def one_thread():
     """Tiny tensors: one thread avoids oversubscription on a busy machine."""
+    import torch
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -32,6 +36,8 @@ def no_leaked_denormal_flushing():
     before = flushing_denormals()
     yield
     if flushing_denormals() and not before:
+        import torch
+
         torch.set_flush_denormal(False)
         pytest.fail("the test left torch.set_flush_denormal(True) switched on")
 
@@ -40,7 +46,8 @@ _SLOW_BY_TIME = Path(__file__).with_name("slow_by_time.txt")
 
 
 def _slow_by_time() -> set[str]:
-    """The node ids of ``slow_by_time.txt``: tests measured over 60 s on the CI machine."""
+    """The node ids of ``slow_by_time.txt``: tests too long for ``make test`` on the CI
+    machine (the file's header says how they were measured)."""
     lines = _SLOW_BY_TIME.read_text(encoding="utf-8").splitlines()
     return {line.split("#", 1)[0].strip() for line in lines} - {""}
 
@@ -53,6 +60,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in slow:
             item.add_marker(pytest.mark.slow)
+    import torch
+
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")

@@ -49,7 +49,6 @@ def _train(trainer_cls, out, **kw):
     return trainer, model
 
 
-@pytest.mark.floor
 def test_a_plain_trainer_saves_what_from_pretrained_loads(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification, Trainer
@@ -86,7 +85,6 @@ def test_a_checkpoint_loads_back_into_a_fresh_wrapper(tmp_path):
     assert not result.missing_keys and not result.unexpected_keys
 
 
-@pytest.mark.floor
 def test_a_resumed_plain_trainer_ends_with_the_uninterrupted_weights(tmp_path):
     from transformers import Trainer
 
@@ -315,7 +313,6 @@ def test_regularized_trainer_scores_the_exact_entropy_of_the_accumulated_batch(t
     assert float((weights[2] - weights[0]).abs().max()) > 1e-3
 
 
-@pytest.mark.floor
 def test_an_entropy_loss_set_for_other_accumulation_is_refused_before_training(tmp_path):
     model = _no_dropout_entropy_model(1)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])

@@ -1,0 +1,58 @@
+"""Add the tests that took longer than a limit in a JUnit XML report to tests/slow_by_time.txt.
+
+    python .ci/slow_tier.py ~/.cache/isotropy-ci/last-ci/main.xml --over 10 [--keep NODEID ...]
+
+The XML is the per-test report CI keeps (``make TEST_REPORT=DIR test``). Lines already in the
+file stay; a test named by ``--keep`` is never added (an end-to-end test kept in ``make test``
+on purpose). The file is rewritten sorted, each node id with the seconds measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIER = ROOT / "tests" / "slow_by_time.txt"
+
+
+def node_id(classname: str, name: str) -> str | None:
+    """``tests.cli.test_cli`` + ``test_x`` -> ``tests/cli/test_cli.py::test_x`` (a class-based
+    test keeps its class: ``tests/a/test_b.py::TestC::test_x``); ``None`` when no file of
+    the repository matches (a doctest of src/)."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (ROOT / path).is_file():
+            return "::".join([path.as_posix(), *parts[cut:], name])
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=Path)
+    parser.add_argument("--over", type=float, required=True, help="seconds")
+    parser.add_argument("--keep", action="append", default=[], help="a node id never added")
+    args = parser.parse_args()
+    lines = TIER.read_text(encoding="utf-8").splitlines()
+    header = [line for line in lines if line.startswith("#")]
+    entries = {line.split("#", 1)[0].strip(): line for line in lines
+               if line.strip() and not line.startswith("#")}
+    for case in ET.parse(args.report).getroot().iter("testcase"):
+        seconds = float(case.get("time", 0))
+        node = node_id(case.get("classname", ""), case.get("name", ""))
+        if (node is None or seconds <= args.over or node in entries or node in args.keep
+                or case.find("skipped") is not None):
+            continue
+        entries[node] = f"{node}  # {seconds:.0f} s"
+    missing = [node for node in args.keep if node in entries]
+    if missing:
+        raise SystemExit(f"--keep names tests already in {TIER.name}: {missing}")
+    text = "\n".join([*header, *(entries[k] for k in sorted(entries))]) + "\n"
+    TIER.write_text(text, encoding="utf-8")
+    print(f"{TIER.relative_to(ROOT)}: {len(entries)} tests")
+
+
+if __name__ == "__main__":
+    main()
