@@ -85,7 +85,7 @@ def bench_star(n: int = 4096, d: int = 768, zeta: float = 0.2, rounds: int = 9) 
 
     def ours() -> float:
         x = x0.detach().requires_grad_(True)
-        s = isoscore_star(x, zeta, shrink)
+        s = isoscore_star(x, zeta=zeta, shrinkage=shrink)
         s.backward()
         return float(s.detach())
 

@@ -182,7 +182,7 @@ def test_scores_are_0d_tensors(name):
 
 def test_stated_return_shapes():
     x = torch.randn(30, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    assert isotropy.anisotropy_spectrum(x, 3).shape == (3,)
+    assert isotropy.anisotropy_spectrum(x, k=3).shape == (3,)
     bars = isotropy.h0_barcode(x)
     assert bars.shape == (29,)  # an MST of 30 points has 29 edges
     features, noise, i = isotropy.prominent_features(bars)

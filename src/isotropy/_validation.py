@@ -6,9 +6,12 @@ an array of shape ``(n_points, dim)`` -- one row per point.
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -71,6 +74,85 @@ def check_binary_mask(m: torch.Tensor, *, name: str = "mask") -> None:
             "tokenizer's 0/1 attention_mask")
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def positional_options_deprecated(*names: str) -> Callable[[_F], _F]:
+    """Decorate a measure whose options ``names`` were positional and are now keyword-only:
+    a call that still passes them by position works as before and warns (``FutureWarning``).
+
+    >>> @positional_options_deprecated("k")
+    ... def top(X, *, k=1):
+    ...     return sorted(X)[-k:]
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     top([3, 1, 2], 2)
+    [2, 3]
+    >>> print(caught[0].category.__name__, caught[0].message)  # doctest: +ELLIPSIS
+    FutureWarning top(X, 2): pass the option by keyword, k=...; options given by position...
+    """
+
+    def decorate(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def measure(*args: Any, **kwargs: Any) -> Any:
+            if len(args) > 1:
+                extra = args[1:]
+                if len(extra) > len(names):
+                    raise TypeError(f"{fn.__name__}() takes 1 positional argument (the cloud) "
+                                    f"but {len(args)} were given")
+                given = dict(zip(names[:len(extra)], extra, strict=True))
+                twice = sorted(set(given) & set(kwargs))
+                if twice:
+                    raise TypeError(f"{fn.__name__}() got multiple values for {twice[0]!r}")
+                forms = ", ".join(f"{name}=" for name in given)
+                warnings.warn(
+                    f"{fn.__name__}(X, {', '.join(map(repr, extra))}): pass the option by "
+                    f"keyword, {forms}...; options given by position are deprecated and will "
+                    "be refused in a later release", FutureWarning, stacklevel=2)
+                kwargs.update(given)
+                args = args[:1]
+            return fn(*args, **kwargs)
+
+        return measure  # type: ignore[return-value]
+
+    return decorate
+
+
+def masked_rows(x: ArrayLike, attention_mask: ArrayLike | None, *,
+                name: str = "X") -> ArrayLike:
+    """The real tokens' rows ``x[attention_mask.bool()]`` of hidden states ``x`` of shape
+    ``(batch, seq, dim)`` under a 0/1 ``attention_mask`` of shape ``(batch, seq)`` (any
+    leading shape: the mask's shape is ``x.shape[:-1]``); ``x`` itself when the mask is
+    ``None``. Autograd is kept; an additive mask or a shape that does not match is a
+    ``ValueError``.
+
+    >>> h = torch.arange(12.0).reshape(2, 2, 3)  # (batch, seq, dim)
+    >>> masked_rows(h, torch.tensor([[1, 1], [1, 0]])).tolist()
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]
+    """
+    if attention_mask is None:
+        return x
+    if not isinstance(x, (torch.Tensor, np.ndarray, list, tuple)):
+        raise TypeError(f"attention_mask applies to hidden states (a tensor or an array), not "
+                        f"to {type(x).__name__}: accumulate the statistics from the real "
+                        "tokens' rows")
+    t = as_tensor(x, name=name)
+    if isinstance(attention_mask, torch.Tensor):
+        m = attention_mask
+    else:
+        try:
+            m = torch.as_tensor(np.asarray(attention_mask))
+        except (TypeError, ValueError) as err:
+            raise TypeError("attention_mask must be a tensor or an array of 0 and 1") from err
+    if t.ndim < 2 or tuple(m.shape) != tuple(t.shape[:-1]):
+        raise ValueError(
+            f"attention_mask must have the shape of {name} without its last dimension "
+            f"(batch, seq) = {tuple(t.shape[:-1])}, got {tuple(m.shape)} for {name} of "
+            f"shape {tuple(t.shape)}")
+    check_binary_mask(m, name="attention_mask")
+    return t[m.to(t.device).bool()]
+
+
 def as_point_cloud(
     x: ArrayLike, *, name: str = "X", min_points: int = 1, check_values: bool = True
 ) -> torch.Tensor:
@@ -79,9 +161,10 @@ def as_point_cloud(
     if t.ndim == 3:
         raise ValueError(
             f"{name} must be 2-D with shape (n_points, dim), got shape {tuple(t.shape)}: "
-            "hidden states of shape (batch, seq, dim)? Take the real tokens' rows, "
-            "h[attention_mask.bool()], or isotropy.clouds.token_cloud(hidden_states, "
-            "attention_mask); h.reshape(-1, dim) would keep the padding rows"
+            "hidden states of shape (batch, seq, dim)? Pass attention_mask= to measure the "
+            "real tokens' rows (or take h[attention_mask.bool()], or "
+            "isotropy.clouds.token_cloud(hidden_states, attention_mask)); "
+            "h.reshape(-1, dim) would keep the padding rows"
         )
     if t.ndim != 2:
         raise ValueError(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["stage"]
+__all__ = ["progress_bar", "stage"]
 
 
 def _tokens(batch: Any) -> int:
@@ -31,11 +31,45 @@ def _tokens(batch: Any) -> int:
 
 
 @contextlib.contextmanager
+def progress_bar(what: str, total: int, *, unit: str = "row", show: bool = True
+                 ) -> Iterator[Callable[[int], None]]:
+    """A ``tqdm`` bar of ``total`` units (rows) on stderr, as the Trainer's (shown only where
+    stderr is a terminal, and never with ``show=False``); yields ``advance(n)``, which moves it
+    on by ``n`` (at most to ``total``).
+
+    >>> with progress_bar("Sigma_S", 10, show=False) as advance:
+    ...     advance(4); advance(20)
+    """
+    pbar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        # disable=None: tqdm's own rule, no bar where stderr is not a terminal
+        pbar = tqdm(desc=what, total=total, unit=unit, unit_scale=total >= 10_000,  # 250k
+                    file=sys.stderr, leave=False, disable=None)
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        step = max(0, min(int(n), total - done))
+        done += step
+        if pbar is not None and step:
+            pbar.update(step)
+
+    try:
+        yield advance
+    finally:
+        if pbar is not None:
+            pbar.close()
+
+
+@contextlib.contextmanager
 def stage(what: str, *, bar: bool, echo: Callable[[str], None] | None = print
           ) -> Iterator[Callable[[Iterable[Any]], Iterable[Any]]]:
-    """Count the batches a pass reads: yields ``counted(loader)``, the loader's batches as
-    they are read (re-iterable where the loader is). ``bar``: a ``tqdm`` bar on stderr while
-    it runs; at the end, one line ``<what>: N batches, T tokens in S s`` through ``echo``
+    """Count the batches a pass reads: yields ``counted(loader, total=None)``, the loader's
+    batches as they are read (re-iterable where the loader is). ``bar``: a ``tqdm`` bar on
+    stderr while it runs, out of ``total`` batches (or ``len(loader)`` where the loader has a
+    length); at the end, one line ``<what>: N batches, T tokens in S s`` through ``echo``
     (``None``: silent)."""
     t0 = time.perf_counter()
     count = {"batches": 0, "tokens": 0}
@@ -59,7 +93,15 @@ def stage(what: str, *, bar: bool, echo: Callable[[str], None] | None = print
                     pbar.update(1)
                 yield batch
 
-    def counted(loader: Iterable[Any]) -> Iterable[Any]:
+    def counted(loader: Iterable[Any], total: int | None = None) -> Iterable[Any]:
+        if total is None and hasattr(loader, "__len__"):
+            try:
+                total = len(loader)  # type: ignore[arg-type]
+            except TypeError:  # an iterable dataset's loader has no length
+                total = None
+        if pbar is not None and total is not None:
+            pbar.total = total
+            pbar.refresh()
         return Counted(loader)
 
     try:

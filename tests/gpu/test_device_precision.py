@@ -85,7 +85,7 @@ def test_isoscore_star_value_and_gradient(device, dtype):
     s = _spd(64, seed=1)
     x = _on(real_scale_cloud(512, 64), device, dtype)
     with _autocast(device, dtype):
-        score = isoscore_star(x, zeta, s.to(device))
+        score = isoscore_star(x, zeta=zeta, shrinkage=s.to(device))
     assert score.dtype == torch.float32 and score.device.type == device
     (score * scale).backward()
     x64 = x.detach().double().cpu().requires_grad_()

@@ -369,4 +369,4 @@ def test_forward_does_not_repeat_the_psd_check(monkeypatch):
     for _ in range(3):
         loss((h, h), attention_mask=torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(AssertionError, match="checked again"):  # the public function does
-        module.isoscore_star(h.reshape(-1, 8), 0.5, loss.shrinkage)
+        module.isoscore_star(h.reshape(-1, 8), zeta=0.5, shrinkage=loss.shrinkage)

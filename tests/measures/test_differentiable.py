@@ -31,14 +31,15 @@ def _bars(x: torch.Tensor) -> torch.Tensor:
 # each maps a float64 cloud (12 x 5) to a tensor result, through the measure named
 DIFFERENTIABLE = {
     "isoscore": lambda x: isotropy.isoscore(x),
-    "isoscore_star": lambda x: isotropy.isoscore_star(x, 0.3, torch.eye(5, dtype=x.dtype)),
+    "isoscore_star": lambda x: isotropy.isoscore_star(
+        x, zeta=0.3, shrinkage=torch.eye(5, dtype=x.dtype)),
     "participation_ratio": lambda x: isotropy.participation_ratio(x),
     "isoscore_from_covariance": lambda x: isotropy.isoscore_from_covariance(torch.cov(x.T)),
     "participation_ratio_from_covariance":
         lambda x: isotropy.participation_ratio_from_covariance(torch.cov(x.T)),
     "avg_cosine_similarity": lambda x: isotropy.avg_cosine_similarity(x),
     "cosine_regularization_term": lambda x: isotropy.cosine_regularization_term(x),
-    "anisotropy_spectrum": lambda x: isotropy.anisotropy_spectrum(x, 2),
+    "anisotropy_spectrum": lambda x: isotropy.anisotropy_spectrum(x, k=2),
     "h0_barcode": lambda x: _bars(x).sum(),
     "persistent_entropy": lambda x: isotropy.persistent_entropy(_bars(x)),
     "prominent_features": lambda x: isotropy.prominent_features(_bars(x))[0].sum(),
@@ -59,12 +60,12 @@ NOT_DIFFERENTIABLE = {
     "variance_outliers": lambda x: isotropy.variance_outliers(x),
     "variance_outliers_from_stats":
         lambda x: isotropy.variance_outliers_from_stats(CovarianceStats.from_batch(x)),
-    "top_variance_dimensions": lambda x: isotropy.top_variance_dimensions(x, 2),
+    "top_variance_dimensions": lambda x: isotropy.top_variance_dimensions(x, k=2),
     "activation_outliers": lambda x: isotropy.activation_outliers(x),
     "cosine_contributions": lambda x: isotropy.cosine_contributions(x),
-    "rogue_dimensions": lambda x: isotropy.rogue_dimensions(x + 5.0, 2),
+    "rogue_dimensions": lambda x: isotropy.rogue_dimensions(x + 5.0, k=2),
     "massive_activations": lambda x: isotropy.massive_activations(x),
-    "isoscore_without": lambda x: isotropy.isoscore_without(x, 1),
+    "isoscore_without": lambda x: isotropy.isoscore_without(x, k=1),
     "layernorm_outliers": lambda x: isotropy.layernorm_outliers(x),
     "CovarianceStats": lambda x: CovarianceStats.from_batch(x),
     "OutlierStats": lambda x: OutlierStats.empty(5).update(x),

@@ -76,7 +76,7 @@ def _local(case: dict, rank: int) -> slice:
 def _score(case: dict, rank: int) -> dict:
     """The score of the global batch and the gradient of this rank's rows."""
     x = case["x"][_local(case, rank)].clone().requires_grad_(True)
-    value = isoscore_star(x, case["zeta"], case["s"], sync_dist=True)
+    value = isoscore_star(x, zeta=case["zeta"], shrinkage=case["s"], sync_dist=True)
     value.backward()
     return {"value": float(value.detach()), "grad": x.grad.clone()}
 
@@ -89,7 +89,7 @@ def _ddp(case: dict, rank: int) -> dict:
         lin.bias.copy_(case["b"])
     ddp = torch.nn.parallel.DistributedDataParallel(lin)
     x_in = case["x_in"][_local(case, rank)]
-    isoscore_star(ddp(x_in), case["zeta"], case["s"], sync_dist=True).backward()
+    isoscore_star(ddp(x_in), zeta=case["zeta"], shrinkage=case["s"], sync_dist=True).backward()
     return {"w_grad": lin.weight.grad.clone(), "b_grad": lin.bias.grad.clone()}
 
 
@@ -137,7 +137,7 @@ def _bad_input(rank: int) -> list[str]:
         bad[2, 1] = float("nan")
     for x in (bad, torch.randn(1 - rank, 3, dtype=F64)):
         try:
-            isoscore_star(x, 0.2, sync_dist=True)
+            isoscore_star(x, zeta=0.2, sync_dist=True)
             errors.append("")
         except ValueError as err:
             errors.append(str(err))

@@ -93,7 +93,8 @@ def orthogonal(d: int, seed: int) -> np.ndarray:
 def test_isoscore_star_matches_package_and_eigenvalues(n, d, zeta, given_s):
     x = cloud(n, d, seed=n + d)
     s = spd(d) if given_s else None
-    ours = float(isoscore_star(torch.tensor(x), zeta, None if s is None else torch.tensor(s)))
+    ours = float(isoscore_star(torch.tensor(x), zeta=zeta,
+                               shrinkage=None if s is None else torch.tensor(s)))
     assert ours == pytest.approx(ref_star(x, zeta, s), abs=1e-6)
     assert ours == pytest.approx(float(eig_route(torch.tensor(x), zeta, s)), abs=1e-10)
 
@@ -107,7 +108,8 @@ def test_isoscore_matches_package_and_eigenvalues(n, d):
     ours = float(isoscore(torch.tensor(x)))
     assert ours == pytest.approx(theirs, abs=1e-6)
     assert ours == pytest.approx(float(eig_route(torch.tensor(x))), abs=1e-10)
-    assert float(isoscore_star(torch.tensor(x), 0.0, spd(d))) == pytest.approx(ours, abs=1e-12)
+    assert float(isoscore_star(torch.tensor(x), zeta=0.0, shrinkage=spd(d))) == pytest.approx(
+        ours, abs=1e-12)
 
 
 @pytest.mark.parametrize("d", [2, 3, 10, 64])
@@ -151,7 +153,7 @@ def test_float32_input_accumulates_accurately():
     x = cloud(300, 16, seed=11)
     x32 = torch.tensor(x, dtype=torch.float32)
     for zeta, s in [(0.0, None), (0.3, spd(16))]:
-        out = isoscore_star(x32, zeta, s)
+        out = isoscore_star(x32, zeta=zeta, shrinkage=s)
         assert out.dtype == torch.float32
         assert float(out) == pytest.approx(float(eig_route(x32.double(), zeta, s)), abs=1e-5)
 
@@ -159,8 +161,8 @@ def test_float32_input_accumulates_accurately():
 def test_numpy_and_list_input():
     x = cloud(30, 5, seed=2)
     expected = ref_star(x, 0.2, None)
-    assert float(isoscore_star(x, 0.2)) == pytest.approx(expected, abs=1e-6)
-    assert float(isoscore_star(x.tolist(), 0.2)) == pytest.approx(expected, abs=1e-6)
+    assert float(isoscore_star(x, zeta=0.2)) == pytest.approx(expected, abs=1e-6)
+    assert float(isoscore_star(x.tolist(), zeta=0.2)) == pytest.approx(expected, abs=1e-6)
     assert float(isoscore(x)) == pytest.approx(ref_star(x, 0.0, None), abs=1e-6)
 
 
@@ -168,7 +170,7 @@ def test_non_contiguous_input():
     x = torch.tensor(cloud(6, 20, seed=4))
     xt = x.T.contiguous().T  # same values, column-major strides
     assert not xt.is_contiguous()
-    assert float(isoscore_star(xt, 0.3)) == pytest.approx(float(eig_route(x, 0.3)), abs=1e-10)
+    assert float(isoscore_star(xt, zeta=0.3)) == pytest.approx(float(eig_route(x, 0.3)), abs=1e-10)
 
 
 # ----------------------------------------------------------------- invariances and bounds
@@ -188,8 +190,8 @@ def test_rotation_invariance(case):
     x, q = cloud(n, d, seed), orthogonal(d, seed + 1)
     s = spd(d, seed + 2) if given_s else None
     s_rot = None if s is None else q.T @ s @ q  # Sigma_S seen in the rotated frame
-    a = float(isoscore_star(torch.tensor(x), zeta, s))
-    b = float(isoscore_star(torch.tensor(x @ q), zeta, s_rot))
+    a = float(isoscore_star(torch.tensor(x), zeta=zeta, shrinkage=s))
+    b = float(isoscore_star(torch.tensor(x @ q), zeta=zeta, shrinkage=s_rot))
     assert b == pytest.approx(a, abs=1e-9)
 
 
@@ -199,8 +201,8 @@ def test_scale_invariance(case, c):
     seed, n, d, zeta, given_s = case
     x = cloud(n, d, seed)
     s = spd(d, seed + 2) if given_s else np.eye(d)
-    a = float(isoscore_star(torch.tensor(x), zeta, s))
-    b = float(isoscore_star(torch.tensor(c * x), zeta, c * c * s))
+    a = float(isoscore_star(torch.tensor(x), zeta=zeta, shrinkage=s))
+    b = float(isoscore_star(torch.tensor(c * x), zeta=zeta, shrinkage=c * c * s))
     assert b == pytest.approx(a, abs=1e-9)
     assert float(isoscore(torch.tensor(c * x))) == pytest.approx(
         float(isoscore(torch.tensor(x))), abs=1e-9
@@ -214,8 +216,8 @@ def test_mean_shift_invariance(case, shift):
     x = cloud(n, d, seed)
     v = shift * np.random.default_rng(seed).standard_normal(d)
     s = spd(d, seed + 2) if given_s else None
-    a = float(isoscore_star(torch.tensor(x), zeta, s))
-    b = float(isoscore_star(torch.tensor(x + v), zeta, s))
+    a = float(isoscore_star(torch.tensor(x), zeta=zeta, shrinkage=s))
+    b = float(isoscore_star(torch.tensor(x + v), zeta=zeta, shrinkage=s))
     assert b == pytest.approx(a, abs=1e-9)
 
 
@@ -225,7 +227,7 @@ def test_bounds(case):
     seed, n, d, zeta, given_s = case
     x = cloud(n, d, seed)
     s = spd(d, seed + 2) if given_s else None
-    value = float(isoscore_star(torch.tensor(x), zeta, s))
+    value = float(isoscore_star(torch.tensor(x), zeta=zeta, shrinkage=s))
     assert -1e-12 <= value <= 1 + 1e-12
     assert 1 - 1e-12 <= float(participation_ratio(torch.tensor(x))) <= d + 1e-12
 
@@ -234,7 +236,7 @@ def test_bounds(case):
 def test_isotropic_gaussian_is_near_one():
     x = torch.randn(20000, 8, generator=torch.Generator().manual_seed(0), dtype=F64)
     assert float(isoscore(x)) > 0.99
-    assert float(isoscore_star(x, 0.5)) > 0.995
+    assert float(isoscore_star(x, zeta=0.5)) > 0.995
 
 
 @pytest.mark.parametrize("n,d", [(50, 6), (4, 30)])
@@ -261,14 +263,14 @@ def test_k_equal_variance_dimensions(d):
 
 def test_zeta_one_uses_only_the_shrinkage_matrix():
     x = torch.tensor(cloud(20, 4))
-    assert float(isoscore_star(x, 1.0)) == pytest.approx(1.0, abs=1e-14)
+    assert float(isoscore_star(x, zeta=1.0)) == pytest.approx(1.0, abs=1e-14)
     s = np.diag([2.0, 2.0, 0.0, 0.0])
-    assert float(isoscore_star(x, 1.0, s)) == pytest.approx(1 / 3, abs=1e-14)
+    assert float(isoscore_star(x, zeta=1.0, shrinkage=s)) == pytest.approx(1 / 3, abs=1e-14)
 
 
 def test_zero_variance_with_identity_shrinkage_is_isotropic():
     x = torch.ones(10, 5, dtype=F64)
-    assert float(isoscore_star(x, 0.3)) == pytest.approx(1.0, abs=1e-14)
+    assert float(isoscore_star(x, zeta=0.3)) == pytest.approx(1.0, abs=1e-14)
 
 
 def test_huge_covariance_entries_are_rescaled():
@@ -286,7 +288,7 @@ GRAD_SHAPES = [(7, 4), (3, 6), (5, 8)]
 def test_gradcheck(n, d, zeta, given_s):
     x = torch.tensor(cloud(n, d, seed=n * d), requires_grad=True)
     s = torch.tensor(spd(d)) if given_s else None
-    assert torch.autograd.gradcheck(lambda t: isoscore_star(t, zeta, s), (x,))
+    assert torch.autograd.gradcheck(lambda t: isoscore_star(t, zeta=zeta, shrinkage=s), (x,))
     assert torch.autograd.gradcheck(participation_ratio, (x,))
 
 
@@ -297,7 +299,7 @@ def test_gradient_equals_autograd_through_eigenvalues(n, d, zeta, given_s):
     base = torch.tensor(cloud(n, d, seed=n + 2 * d))
     s = torch.tensor(spd(d)) if given_s else None
     x1 = base.clone().requires_grad_(True)
-    isoscore_star(x1, zeta, s).backward()
+    isoscore_star(x1, zeta=zeta, shrinkage=s).backward()
     x2 = base.clone().requires_grad_(True)
     eig_route(x2, zeta, s).backward()
     assert torch.allclose(x1.grad, x2.grad, rtol=1e-8, atol=1e-12)
@@ -309,7 +311,7 @@ def test_gradient_equals_package_svd_autograd(zeta):
     base = cloud(n, d, seed=9)
     s = spd(d)
     x1 = torch.tensor(base, requires_grad=True)
-    isoscore_star(x1, zeta, s).backward()
+    isoscore_star(x1, zeta=zeta, shrinkage=s).backward()
     x2 = torch.tensor(base, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -330,7 +332,7 @@ def test_gradient_of_covariance_route():
 
 def test_backward_twice_and_upstream_gradient():
     x = torch.tensor(cloud(12, 5), requires_grad=True)
-    out = isoscore_star(x, 0.4)
+    out = isoscore_star(x, zeta=0.4)
     (3.0 * out).backward(retain_graph=True)
     g1 = x.grad.clone()
     x.grad = None
@@ -340,7 +342,7 @@ def test_backward_twice_and_upstream_gradient():
 
 def test_double_backward_is_refused():
     x = torch.tensor(cloud(12, 5), requires_grad=True)
-    (g,) = torch.autograd.grad(isoscore_star(x, 0.4), x, create_graph=True)
+    (g,) = torch.autograd.grad(isoscore_star(x, zeta=0.4), x, create_graph=True)
     with pytest.raises(RuntimeError):
         g.sum().backward()
 
@@ -356,7 +358,7 @@ def test_half_precision_large_values(dtype, n, d, zeta):
     s = torch.tensor(spd(d)) * 9e4
     expected = float(eig_route(x.double(), zeta, s))
     xg = x.clone().requires_grad_(True)
-    out = isoscore_star(xg, zeta, s)
+    out = isoscore_star(xg, zeta=zeta, shrinkage=s)
     assert out.dtype == torch.float32
     value = float(out.detach())
     assert math.isfinite(value)
@@ -379,7 +381,7 @@ def test_bad_point_clouds():
     with pytest.raises(ValueError, match="must be 2-D"):
         isoscore(torch.arange(5.0))
     with pytest.raises(ValueError, match="dimension >= 2"):
-        isoscore_star(torch.randn(10, 1), 0.5)
+        isoscore_star(torch.randn(10, 1), zeta=0.5)
     with pytest.raises(ValueError, match="dimension 0"):
         isoscore(torch.empty(3, 0))
     with pytest.raises(TypeError, match="array-like of numbers"):
@@ -393,7 +395,7 @@ def test_non_finite_points(n, d, bad, zeta):
     x = torch.randn(n, d)
     x[1, 2] = bad
     with pytest.raises(ValueError, match=r"X contains 1 NaN or infinite value\(s\)"):
-        isoscore_star(x, zeta)
+        isoscore_star(x, zeta=zeta)
 
 
 def test_float32_values_whose_squares_overflow_are_rescaled():
@@ -406,34 +408,34 @@ def test_float32_values_whose_squares_overflow_are_rescaled():
 @pytest.mark.parametrize("zeta", [-0.1, 1.5, float("nan"), float("inf")])
 def test_zeta_out_of_range(zeta):
     with pytest.raises(ValueError, match=r"zeta must lie in \[0, 1\]"):
-        isoscore_star(torch.randn(10, 3), zeta)
+        isoscore_star(torch.randn(10, 3), zeta=zeta)
 
 
 def test_zeta_not_a_number():
     with pytest.raises(TypeError, match="zeta must be a real number"):
-        isoscore_star(torch.randn(10, 3), None)  # type: ignore[arg-type]
+        isoscore_star(torch.randn(10, 3), zeta=None)  # type: ignore[arg-type]
 
 
 def test_bad_shrinkage():
     x = torch.randn(10, 4)
     with pytest.raises(ValueError, match=r"shrinkage has shape \(3, 3\) but the point cloud"):
-        isoscore_star(x, 0.2, torch.eye(3))
+        isoscore_star(x, zeta=0.2, shrinkage=torch.eye(3))
     with pytest.raises(ValueError, match="shrinkage must be a square"):
-        isoscore_star(x, 0.2, torch.ones(4, 5))
+        isoscore_star(x, zeta=0.2, shrinkage=torch.ones(4, 5))
     with pytest.raises(ValueError, match="shrinkage must be a square"):
-        isoscore_star(x, 0.2, torch.ones(4))
+        isoscore_star(x, zeta=0.2, shrinkage=torch.ones(4))
     asym = torch.tensor(spd(4))
     asym[0, 3] += 0.5
     with pytest.raises(ValueError, match="shrinkage is not symmetric"):
-        isoscore_star(x, 0.2, asym)
+        isoscore_star(x, zeta=0.2, shrinkage=asym)
     with pytest.raises(ValueError, match="shrinkage is not symmetric"):
-        isoscore_star(x, 0.0, asym)  # checked even where it has no weight
+        isoscore_star(x, zeta=0.0, shrinkage=asym)  # checked even where it has no weight
     nan = torch.eye(4)
     nan[1, 1] = float("nan")
     with pytest.raises(ValueError, match=r"shrinkage contains 1 NaN or infinite value\(s\)"):
-        isoscore_star(x, 0.2, nan)
+        isoscore_star(x, zeta=0.2, shrinkage=nan)
     with pytest.raises(ValueError, match="negative diagonal"):
-        isoscore_star(x, 0.2, -torch.eye(4))
+        isoscore_star(x, zeta=0.2, shrinkage=-torch.eye(4))
 
 
 def test_symmetry_check_tolerates_rounding():
@@ -479,7 +481,7 @@ def test_bad_covariances():
 @pytest.mark.parametrize("value", [0.1, -1234.5678, 3e-7])
 def test_identical_rows_raise_zero_variance(dtype, n, d, value):
     x = torch.full((n, d), value, dtype=dtype)
-    for f in (isoscore, participation_ratio, lambda t: isoscore_star(t, 0.0)):
+    for f in (isoscore, participation_ratio, lambda t: isoscore_star(t, zeta=0.0)):
         with pytest.raises(ValueError, match=r"zero variance \(all points identical\)"):
             f(x)
 
@@ -488,7 +490,7 @@ def test_identical_rows_raise_zero_variance(dtype, n, d, value):
 def test_identical_rows_with_shrinkage_score_the_shrinkage_alone(n, d):
     s = torch.tensor(spd(d))
     x = torch.full((n, d), 0.1, dtype=F64, requires_grad=True)
-    out = isoscore_star(x, 0.4, s)
+    out = isoscore_star(x, zeta=0.4, shrinkage=s)
     assert float(out.detach()) == pytest.approx(float(isoscore_from_covariance(s)), rel=1e-12)
     out.backward()
     assert torch.equal(x.grad, torch.zeros_like(x))  # Sigma_X = 0: X_c = 0 exactly
@@ -515,7 +517,7 @@ def test_shrinkage_that_is_not_psd():
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="shrinkage is not positive semi-definite: its smallest "
                        "eigenvalue is -1 "):
-        isoscore_star(x, 0.5, bad)
+        isoscore_star(x, zeta=0.5, shrinkage=bad)
 
 
 def _with_smallest_eigenvalue(ratio: float, d: int = 5) -> torch.Tensor:
@@ -536,10 +538,10 @@ def test_psd_tolerance_is_relative_to_the_largest_eigenvalue():
 def test_a_shrinkage_modified_in_place_is_checked_again():
     x = torch.randn(20, 4, generator=torch.Generator().manual_seed(2))
     s = torch.eye(4)
-    isoscore_star(x, 0.5, s)
+    isoscore_star(x, zeta=0.5, shrinkage=s)
     s[0, 1] = s[1, 0] = 2.0  # in place: the earlier check no longer holds
     with pytest.raises(ValueError, match="not positive semi-definite"):
-        isoscore_star(x, 0.5, s)
+        isoscore_star(x, zeta=0.5, shrinkage=s)
 
 
 def test_identity_shrinkage_warns_that_the_score_depends_on_scale() -> None:
@@ -550,15 +552,15 @@ def test_identity_shrinkage_warns_that_the_score_depends_on_scale() -> None:
     g = torch.Generator().manual_seed(0)
     X = torch.randn(200, 4, generator=g, dtype=torch.float64) * torch.tensor([3.0, 1, 1, 0.1])
     with pytest.warns(UserWarning, match="depends on the scale"):
-        small = float(isoscore_star(X, 0.5))
+        small = float(isoscore_star(X, zeta=0.5))
     with pytest.warns(UserWarning, match="depends on the scale"):
-        large = float(isoscore_star(10 * X, 0.5))
+        large = float(isoscore_star(10 * X, zeta=0.5))
     assert small != pytest.approx(large, abs=1e-3)  # what the warning says
     with pytest.warns(UserWarning, match="IsoScoreMetric"):
         IsoScoreMetric(0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # zeta = 0, or a Sigma_S given: nothing to warn of
-        isoscore_star(X, 0.0)
-        isoscore_star(X, 0.5, torch.eye(4, dtype=torch.float64))
+        isoscore_star(X, zeta=0.0)
+        isoscore_star(X, zeta=0.5, shrinkage=torch.eye(4, dtype=torch.float64))
         IsoScoreMetric(0.0)
         IsoScoreMetric(0.5, torch.eye(4))

@@ -47,7 +47,7 @@ def test_value_and_gradient_equal_the_eager_route(n, d, zeta, scale):
         x = _cloud(n, d, seed=n + d, dtype=dtype, scale=scale)
         a = x.clone().requires_grad_()
         b = x.clone().requires_grad_()
-        want = isoscore_star(a, zeta, s)
+        want = isoscore_star(a, zeta=zeta, shrinkage=s)
         got = isoscore_star_device(b, zeta, s)
         assert got.dtype == want.dtype
         assert float(got) == pytest.approx(float(want), abs=tol)
@@ -64,14 +64,14 @@ def test_half_rows_accumulate_in_float32(dtype):
     s = torch.as_tensor(spd(12, seed=1), dtype=torch.float32) * 300.0**2
     got = isoscore_star_device(x, 0.2, s)
     assert got.dtype == torch.float32
-    assert float(got) == pytest.approx(float(isoscore_star(x, 0.2, s)), abs=1e-6)
+    assert float(got) == pytest.approx(float(isoscore_star(x, zeta=0.2, shrinkage=s)), abs=1e-6)
 
 
 def test_participation_ratio_and_identity_fallback():
     x = _cloud(50, 6, seed=4)
     assert float(isoscore_star_device(x, kind="pr")) == pytest.approx(
         float(participation_ratio(x)), abs=1e-12)
-    assert float(isoscore_star_device(x, 0.3)) == pytest.approx(float(isoscore_star(x, 0.3)),
+    assert float(isoscore_star_device(x, 0.3)) == pytest.approx(float(isoscore_star(x, zeta=0.3)),
                                                                 abs=1e-12)
 
 
@@ -83,7 +83,7 @@ def test_nan_exactly_where_the_eager_route_raises():
     # zeta > 0: Sigma_X = 0 exactly, the score of Sigma_S alone, as the eager route
     s = torch.as_tensor(spd(4, seed=0))
     assert float(isoscore_star_device(same, 0.5, s)) == pytest.approx(
-        float(isoscore_star(same, 0.5, s)), abs=1e-12)
+        float(isoscore_star(same, zeta=0.5, shrinkage=s)), abs=1e-12)
     bad = _cloud(10, 4, seed=1)
     bad[3, 2] = math.nan
     with pytest.raises(ValueError):

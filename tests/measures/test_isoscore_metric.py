@@ -63,7 +63,8 @@ def test_metric_over_batches_equals_score_of_concatenation(zeta, given_s):
     x = np.concatenate(parts)
     assert value == pytest.approx(eig_route(x, zeta, s), abs=1e-10)
     assert value == pytest.approx(ref_star(x, zeta, s), abs=1e-6)
-    assert value == pytest.approx(float(isoscore_star(torch.tensor(x), zeta, s)), abs=1e-12)
+    assert value == pytest.approx(float(isoscore_star(torch.tensor(x), zeta=zeta, shrinkage=s)),
+                                  abs=1e-12)
 
 
 def test_functional_form():

@@ -59,7 +59,7 @@ def test_variance_outliers_from_batches_equal_the_whole_cloud():
     for part in x.split(37):
         stats.update(part)
     assert variance_outliers_from_stats(stats).tolist() == variance_outliers(x).tolist()
-    assert top_variance_dimensions(stats, 3).tolist() == top_variance_dimensions(x, 3).tolist()
+    assert top_variance_dimensions(stats, k=3).tolist() == top_variance_dimensions(x, k=3).tolist()
 
 
 def test_variance_threshold_is_inclusive():
@@ -126,19 +126,19 @@ def test_exact_contributions_agree_with_the_papers_sampled_pairs():
 
 def test_rogue_dimensions_of_a_cloud_and_of_its_streamed_sums():
     x = _cloud(seed=5)
-    dims, share = rogue_dimensions(x, 3)
+    dims, share = rogue_dimensions(x, k=3)
     cc = _pairwise_contributions(x[:60].numpy())  # reference on a slice (quadratic)
-    d60, s60 = rogue_dimensions(x[:60], 3)
+    d60, s60 = rogue_dimensions(x[:60], k=3)
     assert d60.tolist() == _by_value(np.arange(len(cc)), cc)[:3]
     np.testing.assert_allclose(s60.numpy(), cc[d60.numpy()] / cc.sum(), rtol=1e-10)
     assert dims[0] == 17  # the large-mean dimension carries the cosine
     stats = OutlierStats.empty(x.shape[1])
     for part in x.split(64):
         stats.update(part)
-    sd, ss = rogue_dimensions(stats, 3)
+    sd, ss = rogue_dimensions(stats, k=3)
     assert sd.tolist() == dims.tolist()
     torch.testing.assert_close(ss, share, rtol=1e-12, atol=0)
-    all_dims, all_share = rogue_dimensions(x, x.shape[1])
+    all_dims, all_share = rogue_dimensions(x, k=x.shape[1])
     assert float(all_share.sum()) == pytest.approx(1.0, abs=1e-12)
 
 
@@ -174,25 +174,26 @@ def test_massive_activations_need_both_cuts():
 
 def test_isoscore_without_equals_the_isoscore_of_the_changed_cloud():
     x = _cloud(seed=7)
-    top = top_variance_dimensions(x, 3)
+    top = top_variance_dimensions(x, k=3)
     keep = [j for j in range(x.shape[1]) if j not in top.tolist()]
-    assert float(isoscore_without(x, 3)) == pytest.approx(float(isoscore(x[:, keep])), rel=1e-10)
+    assert float(isoscore_without(x, k=3)) == pytest.approx(float(isoscore(x[:, keep])), rel=1e-10)
     var = x.var(0, unbiased=False)
     target = var[keep].mean()
     y = x.clone()
     y[:, top] = y[:, top] * torch.sqrt(target / var[top])
-    assert float(isoscore_without(x, 3, how="standardise")) == pytest.approx(
+    assert float(isoscore_without(x, k=3, how="standardise")) == pytest.approx(
         float(isoscore(y)), rel=1e-10)
-    assert float(isoscore_without(x, 0)) == pytest.approx(float(isoscore(x)), rel=1e-12)
+    assert float(isoscore_without(x, k=0)) == pytest.approx(float(isoscore(x)), rel=1e-12)
+    assert float(isoscore_without(x, dims=[])) == pytest.approx(float(isoscore(x)), rel=1e-12)
     assert float(isoscore_without(x, dims=[17])) == pytest.approx(
         float(isoscore(x[:, [j for j in range(x.shape[1]) if j != 17]])), rel=1e-10)
     stats = CovarianceStats.empty(x.shape[1])
     for part in x.split(41):
         stats.update(part)
-    assert float(isoscore_without(stats, 3)) == pytest.approx(float(isoscore_without(x, 3)),
+    assert float(isoscore_without(stats, k=3)) == pytest.approx(float(isoscore_without(x, k=3)),
                                                               rel=1e-10)
     # taking out the dimensions that carry the anisotropy raises the score
-    assert float(isoscore_without(x, 2)) > float(isoscore(x))
+    assert float(isoscore_without(x, k=2)) > float(isoscore(x))
 
 
 # ------------------------------------------------------------------ LayerNorm weights
@@ -276,7 +277,7 @@ def test_bad_input_is_refused_clearly():
     with pytest.raises(ValueError, match="norm zero"):
         OutlierStats.empty(4).update(torch.zeros(2, 4)).cosine_contributions()
     with pytest.raises(ValueError, match="k must be"):
-        rogue_dimensions(x, 0)
+        rogue_dimensions(x, k=0)
     with pytest.raises(ValueError, match="exactly one of k and dims"):
         isoscore_without(x)
     with pytest.raises(ValueError, match="must not repeat"):
@@ -284,9 +285,9 @@ def test_bad_input_is_refused_clearly():
     with pytest.raises(ValueError, match="lie in"):
         isoscore_without(x, dims=[99])
     with pytest.raises(ValueError, match="would remain"):
-        isoscore_without(x, x.shape[1] - 1)
+        isoscore_without(x, k=x.shape[1] - 1)
     with pytest.raises(ValueError, match="how must be"):
-        isoscore_without(x, 1, how="drop")
+        isoscore_without(x, k=1, how="drop")
     with pytest.raises(ValueError, match="NaN|finite"):
         variance_outliers(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="dimension"):
@@ -302,10 +303,10 @@ def test_bad_input_is_refused_clearly():
 def test_rogue_shares_are_refused_where_the_average_cosine_is_noise():
     g = torch.Generator().manual_seed(10)
     x = torch.randn(1000, 8, generator=g, dtype=torch.float64)  # centred: cosine near 0
-    with pytest.raises(ValueError, match="within 3 standard deviations"):
-        rogue_dimensions(x, 3)
-    with pytest.raises(ValueError, match="within 3 standard deviations"):
-        rogue_dimensions(OutlierStats.empty(8).update(x), 3)
+    with pytest.raises(ValueError, match="does not exceed 3 standard deviations"):
+        rogue_dimensions(x, k=3)
+    with pytest.raises(ValueError, match="does not exceed 3 standard deviations"):
+        rogue_dimensions(OutlierStats.empty(8).update(x), k=3)
     # the contributions themselves stay defined, and sum to the (small) average cosine
     assert float(cosine_contributions(x).sum()) == pytest.approx(
         float(avg_cosine_similarity(x)), abs=1e-15)
@@ -349,3 +350,43 @@ def test_two_stacks_of_output_layernorms_are_refused():
     one = Two()
     del one.decoder
     assert output_layernorm_weights(one)["weight"].shape == (2, 4)
+
+
+def test_a_negative_average_cosine_is_refused_without_calling_it_noise():
+    # the 10 vertices of a centred simplex, in 100 dimensions: every pair has cosine -1/9,
+    # 2.5 times the 3-sigma noise floor 3 * sqrt(2 / (100 * 10 * 9)) = 0.0447, below zero:
+    # not "within 3 standard deviations of 0" (the test is one-sided)
+    x = torch.zeros(10, 100, dtype=torch.float64)
+    x[:, :10] = torch.eye(10, dtype=torch.float64) - 0.1
+    assert float(avg_cosine_similarity(x)) == pytest.approx(-1 / 9, abs=1e-15)
+    with pytest.raises(ValueError, match=r"\(-0.111\) does not exceed 3 standard deviations "
+                                         r"\(0.0447\) of its value for 10 random directions"):
+        rogue_dimensions(x, k=3)
+
+
+def test_each_outlier_measure_of_statistics_is_that_of_the_rows():
+    from isotropy import (
+        activation_outliers_from_stats,
+        cosine_contributions_from_stats,
+        massive_activations_from_stats,
+    )
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(50, 12, generator=g, dtype=torch.float64) + 0.5
+    x[:, 3] += 6.0  # an activation outlier
+    x[7, 9] = 5000.0  # a massive activation
+    stats = OutlierStats.empty(12)
+    for part in x.split(16):  # streamed in batches
+        stats = stats.update(part)
+    found = activation_outliers_from_stats(stats).tolist()
+    assert found == activation_outliers(x).tolist()
+    assert found  # the outlier of large magnitude stands out
+    assert activation_outliers_from_stats(stats, sigmas=1.0).tolist() == \
+        activation_outliers(x, sigmas=1.0).tolist()
+    assert massive_activations_from_stats(stats).tolist() == massive_activations(x).tolist()
+    assert int(massive_activations_from_stats(stats)[9]) == 1
+    torch.testing.assert_close(cosine_contributions_from_stats(stats), cosine_contributions(x),
+                               rtol=1e-12, atol=1e-15)
+    with pytest.raises(TypeError, match="takes OutlierStats, got Tensor; for a cloud, call "
+                                        "activation_outliers"):
+        activation_outliers_from_stats(x)

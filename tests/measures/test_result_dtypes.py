@@ -30,7 +30,7 @@ CLOUD_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "avg_cosine_similarity": iso.avg_cosine_similarity,
     "cosine_regularization_term": iso.cosine_regularization_term,
     "partition_score": iso.partition_score,
-    "anisotropy_spectrum": lambda x: iso.anisotropy_spectrum(x, 3),
+    "anisotropy_spectrum": lambda x: iso.anisotropy_spectrum(x, k=3),
     "twonn": iso.twonn,
     "h0_barcode": iso.h0_barcode,
     "persistent_entropy": lambda x: iso.persistent_entropy(iso.h0_barcode(x)),
@@ -39,10 +39,10 @@ CLOUD_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "alignment": lambda x: iso.alignment(x, x.flip(0)),
     "alignment_sum": lambda x: iso.alignment(x, x.flip(0), reduction="sum")[0],
     "uniformity": iso.uniformity,
-    "isoscore_without": lambda x: iso.isoscore_without(x, 1),
-    "isoscore_without_standardise": lambda x: iso.isoscore_without(x, 1, how="standardise"),
+    "isoscore_without": lambda x: iso.isoscore_without(x, k=1),
+    "isoscore_without_standardise": lambda x: iso.isoscore_without(x, k=1, how="standardise"),
     "cosine_contributions": iso.cosine_contributions,
-    "rogue_dimensions_shares": lambda x: iso.rogue_dimensions(x, 2)[1],
+    "rogue_dimensions_shares": lambda x: iso.rogue_dimensions(x, k=2)[1],
 }
 
 # every public measure of statistics
@@ -51,9 +51,9 @@ STATS_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         lambda x: iso.effective_rank_from_stats(iso.CovarianceStats.from_batch(x)),
     "rankme_from_stats": lambda x: iso.rankme_from_stats(iso.CovarianceStats.from_batch(x)),
     "isoscore_without(stats)":
-        lambda x: iso.isoscore_without(iso.CovarianceStats.from_batch(x), 1),
+        lambda x: iso.isoscore_without(iso.CovarianceStats.from_batch(x), k=1),
     "rogue_dimensions(OutlierStats)":
-        lambda x: iso.rogue_dimensions(iso.OutlierStats.empty(x.shape[1]).update(x), 2)[1],
+        lambda x: iso.rogue_dimensions(iso.OutlierStats.empty(x.shape[1]).update(x), k=2)[1],
     "IsoScoreMetric.compute": lambda x: _metric(x),
 }
 

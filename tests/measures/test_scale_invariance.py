@@ -130,7 +130,7 @@ def _iso(seed: int, s: float, dtype: torch.dtype, tol: float) -> None:
         _close(participation_ratio(t), 1 + (d - 1) * ref_isoscore_star(ref), 10 * tol)
         sig = spd(seed, d)  # fp64 (s^2 leaves the fp32 range), given with fp32 rows too
         sig_t = torch.tensor(sig * s * s, dtype=F64)
-        _close(isoscore_star(t, 0.3, sig_t), ref_isoscore_star(ref, 0.3, sig), tol)
+        _close(isoscore_star(t, zeta=0.3, shrinkage=sig_t), ref_isoscore_star(ref, 0.3, sig), tol)
 
 
 def _cov(seed: int, s: float, dtype: torch.dtype, tol: float) -> None:
@@ -229,9 +229,9 @@ def test_float32_gradients_at_extreme_scales(s, zeta, with_s, n, d) -> None:
     t, _ = scaled(cloud(4, n, d), s, torch.float32)
     sig = torch.tensor(spd(4, d) * s * s) if with_s else None
     x32 = t.clone().requires_grad_(True)
-    isoscore_star(x32, zeta, None if sig is None else sig.float()).backward()
+    isoscore_star(x32, zeta=zeta, shrinkage=None if sig is None else sig.float()).backward()
     x64 = t.double().requires_grad_(True)
-    isoscore_star(x64, zeta, sig).backward()
+    isoscore_star(x64, zeta=zeta, shrinkage=sig).backward()
     g32, g64 = x32.grad.double(), x64.grad
     assert bool(torch.isfinite(g32).all())
     assert float((g32 - g64).norm() / g64.norm()) < 1e-3

@@ -38,7 +38,7 @@ def test_matches_numpy_svd(n: int, d: int, center: bool) -> None:
     assert got.sum() == pytest.approx(1.0, abs=1e-12)
     for k in (1, min(n, d)):
         np.testing.assert_allclose(
-            anisotropy_spectrum(x, k, center=center).numpy(), ref[:k], rtol=1e-8, atol=1e-13
+            anisotropy_spectrum(x, k=k, center=center).numpy(), ref[:k], rtol=1e-8, atol=1e-13
         )
 
 
@@ -47,7 +47,7 @@ def test_known_case() -> None:
     torch.testing.assert_close(anisotropy_spectrum(x), torch.tensor([0.9, 0.1]))
     # a shared offset dominates the raw spectrum but not the centred one
     shifted = x + torch.tensor([100.0, 0.0])
-    assert float(anisotropy_spectrum(shifted, 1)[0]) > 0.999
+    assert float(anisotropy_spectrum(shifted, k=1)[0]) > 0.999
     torch.testing.assert_close(anisotropy_spectrum(shifted, center=True), torch.tensor([0.9, 0.1]))
 
 
@@ -70,19 +70,19 @@ def test_dtypes_and_numpy_input() -> None:
 
 def test_gradcheck() -> None:
     x = torch.as_tensor(_cloud(7, 4, seed=2)).requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda t: anisotropy_spectrum(t, 3), (x,))
+    assert torch.autograd.gradcheck(lambda t: anisotropy_spectrum(t, k=3), (x,))
     assert torch.autograd.gradcheck(lambda t: anisotropy_spectrum(t, center=True), (x,))
     y = torch.as_tensor(_cloud(3, 6, seed=3)).requires_grad_(True)  # n < d: the n x n route
-    assert torch.autograd.gradcheck(lambda t: anisotropy_spectrum(t, 2), (y,))
+    assert torch.autograd.gradcheck(lambda t: anisotropy_spectrum(t, k=2), (y,))
 
 
 @pytest.mark.parametrize("k", [0, -1, 6, 2.0, True, "3"])
 def test_k_out_of_range(k: object) -> None:
     x = _cloud(10, 5, seed=4)
     with pytest.raises(ValueError, match=r"k must be an integer in \[1, min\(n_points, dim\)\]"):
-        anisotropy_spectrum(x, k)  # type: ignore[arg-type]
+        anisotropy_spectrum(x, k=k)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"\[1, 3\]"):
-        anisotropy_spectrum(x[:3], 4)
+        anisotropy_spectrum(x[:3], k=4)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_properties(n: int, d: int, seed: int, scale: float, center: bool) -> No
 def test_numpy_integer_k() -> None:
     x = _cloud(10, 5, seed=8)
     np.testing.assert_allclose(
-        anisotropy_spectrum(x, np.int64(2)).numpy(), _svd_scores(x, False)[:2], rtol=1e-8
+        anisotropy_spectrum(x, k=np.int64(2)).numpy(), _svd_scores(x, False)[:2], rtol=1e-8
     )
 
 

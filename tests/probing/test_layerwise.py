@@ -218,8 +218,8 @@ def test_streamed_token_measures_match_library(result, tiny) -> None:
         assert row["isoscore"] == pytest.approx(float(isoscore(x)), rel=1e-4)
         assert row["participation_ratio"] == pytest.approx(float(participation_ratio(x)), rel=1e-4)
         assert row["avg_cosine"] == pytest.approx(float(avg_cosine_similarity(x)), abs=1e-5)
-        raw = anisotropy_spectrum(x, 3).tolist()
-        ctr = anisotropy_spectrum(x, 3, center=True).tolist()
+        raw = anisotropy_spectrum(x, k=3).tolist()
+        ctr = anisotropy_spectrum(x, k=3, center=True).tolist()
         assert [row[f"spectrum_raw_{i}"] for i in (1, 2, 3)] == pytest.approx(raw, abs=1e-5)
         assert [row[f"spectrum_centred_{i}"] for i in (1, 2, 3)] == pytest.approx(ctr, abs=1e-5)
         # max_tokens >= n_tokens: the "sample" is the whole cloud
@@ -255,7 +255,7 @@ def _check_outlier_rows(row, x) -> None:
     assert row["outlier_dims_activation"] == joined(activation_outliers(x))
     assert row["massive_activations"] == int(massive_activations(x).sum())
     try:
-        dims, share = rogue_dimensions(x, 3)
+        dims, share = rogue_dimensions(x, k=3)
     except ValueError:  # an average cosine within noise of 0: no shares
         assert row["rogue_dims"] is None and row["rogue_share_3"] is None
     else:
@@ -264,7 +264,7 @@ def _check_outlier_rows(row, x) -> None:
     for key, k, how in (("isoscore_without_top1", 1, "remove"),
                         ("isoscore_without_top3", 3, "remove"),
                         ("isoscore_standardised_top3", 3, "standardise")):
-        assert row[key] == pytest.approx(float(isoscore_without(x, k, how=how)), rel=1e-4)
+        assert row[key] == pytest.approx(float(isoscore_without(x, k=k, how=how)), rel=1e-4)
 
 
 def _check_rank_rows(row, x) -> None:

@@ -35,6 +35,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
                                      "disjointly from the sub-samples (default: %(default)s)")
     p.add_argument("--repeats", type=positive_int, default=DEFAULT_REPEATS, metavar="R",
                    help="sub-samples per size; mean and std over them (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they show only where stderr is a terminal)")
 
 
 FILES = ("stability.csv", "stability.json", "stability.png")
@@ -56,7 +58,8 @@ def compute(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
     sizes = _checks.flatten(getattr(args, "sizes", None)) or list(stability.DEFAULT_SIZES)
     zetas = _checks.flatten(getattr(args, "zetas", None)) or list(stability.DEFAULT_ZETAS)
     dim = getattr(args, "dim", None)
-    kwargs: dict[str, Any] = {"sizes": sizes, "zetas": zetas, "seed": args.seed}
+    kwargs: dict[str, Any] = {"sizes": sizes, "zetas": zetas, "seed": args.seed,
+                              "progress": not getattr(args, "no_progress", False)}
     if dim is not None:
         kwargs.update(dim=dim, shrinkage_points=args.shrinkage_points, repeats=args.repeats)
     result = stability.run_stability(**kwargs)

@@ -17,7 +17,13 @@ import numbers
 
 import torch
 
-from isotropy._validation import ArrayLike, accumulation_dtype, as_point_cloud, scale_rows_pow2
+from isotropy._validation import (
+    ArrayLike,
+    accumulation_dtype,
+    as_point_cloud,
+    masked_rows,
+    scale_rows_pow2,
+)
 
 __all__ = ["avg_cosine_similarity", "cosine_regularization_term"]
 
@@ -54,7 +60,8 @@ def _off_diagonal_cosine_sum(u: torch.Tensor) -> torch.Tensor:
 
 
 def avg_cosine_similarity(
-    X: ArrayLike, *, n_pairs: int | None = None, seed: int | None = None
+    X: ArrayLike, *, n_pairs: int | None = None, seed: int | None = None,
+    attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor:
     r"""Mean cosine similarity of distinct pairs of rows of ``X`` (Ethayarajh 2019).
 
@@ -65,12 +72,16 @@ def avg_cosine_similarity(
     replacement (``seed`` makes it reproducible). Differentiable; at least 2 points, no row of
     norm zero. Accumulated in fp64, returned in fp64 for fp64 input and fp32 otherwise.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
     >>> avg_cosine_similarity(X)  # pairs: 0, 1/sqrt(2), 1/sqrt(2)
     tensor(0.4714)
     >>> float(avg_cosine_similarity(torch.ones(50, 4), n_pairs=10, seed=0))
     1.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     x = as_point_cloud(X, min_points=2)
     n = x.shape[0]
     u = _unit_rows(x)
@@ -93,7 +104,8 @@ def avg_cosine_similarity(
     return value.to(accumulation_dtype(x))
 
 
-def cosine_regularization_term(X: ArrayLike) -> torch.Tensor:
+def cosine_regularization_term(X: ArrayLike, *,
+                               attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""The CosReg quantity :math:`\frac{1}{M^2}\sum_{i\ne j}\hat x_i^\top\hat x_j` of ``M`` rows.
 
     As in eq. 1 of the I-STAR paper (note :math:`1/M^2`, not :math:`1/(M(M-1))`, so it equals
@@ -101,10 +113,14 @@ def cosine_regularization_term(X: ArrayLike) -> torch.Tensor:
     :math:`O(Md)` as :math:`(\lVert\sum_i\hat x_i\rVert^2 - M)/M^2`; differentiable. One point
     gives the empty sum, 0. Rows of norm zero raise ``ValueError``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
     >>> cosine_regularization_term(X)  # 2 * (0 + 2 / sqrt(2)) / 9
     tensor(0.3143)
     """
+    X = masked_rows(X, attention_mask, name="X")
     x = as_point_cloud(X, min_points=1)
     m = x.shape[0]
     u = _unit_rows(x)

@@ -41,7 +41,9 @@ from isotropy._validation import (
     check_finite,
     check_psd,
     check_zeta,
+    masked_rows,
     max_abs,
+    positional_options_deprecated,
     pow2_exponent,
     rescale_exponent,
     scale_pow2,
@@ -272,13 +274,15 @@ def _isoscore_star_body(X: ArrayLike, zeta: float, shrinkage: ArrayLike | None,
     return IsoScoreStarFunction.apply(x, s, z, eye, m, process_group, sync, kind)
 
 
+@positional_options_deprecated("zeta", "shrinkage")
 def isoscore_star(
     X: ArrayLike,
+    *,
     zeta: float = 0.0,
     shrinkage: ArrayLike | None = None,
-    *,
     sync_dist: bool = False,
     process_group: object | None = None,
+    attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor:
     r"""IsoScore* of a point cloud ``X`` of shape ``(n_points, dim)``, differentiable in ``X``.
 
@@ -296,6 +300,9 @@ def isoscore_star(
     :math:`\zeta > 0` without ``shrinkage`` mixes :math:`\Sigma_X` with :math:`I`, whose
     scale is fixed: the score then depends on the scale of ``X`` (a ``UserWarning`` says so).
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> g = torch.Generator().manual_seed(0)
     >>> X = torch.randn(5000, 3, generator=g) * torch.tensor([1.0, 1.0, 0.0])
     >>> round(float(isoscore_star(X)), 3)  # two of three dimensions used: (2-1)/(3-1)
@@ -303,6 +310,7 @@ def isoscore_star(
     >>> round(float(isoscore_star(X, zeta=1.0)), 3)  # only the identity
     1.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     if shrinkage is None:
         warn_identity_shrinkage(check_zeta(zeta), "isoscore_star", stacklevel=3)
     return _isoscore_star(
@@ -322,25 +330,33 @@ def warn_identity_shrinkage(zeta: float, where: str, *, stacklevel: int = 2) -> 
             UserWarning, stacklevel=stacklevel)
 
 
-def isoscore(X: ArrayLike) -> torch.Tensor:
+def isoscore(X: ArrayLike, *, attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""IsoScore (Rudman et al. 2022) of ``X`` (``(n_points, dim)``): :math:`\iota(\Sigma_X)`.
     Differentiable: the gradient reaches the input.
+
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> round(float(isoscore(torch.randn(20000, 4, generator=g, dtype=torch.float64))), 2)
     1.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     return isoscore_star(X, zeta=0.0)
 
 
-def participation_ratio(X: ArrayLike) -> torch.Tensor:
+def participation_ratio(X: ArrayLike, *, attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Participation ratio of the covariance of ``X``: :math:`(\sum\lambda_i)^2/\sum\lambda_i^2`.
 
     An effective number of dimensions in :math:`[1, d]`; equals
     :math:`1 + (d-1)\,\mathrm{IsoScore}(X)`. Differentiable.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     >>> participation_ratio(X)
     tensor(2.)
     """
+    X = masked_rows(X, attention_mask, name="X")
     return _isoscore_star(X, 0.0, None, kind="pr")

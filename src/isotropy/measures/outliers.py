@@ -58,6 +58,8 @@ from isotropy._validation import (
     as_point_cloud,
     as_tensor,
     check_finite_float,
+    masked_rows,
+    positional_options_deprecated,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.measures._gradients import detached_input
@@ -70,9 +72,12 @@ __all__ = [
     "MASSIVE_RATIO",
     "OutlierStats",
     "activation_outliers",
+    "activation_outliers_from_stats",
     "cosine_contributions",
+    "cosine_contributions_from_stats",
     "isoscore_without",
     "massive_activations",
+    "massive_activations_from_stats",
     "rogue_dimensions",
     "top_variance_dimensions",
     "variance_outliers",
@@ -112,15 +117,20 @@ def _variance_outliers(var: torch.Tensor, factor: float) -> torch.Tensor:
     return _descending(torch.nonzero(var >= factor * mean).flatten(), var)
 
 
-def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR) -> torch.Tensor:
+def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
+                      attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Dimensions whose variance is at least ``factor`` (5) times the mean variance (Rudman
     et al. 2023; module doc), largest variance first. At least 2 points.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.tensor([[0.0, 0, 0, 0, 0, 0, 0], [10, 1, 1, 1, 1, 1, 1]])
     >>> variance_outliers(X).tolist()  # variance 25 against a mean of 31/7
     [0]
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "variance_outliers")
     return _variance_outliers(_variances(X), _positive(factor, "factor"))
 
@@ -132,13 +142,19 @@ def variance_outliers_from_stats(stats: CovarianceStats, *,
     return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
-def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, k: int) -> torch.Tensor:
+@positional_options_deprecated("k")
+def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, *, k: int,
+                            attention_mask: ArrayLike | None = None) -> torch.Tensor:
     """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
-    >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), 2).tolist()
+    ``attention_mask`` (0/1, shape ``cloud.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``cloud[attention_mask.bool()]``.
+
+    >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), k=2).tolist()
     [1, 2]
     """
+    cloud = masked_rows(cloud, attention_mask, name="cloud")
     cloud = detached_input(cloud, "top_variance_dimensions")
     var = _variances(cloud)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= var.shape[0]:
@@ -164,15 +180,20 @@ def _activation_outliers(mean_abs: torch.Tensor, sigmas: float) -> torch.Tensor:
     return _descending(torch.nonzero(mean_abs - centre > sigmas * spread).flatten(), mean_abs)
 
 
-def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
+def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS,
+                        attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Dimensions whose mean magnitude :math:`m_j` exceeds the mean of all :math:`m_k` by more
     than ``sigmas`` (3) standard deviations (module doc), largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.ones(4, 20); X[:, 7] = 50.0
     >>> activation_outliers(X).tolist()
     [7]
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "activation_outliers")
     return _activation_outliers(_cloud(X).abs().mean(0), _positive(sigmas, "sigmas"))
 
@@ -186,16 +207,20 @@ def _contributions(s: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
     return (s * s - q) / (n * (n - 1))
 
 
-def cosine_contributions(X: ArrayLike) -> torch.Tensor:
+def cosine_contributions(X: ArrayLike, *, attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Each dimension's exact contribution :math:`CC_j` to the average cosine similarity over
     all pairs of distinct rows (module doc); they sum to
     :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Shape ``(dim,)``, computed in
     float64 (float64 for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> cosine_contributions(torch.tensor([[1.0, 1.0], [1.0, -1.0]]))  # cos = 0 = 1/2 - 1/2
     tensor([ 0.5000, -0.5000])
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "cosine_contributions")
     u = _unit_rows(_cloud(X, min_points=2))
     cc = _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
@@ -208,28 +233,37 @@ def _shares(cc: torch.Tensor, n: int) -> torch.Tensor:
     floor = 3.0 * (2.0 / (d * n * (n - 1))) ** 0.5
     if not bool(total > floor):
         raise ValueError(
-            f"the average cosine similarity ({float(total):.3g}) is within 3 standard "
-            f"deviations ({floor:.3g}) of 0, its spread for {n} random directions in {d} "
-            "dimensions: no dimension has a meaningful share of it")
+            f"the average cosine similarity ({float(total):.3g}) does not exceed 3 standard "
+            f"deviations ({floor:.3g}) of its value for {n} random directions in {d} "
+            "dimensions, 0: the shares of a total that is noise or negative are no measure "
+            "of which dimensions make the cloud anisotropic")
     return cc / total
 
 
-def rogue_dimensions(X: ArrayLike | OutlierStats, k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+@positional_options_deprecated("k")
+def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
+                     attention_mask: ArrayLike | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The ``k`` dimensions contributing most to the average cosine similarity (Timkey &
     van Schijndel 2021), largest first, and their shares :math:`CC_j/\sum_k CC_k` (module doc),
     of a cloud or of its :class:`OutlierStats`.
 
     A share exceeds 1 when other dimensions contribute negatively. The shares are undefined
     (``ValueError``) unless the average cosine exceeds 3 times its standard deviation under
-    :math:`n` independent uniformly random directions, :math:`\sqrt{2/(d\,n(n-1))}`: near 0
-    they are ratios of noise (this floor is this library's choice).
+    :math:`n` independent uniformly random directions, :math:`\sqrt{2/(d\,n(n-1))}` (a
+    one-sided test): near 0 they are ratios of noise, and below 0 (a centred simplex,
+    say) no dimension makes the cloud anisotropic (this floor is this library's choice).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[3.0, 1.0], [3.0, -1.0]]).repeat(3, 1)
-    >>> dims, share = rogue_dimensions(X, 1)
+    >>> dims, share = rogue_dimensions(X, k=1)
     >>> dims.tolist(), round(float(share[0]), 4)  # dimension 1 pulls the cosine down
     ([0], 1.0227)
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "rogue_dimensions")
     if isinstance(X, OutlierStats):
         cc, n = X.cosine_contributions(), X.count
@@ -255,17 +289,23 @@ def _massive_mask(x: torch.Tensor, min_magnitude: float, ratio: float) -> torch.
 
 
 def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGNITUDE,
-                        ratio: float = MASSIVE_RATIO) -> torch.Tensor:
+                        ratio: float = MASSIVE_RATIO,
+                        attention_mask: ArrayLike | None = None,
+) -> torch.Tensor:
     r"""How many massive activations (Sun et al. 2024: :math:`|x_{ij}| > 100` and
     :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc) each dimension
     holds, an int64 tensor of shape ``(dim,)``. For an even ``dim`` the median is the lower of
     the two middle values (``torch.median``).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.ones(3, 5); X[0, 2] = 2000.0; X[1, 2] = 500.0
     >>> massive_activations(X).tolist()  # 500 is not 1000 times the median 1
     [0, 0, 1, 0, 0]
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "massive_activations")
     return _massive_mask(_cloud(X), _positive(min_magnitude, "min_magnitude"),
                          _positive(ratio, "ratio")).sum(0)
@@ -274,9 +314,12 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
 # ------------------------------------------------------------------ the post-hoc view
 
 
-def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *,
+@positional_options_deprecated("k")
+def isoscore_without(cloud: ArrayLike | CovarianceStats, *, k: int | None = None,
                      dims: Sequence[int] | torch.Tensor | None = None,
-                     how: str = "remove") -> torch.Tensor:
+                     how: str = "remove",
+                     attention_mask: ArrayLike | None = None,
+) -> torch.Tensor:
     r"""IsoScore of a cloud (or its statistics) with some dimensions taken out of its
     anisotropy: the ``k`` of largest variance, or the given ``dims``.
 
@@ -284,14 +327,18 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     the covariance's principal submatrix); ``how="standardise"`` rescales each of them to the
     mean variance of the other dimensions (:math:`x_j \mapsto x_j\,\sqrt{\bar v/v_j}`, so
     :math:`\Sigma \mapsto D\Sigma D` with :math:`D` diagonal), keeping :math:`d`. ``k = 0``
-    gives the IsoScore itself. The rescaling target is this library's choice; none of the
-    outlier papers defines one.
+    (or ``dims=[]``) gives the IsoScore itself. The rescaling target is this library's
+    choice; none of the outlier papers defines one.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``cloud.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``cloud[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[0.0, 0, 0], [10, 1, 0], [0, 0, 1], [10, 1, 1]])
-    >>> round(float(isoscore_without(X, 1)), 4)  # without dimension 0: two equal variances
+    >>> round(float(isoscore_without(X, k=1)), 4)  # without dimension 0: two equal variances
     1.0
     """
+    cloud = masked_rows(cloud, attention_mask, name="cloud")
     cloud = detached_input(cloud, "isoscore_without")
     if how not in ("remove", "standardise"):
         raise ValueError(f"how must be 'remove' or 'standardise', got {how!r}")
@@ -300,9 +347,11 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, k: int | None = None, *
     if (k is None) == (dims is None):
         raise ValueError("give exactly one of k and dims")
     if dims is None:
-        chosen = top_variance_dimensions(cloud, k)  # type: ignore[arg-type]
+        chosen = top_variance_dimensions(cloud, k=k)  # type: ignore[arg-type]
     else:
         given = torch.as_tensor(dims)
+        if given.numel() == 0:  # no dimension, as k = 0
+            given = given.to(torch.long)
         if given.is_floating_point() or given.dtype == torch.bool or given.is_complex():
             raise ValueError(f"dims must be integer dimension indices, got {given.tolist()}")
         chosen = given.to(torch.long).flatten()
@@ -460,3 +509,51 @@ class OutlierStats:
     def massive_activations(self) -> torch.Tensor:
         """:func:`massive_activations` of the rows so far (int64, per dimension)."""
         return self.massive.round().to(torch.int64)
+
+
+# ------------------------------------------------------------------ the streaming twins
+#
+# One streaming style for every outlier measure: a module-level ``*_from_stats`` function of
+# the statistics, as ``variance_outliers_from_stats`` (the methods of OutlierStats are the same
+# computations).
+
+
+def _outlier_stats(stats: OutlierStats, measure: str) -> OutlierStats:
+    if not isinstance(stats, OutlierStats):
+        raise TypeError(f"{measure} takes OutlierStats, got {type(stats).__name__}; "
+                        f"for a cloud, call {measure.removesuffix('_from_stats')}")
+    return stats
+
+
+def activation_outliers_from_stats(stats: OutlierStats, *,
+                                   sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
+    """:func:`activation_outliers` of the rows summarised by ``stats`` (at least 1).
+
+    >>> X = torch.ones(4, 20); X[:, 7] = 50.0
+    >>> activation_outliers_from_stats(OutlierStats.empty(20).update(X)).tolist()
+    [7]
+    """
+    return _outlier_stats(stats, "activation_outliers_from_stats").activation_outliers(
+        sigmas=sigmas)
+
+
+def cosine_contributions_from_stats(stats: OutlierStats) -> torch.Tensor:
+    """:func:`cosine_contributions` of the rows summarised by ``stats`` (at least 2, none of
+    norm zero); float64.
+
+    >>> X = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    >>> cosine_contributions_from_stats(OutlierStats.empty(2).update(X)).tolist()
+    [0.7071067811865475, 0.0]
+    """
+    return _outlier_stats(stats, "cosine_contributions_from_stats").cosine_contributions()
+
+
+def massive_activations_from_stats(stats: OutlierStats) -> torch.Tensor:
+    """:func:`massive_activations` of the rows summarised by ``stats``, at the thresholds
+    given to :meth:`OutlierStats.empty` (int64, per dimension).
+
+    >>> X = torch.ones(3, 5); X[0, 2] = 2000.0
+    >>> massive_activations_from_stats(OutlierStats.empty(5).update(X)).tolist()
+    [0, 0, 1, 0, 0]
+    """
+    return _outlier_stats(stats, "massive_activations_from_stats").massive_activations()

@@ -30,6 +30,7 @@ from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
     as_point_cloud,
+    masked_rows,
     max_abs,
     pow2_exponent,
     scale_pow2,
@@ -52,7 +53,8 @@ def _directions(x64: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svd(xs, full_matrices=False)[2].T
 
 
-def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
+def partition_score(X: ArrayLike, *, log: bool = False,
+                    attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Partition isotropy score :math:`\min_c Z(c)/\max_c Z(c)` of ``X`` (``(n_points, dim)``).
 
     :math:`c` ranges over :math:`\pm` the eigenvectors of :math:`X^\top X`; when
@@ -62,6 +64,9 @@ def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     :math:`I(X)` itself underflows to 0 (very large norms). Computed in fp64.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
     >>> partition_score(X)  # Z(e2) / Z(e1) = (cosh 1 + 1) / (cosh 2 + 1)
     tensor(0.5340)
@@ -69,6 +74,7 @@ def partition_score(X: ArrayLike, *, log: bool = False) -> torch.Tensor:
     >>> round(float(partition_score(X, log=True)), 12)  # log Z(-e1) - log Z(e1)
     -3.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "partition_score")
     x = as_point_cloud(X, min_points=1).detach()
     x64 = x.to(torch.float64)

@@ -50,6 +50,7 @@ from isotropy._validation import (
     as_point_cloud,
     as_tensor,
     check_finite_float,
+    masked_rows,
 )
 from isotropy.measures._gradients import detached_input
 from isotropy.measures.covariance import CovarianceStats
@@ -107,30 +108,40 @@ def _entropy_rank(sigma: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.exp(-terms.sum())
 
 
-def effective_rank(X: ArrayLike, *, center: bool = False) -> torch.Tensor:
+def effective_rank(X: ArrayLike, *, center: bool = False,
+                   attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""Effective rank :math:`\exp H(\sigma / \sum\sigma)` of ``X`` (module docstring), a
     0-d tensor in :math:`[1, \min(n, d)]`, computed in float64 (float64 for float64 input,
     float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> round(float(effective_rank(torch.eye(4))), 6)  # four equal singular values
     4.0
     >>> round(float(effective_rank(torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]))), 6)
     1.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "effective_rank")
     return _entropy_rank(_singular_values(X, center), 0.0).to(accumulation_dtype(as_tensor(X)))
 
 
-def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False) -> torch.Tensor:
+def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False,
+           attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""RankMe :math:`\exp(-\sum_k p_k \log p_k)`, :math:`p_k = \sigma_k/\lVert\sigma\rVert_1
     + \varepsilon`, of ``X`` (module docstring), a 0-d tensor computed in float64 (float64
     for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> round(float(rankme(torch.eye(3))), 5)
     3.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "rankme")
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:

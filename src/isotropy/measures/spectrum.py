@@ -24,7 +24,9 @@ from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
     as_point_cloud,
+    masked_rows,
     max_abs,
+    positional_options_deprecated,
     rescale_exponent,
     scale_pow2,
 )
@@ -32,8 +34,10 @@ from isotropy._validation import (
 __all__ = ["anisotropy_spectrum"]
 
 
+@positional_options_deprecated("k")
 def anisotropy_spectrum(
-    X: ArrayLike, k: int | None = None, *, center: bool = False
+    X: ArrayLike, *, k: int | None = None, center: bool = False,
+    attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor:
     r"""Top-``k`` scores :math:`\sigma_i^2/\sum_j\sigma_j^2` of ``X`` (``X - mean`` if ``center``).
 
@@ -42,12 +46,16 @@ def anisotropy_spectrum(
     Raises ``ValueError`` when :math:`\lVert X\rVert_F = 0` (after centring: zero variance,
     all points identical, e.g. a single point with ``center=True``).
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> X = torch.tensor([[3.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-3.0, 0.0]])
     >>> anisotropy_spectrum(X)  # sigma^2 = 18 and 2
     tensor([0.9000, 0.1000])
-    >>> anisotropy_spectrum(X + 5.0, 1, center=True)
+    >>> anisotropy_spectrum(X + 5.0, k=1, center=True)
     tensor([0.9000])
     """
+    X = masked_rows(X, attention_mask, name="X")
     x = as_point_cloud(X, min_points=1)
     n, d = x.shape
     r = min(n, d)

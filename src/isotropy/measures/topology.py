@@ -38,6 +38,7 @@ from isotropy._validation import (
     as_point_cloud,
     as_tensor,
     check_finite,
+    masked_rows,
     max_abs,
     pow2_exponent,
     rescale_exponent,
@@ -175,7 +176,8 @@ def _safe_reciprocal(t: torch.Tensor) -> torch.Tensor:
 
 
 def h0_barcode(
-    X: ArrayLike, *, return_pairs: bool = False
+    X: ArrayLike, *, return_pairs: bool = False,
+    attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Death times of the finite 0-dimensional Vietoris--Rips bars of ``X``, longest first.
 
@@ -190,6 +192,9 @@ def h0_barcode(
     ``(n - 1, 2)`` long tensor of edge end points (row indices of ``X``, smaller index first)
     is returned too, in the same order.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> h0_barcode(torch.tensor([[0.0, 0.0], [3.0, 0.0], [3.0, 4.0]]))  # sides 3, 4, 5
     tensor([4., 3.])
     >>> h0_barcode(torch.tensor([[0.0], [1.0], [3.0], [7.0]]), return_pairs=True)
@@ -197,6 +202,7 @@ def h0_barcode(
             [1, 2],
             [0, 1]]))
     """
+    X = masked_rows(X, attention_mask, name="X")
     with autocast_off():  # the Gram matrix in our accumulation dtype, never half precision
         return _h0_barcode(X, return_pairs)
 

@@ -40,6 +40,7 @@ from isotropy._validation import (
     ArrayLike,
     accumulation_dtype,
     as_point_cloud,
+    masked_rows,
     max_abs,
     rescale_exponent,
     scale_pow2,
@@ -175,6 +176,7 @@ def twonn(
     discard_fraction: float = 0.1,
     chunk_size: int | None = None,
     method: str = "linear",
+    attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor:
     r"""TwoNN intrinsic dimension of ``X`` (``(n_points, dim)``, at least 3 points).
 
@@ -188,11 +190,15 @@ def twonn(
     input, fp32 otherwise, on ``X``'s device), like every other score. Scale free: the
     distances are computed on ``X`` times an exact power of two. Not differentiable.
 
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
+
     >>> g = torch.Generator().manual_seed(0)
     >>> plane = torch.randn(2000, 2, generator=g) @ torch.randn(2, 10, generator=g)
     >>> round(float(twonn(plane)), 1)
     2.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "twonn")
     if method not in ("linear", "mle"):
         raise ValueError(f"method must be 'linear' or 'mle', got {method!r}")

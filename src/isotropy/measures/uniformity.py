@@ -36,6 +36,7 @@ from isotropy._validation import (
     as_point_cloud,
     as_tensor,
     check_finite_float,
+    masked_rows,
 )
 
 __all__ = ["alignment", "uniformity"]
@@ -76,13 +77,18 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
     raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
 
 
-def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024) -> torch.Tensor:
+def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024,
+               attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r""":math:`\ell_\text{uniform}` of the rows of ``X`` (module docstring; at least 2 rows).
     Differentiable in ``X`` (a loss).
+
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> round(float(uniformity(torch.eye(3))), 6)  # every pair at squared distance 2: log e^-4
     -4.0
     """
+    X = masked_rows(X, attention_mask, name="X")
     t = check_finite_float(t, "t", allow_bool=False)
     if t <= 0:
         raise ValueError(f"t must be > 0, got {t}")

@@ -45,6 +45,7 @@ from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.losses.istar import IStarLoss, check_layers
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.models.forward import hidden_state_batches, model_device, unwrap_model
+from isotropy.progress import progress_bar
 
 __all__ = [
     "collect_covariance",
@@ -151,6 +152,7 @@ def collect_covariance(
     sync_dist: bool = True,
     process_group: object | None = None,
     include_padding: bool = False,
+    progress: bool = True,
 ) -> CovarianceStats:
     r"""Covariance statistics of the first ``n_tokens`` rows of :math:`\tilde X` (module doc).
 
@@ -159,14 +161,15 @@ def collect_covariance(
     ``torch.no_grad`` and put back into its previous mode afterwards. Returns the (global,
     under ``torch.distributed`` with ``sync_dist``) statistics; ``.count`` is the number of
     rows used. ``include_padding``: every position counts, padding included (the I-STAR
-    authors' code).
+    authors' code). ``progress``: a bar of the rows read out of ``n_tokens`` where stderr is a
+    terminal (:func:`isotropy.progress.progress_bar`).
     """
     n_tokens = _check_n_tokens(n_tokens)
     layers = check_layers(layers)
     sync = bool(sync_dist) and is_distributed(process_group)
     quota = _rank_quota(n_tokens, process_group, sync)
     stats: CovarianceStats | None = None
-    with _rng_untouched(model):
+    with _rng_untouched(model), progress_bar("Sigma_S", quota, show=progress) as advance:
         for hs, attention_mask in hidden_state_batches(model, dataloader):
             count = 0 if stats is None else stats.count
             rows = _batch_rows(hs, None if include_padding else attention_mask, layers,
@@ -175,6 +178,7 @@ def collect_covariance(
                 if stats is None:
                     stats = CovarianceStats.empty(rows.shape[1], rows.device)
                 stats.update(rows)
+                advance(rows.shape[0])
             if stats is not None and stats.count >= quota:
                 break
     if not _every_rank_has_rows(stats is not None, sync, process_group):
@@ -254,6 +258,7 @@ def collect_layer_shrinkage(
     pooling: str = "cls",
     sync_dist: bool = True,
     process_group: object | None = None,
+    progress: bool = True,
 ) -> LayerShrinkage:
     r"""Per-layer :math:`\Sigma_S` statistics (:class:`LayerShrinkage`) from one pass.
 
@@ -266,6 +271,7 @@ def collect_layer_shrinkage(
     more); the embedding output (layer 0, not in the union) uses the positions of layer 1.
     The pooled :math:`\Sigma_S` of every layer is estimated from one pooled row of every
     example of every batch read. The union's statistics are the merge of layers ``1..L``.
+    ``progress``: a bar of the union's rows out of ``n_tokens`` where stderr is a terminal.
     """
     n_tokens = _check_n_tokens(n_tokens)
     if pooling not in POOLINGS:
@@ -275,7 +281,7 @@ def collect_layer_shrinkage(
     token: list[CovarianceStats] = []
     pooled: list[CovarianceStats] = []
     used = 0
-    with _rng_untouched(model):
+    with _rng_untouched(model), progress_bar("Sigma_S", quota, show=progress) as advance:
         for hs, attention_mask in hidden_state_batches(model, dataloader):
             if len(hs) < 2:
                 raise ValueError("the model has no transformer layer (only the embedding output)")
@@ -293,6 +299,7 @@ def collect_layer_shrinkage(
                     token[i].update(rows)
                 pooled[i].update(pooled_rows(h, mask, pooling))
             used += sum(counts)
+            advance(sum(counts))
             if used >= quota:
                 break
     if not _every_rank_has_rows(bool(token) and used > 0, sync, process_group):
@@ -314,6 +321,7 @@ def estimate_shrinkage(
     sync_dist: bool = True,
     process_group: object | None = None,
     include_padding: bool = False,
+    progress: bool = True,
 ) -> torch.Tensor:
     r""":math:`\Sigma_S`: the sample covariance (``ddof=1``, float64) of the first ``n_tokens``
     rows of :math:`\tilde X` (see :func:`collect_covariance` and the module doc)."""
@@ -325,6 +333,7 @@ def estimate_shrinkage(
         sync_dist=sync_dist,
         process_group=process_group,
         include_padding=include_padding,
+        progress=progress,
     )
     return stats.covariance(ddof=1)
 
@@ -334,11 +343,14 @@ def refresh_shrinkage(
     dataloader: Iterable[Mapping[str, Any]],
     loss: IStarLoss,
     n_tokens: int = DEFAULT_N_TOKENS,
+    *,
+    progress: bool = True,
 ) -> torch.Tensor:
     r"""Re-estimate :math:`\Sigma_S` over ``loss.layers`` and set it on ``loss``; returns it.
 
     Call before every epoch (the paper's schedule). Uses ``loss.sync_dist``,
-    ``loss.process_group`` and ``loss.include_padding``.
+    ``loss.process_group`` and ``loss.include_padding``; ``progress``: a bar of the rows read
+    where stderr is a terminal.
 
     >>> from types import SimpleNamespace
     >>> class Toy(torch.nn.Module):  # a stand-in encoder: one "layer" = the embeddings x 2
@@ -365,6 +377,7 @@ def refresh_shrinkage(
         sync_dist=loss.sync_dist,
         process_group=loss.process_group,
         include_padding=loss.include_padding,
+        progress=progress,
     )
     loss.set_shrinkage(cov)
     return cov
@@ -469,7 +482,11 @@ class ShrinkageRefreshCallback(TrainerCallback):
         data = self.dataloader if self.dataloader is not None else kwargs.get("train_dataloader")
         if data is None:
             raise ValueError("ShrinkageRefreshCallback has no dataloader: pass dataloader=")
-        self.last_shrinkage = dict(enumerate(refresh_all(model, data, losses, self.n_tokens)))
+        # a bar of the rows read on the main process, as the Trainer shows its own
+        progress = (state is None or state.is_world_process_zero) and \
+            not getattr(args, "disable_tqdm", False)
+        self.last_shrinkage = dict(enumerate(refresh_all(model, data, losses, self.n_tokens,
+                                                         progress=progress)))
         self.shrinkage_epoch = epoch
         return control
 
@@ -543,7 +560,8 @@ def _refuse_a_trainer_dropping_terms(model: Any) -> None:
 
 
 def refresh_all(model: torch.nn.Module, data: Iterable[Mapping[str, Any]],
-                losses: Sequence[IStarLoss], n_tokens: int) -> list[torch.Tensor]:
+                losses: Sequence[IStarLoss], n_tokens: int, *,
+                progress: bool = True) -> list[torch.Tensor]:
     r""":func:`refresh_shrinkage` of every loss, one pass per distinct (layers, padding,
     process group) setting; returns each loss's :math:`\Sigma_S` in order."""
     done: dict[tuple[str, bool, int, bool], torch.Tensor] = {}
@@ -553,6 +571,7 @@ def refresh_all(model: torch.nn.Module, data: Iterable[Mapping[str, Any]],
         if key in done:
             loss.set_shrinkage(done[key])
         else:
-            done[key] = refresh_shrinkage(model, data, loss, n_tokens=n_tokens)
+            done[key] = refresh_shrinkage(model, data, loss, n_tokens=n_tokens,
+                                          progress=progress)
         out.append(done[key])
     return out

@@ -26,6 +26,7 @@ import torch
 from isotropy.io import write_csv_atomic, write_json_atomic, write_with_atomic
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore_from_covariance, isoscore_star
+from isotropy.progress import progress_bar
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -156,8 +157,11 @@ def run_stability(
     shrinkage_points: int = DEFAULT_SHRINKAGE_POINTS,
     repeats: int = DEFAULT_REPEATS,
     seed: int = 0,
+    *,
+    progress: bool = True,
 ) -> StabilityResult:
-    """Run the experiment; deterministic for a given ``seed``.
+    """Run the experiment; deterministic for a given ``seed``. ``progress``: bars of the
+    shrinkage sample's points and of the sub-samples where stderr is a terminal.
 
     The shrinkage sample and the sub-samples use separate random streams, so changing
     ``shrinkage_points`` leaves the sub-samples unchanged.
@@ -175,19 +179,25 @@ def run_stability(
 
     g_s = torch.Generator().manual_seed(int(seed))
     stats = CovarianceStats.empty(dim)
-    for start in range(0, shrinkage_points, _CHUNK):
-        m = min(_CHUNK, shrinkage_points - start)
-        stats.update(torch.randn(m, dim, generator=g_s, dtype=torch.float64) * std)
+    with progress_bar("Sigma_S sample", shrinkage_points, unit="point",
+                      show=progress) as advance:
+        for start in range(0, shrinkage_points, _CHUNK):
+            m = min(_CHUNK, shrinkage_points - start)
+            stats.update(torch.randn(m, dim, generator=g_s, dtype=torch.float64) * std)
+            advance(m)
     sigma_s = stats.covariance()
     sigma_s = (sigma_s + sigma_s.T) / 2
 
     g_x = torch.Generator().manual_seed(int(seed) + 1_000_003)
     values: dict[tuple[int, float], list[float]] = {(n, z): [] for n in sizes for z in zetas}
-    for n in sizes:
-        for _ in range(repeats):
-            x = torch.randn(n, dim, generator=g_x, dtype=torch.float64) * std
-            for z in zetas:
-                values[(n, z)].append(float(isoscore_star(x, z, sigma_s)))
+    with progress_bar("sub-samples", len(sizes) * repeats, unit="sample",
+                      show=progress) as advance:
+        for n in sizes:
+            for _ in range(repeats):
+                x = torch.randn(n, dim, generator=g_x, dtype=torch.float64) * std
+                for z in zetas:
+                    values[(n, z)].append(float(isoscore_star(x, zeta=z, shrinkage=sigma_s)))
+                advance(1)
     return StabilityResult(
         dim=int(dim),
         sizes=sizes,

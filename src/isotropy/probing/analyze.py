@@ -336,14 +336,18 @@ def analyze_model(
         if zeta == 0:
             sigma, shrinkage_info = None, {"source": "none (zeta = 0)"}
         else:
-            with stage("Sigma_S pass (training texts)", bar=bar, echo=echo) as counted:
+            # a bar of the rows read out of shrinkage_tokens
+            with stage("Sigma_S pass (training texts)", bar=False, echo=echo) as counted:
                 sigma, shrinkage_info = _training_sigma(inputs, batch_size, shrinkage_tokens,
-                                                        counted)
+                                                        counted, progress=bar)
         measures = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta, shrinkage=sigma,
                                 sync=False, pooling=inputs.pooling)
         with stage("measurement pass", bar=bar, echo=echo) as counted:
+            # one batch per batch_size texts, unless long texts are cut into windows
+            total = None if inputs.doc_stride is not None else \
+                -(-len(inputs.texts) // batch_size)
             for hidden_states, attention_mask in hidden_state_batches(
-                    model, counted(_batches(inputs, inputs.texts, batch_size))):
+                    model, counted(_batches(inputs, inputs.texts, batch_size), total)):
                 measures.update(hidden_states, attention_mask)
         record = measures.compute()
     config = {
@@ -372,7 +376,7 @@ def _batches(inputs: AnalyzeInputs, texts: Sequence[Text], batch_size: int
 
 
 def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: int,
-                    counted: Callable[[Any], Any] = iter
+                    counted: Callable[[Any], Any] = iter, *, progress: bool = False
                     ) -> tuple[LayerShrinkage, dict[str, Any]]:
     """The per-layer :math:`\\Sigma_S` of the training texts and how it was estimated (row
     counts, seconds, the warnings raised)."""
@@ -382,7 +386,8 @@ def _training_sigma(inputs: AnalyzeInputs, batch_size: int, shrinkage_tokens: in
         warnings.simplefilter("always")
         sigma = collect_layer_shrinkage(
             inputs.model, counted(_batches(inputs, inputs.train_texts, batch_size)),
-            n_tokens=shrinkage_tokens, pooling=inputs.pooling, sync_dist=False)
+            n_tokens=shrinkage_tokens, pooling=inputs.pooling, sync_dist=False,
+            progress=progress)
     rows = sigma.describe()
     return sigma, {"source": "training split", **rows, "n_rows": rows["union_rows"],
                    "requested_rows": shrinkage_tokens, "seconds": time.perf_counter() - t1,

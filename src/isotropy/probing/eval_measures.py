@@ -446,7 +446,7 @@ class EvalMeasures:
                 why = constant_reason(x.amin(0), x.amax(0))
             spectrum[name] = safe_measure(
                 errors, f"layer {n_layers} cls spectrum_{name}",
-                lambda c=center: anisotropy_spectrum(x, max(kk, 1), center=c).tolist(), why)
+                lambda c=center: anisotropy_spectrum(x, k=max(kk, 1), center=c).tolist(), why)
         why_mean = last_bad or (None if last.count >= 1 else "no token")
         mean = safe_measure(errors, f"layer {n_layers} token mean",
                             lambda: last.stats.mean.tolist(), why_mean)

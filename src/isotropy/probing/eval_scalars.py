@@ -22,7 +22,7 @@ def cls_spectrum_logs(cls: torch.Tensor, k: int = 3) -> dict[str, float]:
     kk = min(k, x.shape[0], x.shape[1])
     out: dict[str, float] = {}
     for name, center in (("raw", False), ("centred", True)):
-        value = safe_measure([], name, lambda c=center: anisotropy_spectrum(x, kk, center=c))
+        value = safe_measure([], name, lambda c=center: anisotropy_spectrum(x, k=kk, center=c))
         if value is not None:
             scores = [*value.tolist(), *[0.0] * (k - kk)]
             out.update({f"cls_spectrum_{name}_{i + 1}": float(v) for i, v in enumerate(scores)})

@@ -90,6 +90,7 @@ from isotropy.probing.results import (
     twonn_footnote,
     write_json_and_csv,
 )
+from isotropy.progress import progress_bar
 from isotropy.runtime import flush_denormals
 
 __all__ = [
@@ -195,13 +196,16 @@ class LayerClouds:
             # the last one (decoders) or their mean
             self.cls[layer].append(pooled_rows(h, attention_mask, self.pooling).cpu())
 
-    def rows(self, k: int, errors: list[str]) -> list[dict[str, Any]]:
+    def rows(self, k: int, errors: list[str], *, progress: bool = False
+             ) -> list[dict[str, Any]]:
         """The ``token`` and ``cls`` rows of every layer; undefined measures noted in
-        ``errors``."""
+        ``errors``. ``progress``: a bar of the layers measured where stderr is a terminal."""
         out: list[dict[str, Any]] = []
-        for layer, acc in enumerate(self.tokens):
-            out.append(_token_row(layer, acc, self.samples[layer], k, errors))
-            out.append(_cls_row(layer, torch.cat(self.cls[layer]), k, errors))
+        with progress_bar("measures", len(self.tokens), unit="layer", show=progress) as advance:
+            for layer, acc in enumerate(self.tokens):
+                out.append(_token_row(layer, acc, self.samples[layer], k, errors))
+                out.append(_cls_row(layer, torch.cat(self.cls[layer]), k, errors))
+                advance(1)
         return out
 
 
@@ -285,9 +289,9 @@ def _cls_row(layer: int, x: torch.Tensor, k: int, errors: list[str]) -> dict[str
     row["partition"] = None if log_p is None else float(torch.tensor(log_p).exp())
     row["log_partition"] = log_p
     raw = _safe(errors, f"{where} spectrum_raw",
-                lambda: anisotropy_spectrum(x, kk, center=False).tolist())
+                lambda: anisotropy_spectrum(x, k=kk, center=False).tolist())
     ctr = _safe(errors, f"{where} spectrum_centred",
-                lambda: anisotropy_spectrum(x, kk, center=True).tolist(), why)
+                lambda: anisotropy_spectrum(x, k=kk, center=True).tolist(), why)
     for i in range(k):
         row[f"spectrum_raw_{i + 1}"] = None if raw is None or i >= len(raw) else raw[i]
     for i in range(k):
@@ -376,7 +380,7 @@ def _measure(model: torch.nn.Module, tokenizer: Any, texts: Sequence[Text], is_p
         clouds.update(hidden_states, attention_mask)
     errors: list[str] = []
     kk = min(k, clouds.dim)
-    rows = clouds.rows(kk, errors)
+    rows = clouds.rows(kk, errors, progress=progress)
     mark_twonn_reliability(rows)
     cfg: dict[str, Any] = {
         "model": getattr(getattr(model, "config", None), "_name_or_path", None),

@@ -58,7 +58,7 @@ def outlier_columns(where: str, cov: CovarianceStats, out: OutlierStats, why: st
                            else _dims(torch.nonzero(massive).flatten()[
                                torch.sort(-massive[massive > 0], stable=True).indices]))
     k = min(3, out.dim)
-    rogue = safe_measure(errors, f"{where} rogue_dims", lambda: rogue_dimensions(out, k))
+    rogue = safe_measure(errors, f"{where} rogue_dims", lambda: rogue_dimensions(out, k=k))
     row["rogue_dims"] = None if rogue is None else _dims(rogue[0])
     row["rogue_share_1"] = None if rogue is None else float(rogue[1][0])
     row["rogue_share_3"] = None if rogue is None or k < 3 else float(rogue[1].sum())
@@ -66,7 +66,7 @@ def outlier_columns(where: str, cov: CovarianceStats, out: OutlierStats, why: st
                           ("isoscore_without_top3", 3, "remove"),
                           ("isoscore_standardised_top3", 3, "standardise")):
         row[name] = safe_measure(errors, f"{where} {name}",
-                                 lambda kk=kk, how=how: float(isoscore_without(cov, kk, how=how)),
+                                 lambda kk=kk, how=how: float(isoscore_without(cov, k=kk, how=how)),
                                  why or (None if out.dim - kk >= 2 else "too few dimensions"))
     return row
 

@@ -5,7 +5,6 @@ whole checkpoint) and restored on resume; TensorBoard's event directory."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,8 +96,8 @@ class IsotropyStateCallback(ShrinkageRefreshCallback):
             return control
         if self.istar:
             main = state.is_world_process_zero
-            with stage(f"Sigma_S pass of I-STAR (epoch {epoch + 1})",
-                       bar=main and not args.disable_tqdm and sys.stderr.isatty(),
+            # the pass shows a bar of its rows out of n_tokens (ShrinkageRefreshCallback)
+            with stage(f"Sigma_S pass of I-STAR (epoch {epoch + 1})", bar=False,
                        echo=print if main else None) as counted:
                 self.dataloader = counted(self.make_loader(epoch))
                 super().on_epoch_begin(args, state, control, **kwargs)

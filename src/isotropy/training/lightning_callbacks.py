@@ -137,7 +137,7 @@ class LightningShrinkageRefresh(lightning.pytorch.Callback):
         if data is None:
             raise ValueError("LightningShrinkageRefresh has no dataloader: pass dataloader=")
         self.last_shrinkage = refresh_all(self._forward_model(pl_module), data, losses,
-                                          self.n_tokens)
+                                          self.n_tokens, progress=trainer.is_global_zero)
         self.shrinkage_epoch = trainer.current_epoch
 
 

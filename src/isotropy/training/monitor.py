@@ -188,7 +188,7 @@ def measure_geometry(
                 warnings.filterwarnings("ignore", message="the data ran out")
             shrinkage = collect_layer_shrinkage(  # every rank reads the same batches
                 inner, _checked(inner, shrinkage_batches, "shrinkage", pooling),
-                pooling=pooling, sync_dist=False,
+                pooling=pooling, sync_dist=False, progress=False,  # inside training: quiet
                 n_tokens=DEFAULT_N_TOKENS * 1000 if n_tokens is None else n_tokens)
     acc = EvalMeasures(max_tokens=max_tokens, top_k=top_k, zeta=zeta if use_star else 0.0,
                        shrinkage=shrinkage, pooling=pooling, sync=False)

@@ -329,11 +329,13 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         if cache is None or cache["epoch"] != epoch:
             t0 = time.perf_counter()
             # the pass leaves the global random state as it was (collect_layer_shrinkage)
-            with stage(f"Sigma_S pass of the measurements (epoch {epoch + 1})",
-                       **self._progress()) as counted:
+            progress = self._progress()  # a bar of the rows read out of shrinkage_tokens
+            with stage(f"Sigma_S pass of the measurements (epoch {epoch + 1})", bar=False,
+                       echo=progress["echo"]) as counted:
                 shrinkage = collect_layer_shrinkage(
                     self.model, counted(self.shrinkage_loader(epoch)),
-                    n_tokens=self.shrinkage_tokens, pooling=self.measure_pooling)
+                    n_tokens=self.shrinkage_tokens, pooling=self.measure_pooling,
+                    progress=progress["bar"])
             cache = {"epoch": epoch, "shrinkage": shrinkage, "rows": shrinkage.describe(),
                      "seconds": time.perf_counter() - t0}
             self._shrinkage_cache = cache
