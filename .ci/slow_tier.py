@@ -1,10 +1,11 @@
 """Add the tests that took longer than a limit in a JUnit XML report to tests/slow_by_time.txt.
 
     python .ci/slow_tier.py ~/.cache/isotropy-ci/last-ci/main.xml --over 10 [--keep NODEID ...]
+        [--skip-under PATH ...]
 
 The XML is the per-test report CI keeps (``make TEST_REPORT=DIR test``). Lines already in the
-file stay; a test named by ``--keep`` is never added (an end-to-end test kept in ``make test``
-on purpose). The file is rewritten sorted, each node id with the seconds measured.
+file stay; a test named by ``--keep``, or under a folder named by ``--skip-under``, is never
+added (an end-to-end test kept in ``make test`` on purpose; the measures' formula tests). The file is rewritten sorted, each node id with the seconds measured.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> None:
     parser.add_argument("report", type=Path)
     parser.add_argument("--over", type=float, required=True, help="seconds")
     parser.add_argument("--keep", action="append", default=[], help="a node id never added")
+    parser.add_argument("--skip-under", action="append", default=[], metavar="PATH",
+                        help="a folder whose tests are never added")
     args = parser.parse_args()
     lines = TIER.read_text(encoding="utf-8").splitlines()
     header = [line for line in lines if line.startswith("#")]
@@ -43,6 +46,7 @@ def main() -> None:
         seconds = float(case.get("time", 0))
         node = node_id(case.get("classname", ""), case.get("name", ""))
         if (node is None or seconds <= args.over or node in entries or node in args.keep
+                or node.startswith(tuple(args.skip_under))
                 or case.find("skipped") is not None):
             continue
         entries[node] = f"{node}  # {seconds:.0f} s"

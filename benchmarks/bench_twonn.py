@@ -1,13 +1,14 @@
 """TwoNN intrinsic dimension: ``isotropy.measures.twonn.twonn`` vs ``skdim.id.TwoNN``, same process.
 
-Run: ``python benchmarks/bench_twonn.py [--quick] [--large]`` (prints a markdown table; about
-2 minutes on 2 cores; ``--quick``: 5,000 points and one run of each, a few seconds).
+Run: ``python benchmarks/bench_twonn.py [--quick] [--large]`` (prints a markdown table; a few
+minutes on 2 cores; ``--quick``: smaller clouds and one run of each, under a minute).
 
-Data: 20,000 x 384 float32, a 10-dimensional Gaussian embedded by a random linear map plus
-isotropic noise of standard deviation 0.01 (seeded). Both estimators run with their defaults
-(``discard_fraction=0.1``, linear fit). Times are medians of 3 runs; the runs of the two
-estimators alternate, so that load from other processes affects both alike (one untimed
-warm-up run of ``twonn`` first).
+Data: 20,000 x 384 and 4,096 x 768 float32 (``--quick``: smaller), a 10-dimensional Gaussian
+embedded by a random linear map plus isotropic noise of standard deviation 0.01 (seeded), each
+also with one row multiplied by 1000 (a point far out, as a token of massive activations).
+Both estimators run with their defaults (``discard_fraction=0.1``, linear fit). Times are
+medians of 3 runs; the runs of the two estimators alternate, so that load from other
+processes affects both alike (one untimed warm-up run of ``twonn`` first).
 With ``--large`` a last row times ``twonn`` alone on 50,000 x 384 and reports the peak resident
 memory of the process (that case runs first, so the peak is that of ``twonn`` and its data),
 to show that the blockwise nearest-neighbour search fits in memory (about 20 s more on an idle
@@ -58,18 +59,22 @@ def _timed(fn: Callable[[], float]) -> tuple[float, float]:
     return value, time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5,000 points, one run of each")
-    ap.add_argument("--large", action="store_true", help="also time twonn on 50,000 x 384")
-    args = ap.parse_args(argv)
-    n, runs = (5_000, 1) if args.quick else (20_000, 3)
-    rows: list[tuple[str, ...]] = []
-    large: list[tuple[str, ...]] = []
-    if args.large:
-        bench_large(large)  # first, so that the peak memory is that of twonn alone
-    x = make_data(n)
-    label = f"{n} x 384 float32, ID ~ 10"
+CASES = [  # (points, dim, one row of large norm)
+    (20_000, 384, False),
+    (4_096, 768, False),
+    (20_000, 384, True),
+    (4_096, 768, True),
+]
+QUICK_CASES = [(5_000, 384, False), (2_048, 768, False), (5_000, 384, True)]
+
+
+def compare(n: int, d: int, large_row: bool, runs: int) -> tuple[str, ...]:
+    """One row of the table: both estimators on the same data, alternating, medians."""
+    x = make_data(n, d)
+    label = f"{n} x {d} float32, ID ~ 10"
+    if large_row:
+        x[0] *= 1000.0  # one point far out (a token with a massive activation)
+        label += ", one row x 1000"
     twonn(x)  # warm-up
     ours_times, ref_times = [], []
     for _ in range(runs):
@@ -79,21 +84,25 @@ def main(argv: list[str] | None = None) -> None:
             theirs, t = _timed(lambda: reference(x))
             ref_times.append(t)
     t_ours = statistics.median(ours_times)
-    if skdim is not None:
-        t_ref = statistics.median(ref_times)
-        rows.append(
-            (
-                label,
-                f"{ours:.10f}",
-                f"{theirs:.10f}",
-                f"{abs(ours - theirs) / abs(theirs):.1e}",
-                f"{t_ours:.2f}",
-                f"{t_ref:.2f}",
-                f"{t_ref / t_ours:.1f}x faster",
-            )
-        )
-    else:  # pragma: no cover
-        rows.append((label, f"{ours:.10f}", "-", "-", f"{t_ours:.2f}", "-", "-"))
+    if skdim is None:  # pragma: no cover
+        return (label, f"{ours:.10f}", "-", "-", f"{t_ours:.2f}", "-", "-")
+    t_ref = statistics.median(ref_times)
+    ratio = t_ref / t_ours
+    speed = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+    return (label, f"{ours:.10f}", f"{theirs:.10f}",
+            f"{abs(ours - theirs) / abs(theirs):.1e}", f"{t_ours:.2f}", f"{t_ref:.2f}", speed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller clouds, one run of each")
+    ap.add_argument("--large", action="store_true", help="also time twonn on 50,000 x 384")
+    args = ap.parse_args(argv)
+    cases, runs = (QUICK_CASES, 1) if args.quick else (CASES, 3)
+    large: list[tuple[str, ...]] = []
+    if args.large:
+        bench_large(large)  # first, so that the peak memory is that of twonn alone
+    rows = [compare(n, d, far, runs) for n, d, far in cases]
 
     flags = [f for f, on in (("--quick", args.quick), ("--large", args.large)) if on]
     command = " ".join(["python benchmarks/bench_twonn.py", *flags])

@@ -156,3 +156,16 @@ def test_measure_shows_the_layers_measured_after_its_pass(monkeypatch):
     shown = _bar_text(monkeypatch, lambda: clouds.rows(2, [], progress=True))
     assert "measures:   0%" in shown and "0/3 " in shown
     assert _bar_text(monkeypatch, lambda: clouds.rows(2, [])) == ""
+
+
+def test_the_measurements_of_analyze_and_train_count_their_clouds(monkeypatch):
+    from isotropy.probing.eval_measures import EvalMeasures
+
+    g = torch.Generator().manual_seed(0)
+    acc = EvalMeasures(max_tokens=100, top_k=2)
+    acc.update(tuple(torch.randn(4, 6, 5, generator=g) for _ in range(3)),
+               torch.ones(4, 6, dtype=torch.long))
+    # 3 hidden states, the union of layers 1..2 and the last layer's view
+    assert _recorded(monkeypatch, lambda: acc.compute(progress=True)) == \
+        [("measures", 5, [1, 1, 1, 1, 1])]
+    assert _recorded(monkeypatch, acc.compute) == []

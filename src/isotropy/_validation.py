@@ -44,6 +44,20 @@ def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def result_dtype(x: ArrayLike) -> torch.dtype:
+    """The dtype of a measure's result on the cloud ``x`` (:func:`accumulation_dtype` of its
+    dtype: float64 for float64 input, float32 for any other), read without converting it.
+
+    >>> result_dtype(np.zeros((2, 3))), result_dtype(torch.zeros(2, 3, dtype=torch.bfloat16))
+    (torch.float64, torch.float32)
+    """
+    if isinstance(x, torch.Tensor):
+        return accumulation_dtype(x)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
+        return torch.float64 if x.dtype.kind != "f" or x.dtype == np.float64 else torch.float32
+    return accumulation_dtype(as_tensor(x))
+
+
 def check_finite(t: torch.Tensor, *, name: str = "X") -> None:
     """Raise ``ValueError`` if ``t`` holds NaN or infinity (never let them pass silently)."""
     if t.numel() and not bool(torch.isfinite(t).all()):
@@ -77,9 +91,11 @@ def check_binary_mask(m: torch.Tensor, *, name: str = "mask") -> None:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def positional_options_deprecated(*names: str) -> Callable[[_F], _F]:
+def positional_options_deprecated(*names: str, cloud_was: str | None = None
+                                  ) -> Callable[[_F], _F]:
     """Decorate a measure whose options ``names`` were positional and are now keyword-only:
     a call that still passes them by position works as before and warns (``FutureWarning``).
+    ``cloud_was``: the old keyword name of the first argument (now ``X``), read with a warning.
 
     >>> @positional_options_deprecated("k")
     ... def top(X, *, k=1):
@@ -95,6 +111,13 @@ def positional_options_deprecated(*names: str) -> Callable[[_F], _F]:
     def decorate(fn: _F) -> _F:
         @functools.wraps(fn)
         def measure(*args: Any, **kwargs: Any) -> Any:
+            if cloud_was is not None and cloud_was in kwargs:
+                if args or "X" in kwargs:
+                    raise TypeError(f"{fn.__name__}() got the cloud twice (X and {cloud_was})")
+                warnings.warn(f"{fn.__name__}({cloud_was}=...): the cloud is X now (or give it "
+                              "by position); the old name will be refused in a later release",
+                              FutureWarning, stacklevel=2)
+                args = (kwargs.pop(cloud_was),)
             if len(args) > 1:
                 extra = args[1:]
                 if len(extra) > len(names):

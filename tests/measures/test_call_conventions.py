@@ -175,3 +175,16 @@ def test_too_many_positions_or_an_option_given_twice_is_a_type_error():
         iso.rogue_dimensions(X, 2, 3)
     with pytest.raises(TypeError, match="got multiple values for 'k'"):
         iso.rogue_dimensions(X, 2, k=2)
+
+
+def test_every_cloud_is_named_x_and_the_old_name_still_works_with_a_warning():
+    for name in CLOUD_MEASURES:
+        assert next(iter(inspect.signature(getattr(iso, name)).parameters)) == "X", name
+    with pytest.warns(FutureWarning, match=r"isoscore_without\(cloud=...\): the cloud is X now"):
+        old = iso.isoscore_without(cloud=X, k=1)
+    assert torch.equal(old, iso.isoscore_without(X, k=1))
+    with pytest.warns(FutureWarning, match="the cloud is X now"):
+        assert torch.equal(iso.top_variance_dimensions(cloud=X, k=2),
+                           iso.top_variance_dimensions(X, k=2))
+    with pytest.raises(TypeError, match=r"got the cloud twice \(X and cloud\)"):
+        iso.isoscore_without(X, cloud=X, k=1)

@@ -62,7 +62,13 @@ NOT_DIFFERENTIABLE = {
         lambda x: isotropy.variance_outliers_from_stats(CovarianceStats.from_batch(x)),
     "top_variance_dimensions": lambda x: isotropy.top_variance_dimensions(x, k=2),
     "activation_outliers": lambda x: isotropy.activation_outliers(x),
+    "activation_outliers_from_stats":
+        lambda x: isotropy.activation_outliers_from_stats(OutlierStats.empty(5).update(x)),
     "cosine_contributions": lambda x: isotropy.cosine_contributions(x),
+    "cosine_contributions_from_stats":
+        lambda x: isotropy.cosine_contributions_from_stats(OutlierStats.empty(5).update(x)),
+    "massive_activations_from_stats":
+        lambda x: isotropy.massive_activations_from_stats(OutlierStats.empty(5).update(x)),
     "rogue_dimensions": lambda x: isotropy.rogue_dimensions(x + 5.0, k=2),
     "massive_activations": lambda x: isotropy.massive_activations(x),
     "isoscore_without": lambda x: isotropy.isoscore_without(x, k=1),

@@ -243,3 +243,29 @@ def test_similarity_invariance(seed: int, scale: float, shift: float) -> None:
     q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
     moved = scale * x[rng.permutation(120)] @ q + shift
     assert _rel(twonn(moved), twonn(x)) < 1e-7
+
+
+def test_one_row_of_large_norm_keeps_the_other_rows_out_of_the_float64_redo(monkeypatch):
+    """A row of large norm widens the rounding bound of the fp32 candidate search; it is
+    searched exactly instead, so the other rows are proven in fp32 and the distances are
+    still those of a brute-force search in fp64."""
+    from isotropy.measures import twonn as module
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(600, 24, generator=g)
+    x[17] *= 1e4  # one token of a massive activation's norm
+    searched: list[int] = []
+    real = module._candidate_search
+
+    def counting(*args):
+        searched.append(len(args[4]))  # the rows of this call
+        return real(*args)
+
+    monkeypatch.setattr(module, "_candidate_search", counting)
+    r1, r2 = module.two_nearest_distances(x)
+    assert sum(searched) <= 600 + 1, searched  # at most the far row itself is redone
+    d = torch.cdist(x.double(), x.double(), compute_mode="donot_use_mm_for_euclid_dist")
+    d.fill_diagonal_(float("inf"))
+    ref = torch.topk(d, 2, dim=1, largest=False).values
+    torch.testing.assert_close(r1, ref[:, 0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(r2, ref[:, 1], rtol=1e-12, atol=0)

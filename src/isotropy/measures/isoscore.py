@@ -331,8 +331,12 @@ def warn_identity_shrinkage(zeta: float, where: str, *, stacklevel: int = 2) -> 
 
 
 def isoscore(X: ArrayLike, *, attention_mask: ArrayLike | None = None) -> torch.Tensor:
-    r"""IsoScore (Rudman et al. 2022) of ``X`` (``(n_points, dim)``): :math:`\iota(\Sigma_X)`.
-    Differentiable: the gradient reaches the input.
+    r"""IsoScore (Rudman et al. 2022) of ``X`` (``(n_points, dim)``): :math:`\iota(\Sigma_X)`
+    :math:`= (\mathrm{PR}(\Sigma_X) - 1)/(d - 1)`, equal to Algorithm 2 of the paper for any
+    covariance, in :math:`[0, 1]`. Differentiable: the gradient reaches the input. A 0-d
+    tensor, float64 for float64 input and float32 otherwise. ``ValueError`` for fewer than 2
+    points, a dimension below 2, zero variance (all rows equal), NaN or infinity, and an array
+    that is not 2-D (hidden states take ``attention_mask``).
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -349,7 +353,8 @@ def participation_ratio(X: ArrayLike, *, attention_mask: ArrayLike | None = None
     r"""Participation ratio of the covariance of ``X``: :math:`(\sum\lambda_i)^2/\sum\lambda_i^2`.
 
     An effective number of dimensions in :math:`[1, d]`; equals
-    :math:`1 + (d-1)\,\mathrm{IsoScore}(X)`. Differentiable.
+    :math:`1 + (d-1)\,\mathrm{IsoScore}(X)`. Differentiable. Bad input as for
+    :func:`isoscore`.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.

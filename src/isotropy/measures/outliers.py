@@ -54,12 +54,11 @@ import torch
 
 from isotropy._validation import (
     ArrayLike,
-    accumulation_dtype,
     as_point_cloud,
-    as_tensor,
     check_finite_float,
     masked_rows,
     positional_options_deprecated,
+    result_dtype,
 )
 from isotropy.distributed import all_reduce_sum, is_distributed
 from isotropy.measures._gradients import detached_input
@@ -142,21 +141,21 @@ def variance_outliers_from_stats(stats: CovarianceStats, *,
     return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
-@positional_options_deprecated("k")
-def top_variance_dimensions(cloud: ArrayLike | CovarianceStats, *, k: int,
+@positional_options_deprecated("k", cloud_was="cloud")
+def top_variance_dimensions(X: ArrayLike | CovarianceStats, *, k: int,
                             attention_mask: ArrayLike | None = None) -> torch.Tensor:
     """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
-    ``attention_mask`` (0/1, shape ``cloud.shape[:-1]``): measure the real tokens' rows
-    of ``(batch, seq, dim)`` hidden states, ``cloud[attention_mask.bool()]``.
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), k=2).tolist()
     [1, 2]
     """
-    cloud = masked_rows(cloud, attention_mask, name="cloud")
-    cloud = detached_input(cloud, "top_variance_dimensions")
-    var = _variances(cloud)
+    X = masked_rows(X, attention_mask, name="X")
+    X = detached_input(X, "top_variance_dimensions")
+    var = _variances(X)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= var.shape[0]:
         raise ValueError(f"k must be an integer in [0, {var.shape[0]}], got {k!r}")
     return _descending(torch.arange(var.shape[0], device=var.device), var)[:k]
@@ -224,7 +223,7 @@ def cosine_contributions(X: ArrayLike, *, attention_mask: ArrayLike | None = Non
     X = detached_input(X, "cosine_contributions")
     u = _unit_rows(_cloud(X, min_points=2))
     cc = _contributions(u.sum(0), (u * u).sum(0), u.shape[0])
-    return cc.to(accumulation_dtype(as_tensor(X)))
+    return cc.to(result_dtype(X))
 
 
 def _shares(cc: torch.Tensor, n: int) -> torch.Tensor:
@@ -271,7 +270,7 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
     else:
         x = _cloud(X, min_points=2)
         cc, n = cosine_contributions(x), x.shape[0]
-        out = accumulation_dtype(as_tensor(X))
+        out = result_dtype(X)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= cc.shape[0]:
         raise ValueError(f"k must be an integer in [1, {cc.shape[0]}], got {k!r}")
     share = _shares(cc, n)
@@ -314,8 +313,8 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
 # ------------------------------------------------------------------ the post-hoc view
 
 
-@positional_options_deprecated("k")
-def isoscore_without(cloud: ArrayLike | CovarianceStats, *, k: int | None = None,
+@positional_options_deprecated("k", cloud_was="cloud")
+def isoscore_without(X: ArrayLike | CovarianceStats, *, k: int | None = None,
                      dims: Sequence[int] | torch.Tensor | None = None,
                      how: str = "remove",
                      attention_mask: ArrayLike | None = None,
@@ -331,23 +330,23 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, *, k: int | None = None
     choice; none of the outlier papers defines one.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
-    ``attention_mask`` (0/1, shape ``cloud.shape[:-1]``): measure the real tokens' rows
-    of ``(batch, seq, dim)`` hidden states, ``cloud[attention_mask.bool()]``.
+    ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
+    of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.tensor([[0.0, 0, 0], [10, 1, 0], [0, 0, 1], [10, 1, 1]])
     >>> round(float(isoscore_without(X, k=1)), 4)  # without dimension 0: two equal variances
     1.0
     """
-    cloud = masked_rows(cloud, attention_mask, name="cloud")
-    cloud = detached_input(cloud, "isoscore_without")
+    X = masked_rows(X, attention_mask, name="X")
+    X = detached_input(X, "isoscore_without")
     if how not in ("remove", "standardise"):
         raise ValueError(f"how must be 'remove' or 'standardise', got {how!r}")
-    cov = _covariance(cloud)
+    cov = _covariance(X)
     d = cov.shape[0]
     if (k is None) == (dims is None):
         raise ValueError("give exactly one of k and dims")
     if dims is None:
-        chosen = top_variance_dimensions(cloud, k=k)  # type: ignore[arg-type]
+        chosen = top_variance_dimensions(X, k=k)  # type: ignore[arg-type]
     else:
         given = torch.as_tensor(dims)
         if given.numel() == 0:  # no dimension, as k = 0
@@ -364,8 +363,7 @@ def isoscore_without(cloud: ArrayLike | CovarianceStats, *, k: int | None = None
     if int(keep.sum()) < 2:
         raise ValueError(f"{int(keep.sum())} dimension(s) would remain: IsoScore needs 2")
     # statistics are float64; a cloud's result is float64 for float64 rows, else float32
-    out = torch.float64 if isinstance(cloud, CovarianceStats) else accumulation_dtype(
-        as_tensor(cloud))
+    out = torch.float64 if isinstance(X, CovarianceStats) else result_dtype(X)
     if how == "remove":
         return _iota(cov[keep][:, keep]).to(out)
     var = cov.diagonal()

@@ -46,11 +46,10 @@ import torch
 
 from isotropy._validation import (
     ArrayLike,
-    accumulation_dtype,
     as_point_cloud,
-    as_tensor,
     check_finite_float,
     masked_rows,
+    result_dtype,
 )
 from isotropy.measures._gradients import detached_input
 from isotropy.measures.covariance import CovarianceStats
@@ -125,7 +124,7 @@ def effective_rank(X: ArrayLike, *, center: bool = False,
     """
     X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "effective_rank")
-    return _entropy_rank(_singular_values(X, center), 0.0).to(accumulation_dtype(as_tensor(X)))
+    return _entropy_rank(_singular_values(X, center), 0.0).to(result_dtype(X))
 
 
 def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False,
@@ -146,7 +145,7 @@ def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False,
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    return _entropy_rank(_singular_values(X, center), eps).to(accumulation_dtype(as_tensor(X)))
+    return _entropy_rank(_singular_values(X, center), eps).to(result_dtype(X))
 
 
 def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -> torch.Tensor:

@@ -23,7 +23,10 @@ The nearest neighbours are exact. Pairwise distances are computed in row blocks
 candidate distances are recomputed exactly in fp64 from coordinate differences, and a
 rounding-error bound proves that no other point is closer; rows where it cannot are redone
 with fp64 candidates, whose selection can only confuse points whose squared distances agree
-to within fp64 rounding (about :math:`d\cdot 10^{-16}\lVert x\rVert^2`). The estimate is not
+to within fp64 rounding (about :math:`d\cdot 10^{-16}\lVert x\rVert^2`). The bound grows
+with the largest norm, so the few rows of norm above twice the median (at most 32) are no
+candidates: every row's distances to them are computed exactly from coordinate differences,
+and one row of large norm no longer sends every row to the fp64 redo. The estimate is not
 differentiable (sorting and nearest-neighbour selection).
 """
 
@@ -61,6 +64,22 @@ RELIABLE_POINTS = 100
 _N_CANDIDATES = 8
 # elements of one (chunk x n) block of the distance matrix when chunk_size is not given
 _BLOCK_ELEMENTS = 1 << 24
+# rows of large norm whose distances are computed exactly, outside the candidate search (a
+# row of large norm would otherwise widen every row's rounding bound)
+_MAX_FAR = 32
+
+
+def _far_rows(norms: torch.Tensor, m: int) -> torch.Tensor:
+    """The rows of norm above twice the median (at most :data:`_MAX_FAR`, the largest): their
+    distances to every row are computed exactly, so that the candidate bound of the other rows
+    uses the largest norm among the rest. Empty where too few rows would be left to search."""
+    n = norms.shape[0]
+    far = torch.nonzero(norms > 2.0 * norms.median()).flatten()
+    if len(far) > _MAX_FAR:
+        far = far[torch.topk(norms[far], _MAX_FAR).indices]
+    if n - 1 - len(far) <= m:
+        return far[:0]
+    return far
 
 
 def _chunk_rows(n: int, chunk_size: int | None) -> int:
@@ -94,15 +113,25 @@ def _candidate_search(
     m: int,
     err_scale: float,
     max_norm: float,
+    far: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Exact squared (r1, r2) for ``rows`` and whether the candidate set is proven complete."""
+    """Exact squared (r1, r2) for ``rows`` and whether the candidate set is proven complete.
+    The ``far`` rows (:func:`_far_rows`) are no candidates: their distances are exact, and
+    ``max_norm`` is the largest norm of the other rows."""
     block = work[rows] @ minus_two_work.T  # -2 x_i . x_j (scaling by -2 is exact)
     block.add_(sq)  # ||x_j||^2 - 2 x_i . x_j  (||x_i||^2 is constant in a row)
     block[torch.arange(len(rows), device=rows.device), rows] = math.inf  # never pick i itself
+    if len(far):
+        block[:, far] = math.inf
     approx, cand = torch.topk(block, m, dim=1, largest=False, sorted=True)
     del block
     diff = x64[cand] - x64[rows].unsqueeze(1)
     exact = (diff * diff).sum(-1)  # (rows, m) squared distances from coordinate differences
+    if len(far):
+        x_rows = x64[rows]
+        to_far = torch.stack([((x_rows - x64[j]) ** 2).sum(1) for j in far.tolist()], 1)
+        to_far[rows.unsqueeze(1) == far.unsqueeze(0)] = math.inf  # a far row itself
+        exact = torch.cat([exact, to_far], 1)
     two, _ = torch.topk(exact, 2, dim=1, largest=False, sorted=True)
     if m == x64.shape[0] - 1:  # every other point is a candidate
         ok = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
@@ -145,11 +174,15 @@ def two_nearest_distances(
 
     levels = [torch.float64] if x.dtype == torch.float64 else [torch.float32, torch.float64]
     pending = torch.arange(n, device=x.device)
+    norms = centred.norm(dim=1)
+    far = _far_rows(norms, m)
+    near = torch.ones(n, dtype=torch.bool, device=x.device)
+    near[far] = False
+    max_norm = float(norms[near].max())
     for level, dtype in enumerate(levels):
         work = centred.to(dtype)
         minus_two_work = -2.0 * work
         sq = (work * work).sum(1)
-        max_norm = float(centred.norm(dim=1).max())
         # rounding of the cast, of ||x_j||^2, of x_i.x_j (length d) and of the sums, with margin
         err_scale = 2.0 * (d + 8) * _matmul_eps(dtype)
         last = level == len(levels) - 1
@@ -157,7 +190,7 @@ def two_nearest_distances(
         for start in range(0, len(pending), rows_per_chunk):
             rows = pending[start : start + rows_per_chunk]
             a, b, ok = _candidate_search(
-                work, minus_two_work, sq, x64, rows, m, err_scale, max_norm
+                work, minus_two_work, sq, x64, rows, m, err_scale, max_norm, far
             )
             r1[rows], r2[rows] = a, b
             if not last:

@@ -32,11 +32,10 @@ import torch
 
 from isotropy._validation import (
     ArrayLike,
-    accumulation_dtype,
     as_point_cloud,
-    as_tensor,
     check_finite_float,
     masked_rows,
+    result_dtype,
 )
 
 __all__ = ["alignment", "uniformity"]
@@ -65,7 +64,7 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
     x, y = _normalised(X, "X"), _normalised(Y, "Y")
-    out = accumulation_dtype(as_tensor(X))
+    out = result_dtype(X)
     if x.shape != y.shape:
         raise ValueError(f"X and Y must have the same shape (pairs), got {tuple(x.shape)} "
                          f"and {tuple(y.shape)}")
@@ -95,7 +94,7 @@ def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024,
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer, got {block!r}")
     x = _normalised(X, "X", min_points=2)
-    out = accumulation_dtype(as_tensor(X))
+    out = result_dtype(X)
     n = x.shape[0]
     parts = []
     for start in range(0, n - 1, block):

@@ -349,7 +349,7 @@ def analyze_model(
             for hidden_states, attention_mask in hidden_state_batches(
                     model, counted(_batches(inputs, inputs.texts, batch_size), total)):
                 measures.update(hidden_states, attention_mask)
-        record = measures.compute()
+        record = measures.compute(progress=bar)
     config = {
         **inputs.config,
         "model_type": getattr(model.config, "model_type", None),

@@ -87,6 +87,7 @@ from isotropy.probing.outlier_columns import (
     outlier_columns,
     outlier_columns_of_rows,
 )
+from isotropy.progress import progress_bar
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -470,9 +471,10 @@ class EvalMeasures:
             "token_mean_std": f"token cloud of layer {n_layers} (ddof=1)",
         }
 
-    def compute(self) -> dict[str, Any]:
+    def compute(self, *, progress: bool = False) -> dict[str, Any]:
         """The record of every batch so far (see the module doc for its contents); when
-        synced, of every rank's batches (a collective)."""
+        synced, of every rank's batches (a collective). ``progress``: a bar of the layers
+        measured where stderr is a terminal."""
         if not self._tokens:
             raise ValueError("EvalMeasures.compute() needs at least one update() first")
         tokens, cls, bad, (n_examples, n_tokens, n_measured) = self._state()
@@ -482,16 +484,21 @@ class EvalMeasures:
                 len(self.layer_shrinkage["token"]) != n_layers + 1:
             raise ValueError(f"the per-layer Sigma_S has {len(self.layer_shrinkage['token'])} "
                              f"hidden states, the measured model {n_layers + 1}")
-        layers = [
-            {"layer": i,
-             "token": self._token_record(f"layer {i} token", tokens[i], n_measured, bad[i],
-                                         errors, self._sigma("token", i)),
-             "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i], errors,
-                                     self._sigma("pooled", i))}
-            for i in range(n_layers + 1)
-        ]
-        union = self._union_record(tokens, bad, n_measured, errors)
-        last = self._last_record(tokens[-1], cls[-1], bad[-1], errors)
+        layers = []
+        # every layer, then the union of layers 1..L and the last layer's view
+        with progress_bar("measures", n_layers + 3, unit="cloud", show=progress) as advance:
+            for i in range(n_layers + 1):
+                layers.append(
+                    {"layer": i,
+                     "token": self._token_record(f"layer {i} token", tokens[i], n_measured,
+                                                 bad[i], errors, self._sigma("token", i)),
+                     "cls": self._cls_record(f"layer {i} cls", cls[i], n_examples, bad[i],
+                                             errors, self._sigma("pooled", i))})
+                advance(1)
+            union = self._union_record(tokens, bad, n_measured, errors)
+            advance(1)
+            last = self._last_record(tokens[-1], cls[-1], bad[-1], errors)
+            advance(1)
         return {
             "num_layers": n_layers,
             "hidden_size": tokens[0].stats.dim,

@@ -359,7 +359,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             record: dict[str, Any] = {"errors": [why], "layers": [], "num_layers": None}
         else:
             t0 = time.perf_counter()
-            record = acc.compute()
+            record = acc.compute(progress=self._progress()["bar"])
             record["seconds"] = time.perf_counter() - t0
         record = {"step": self.state.global_step, "epoch": self.state.epoch, "prefix": prefix,
                   "shrinkage": source, **record}
