@@ -13,7 +13,8 @@
 # written by make_confirm_spec.py: B3's confirmation on its seeds 3-5; run_confirm.sh),
 # readout (specs/readout.yaml: B4; run_readout.sh) or entropy (specs/entropy.yaml, phase B:
 # B5 runs its seeds 3 and 4 with SEEDS="3 4"; run_entropy_seeds.sh) or mpnet (specs/mpnet.yaml:
-# B6's MPNet half; run_mpnet.sh). WT, RUNS, WORKERS: as in
+# B6's MPNet half; run_mpnet.sh) or confirm-cpu (specs/confirm-cpu.yaml: the confirmatory
+# step's CPU part; run_confirm_cpu.sh). WT, RUNS, WORKERS: as in
 # run.sh; SEEDS: the seeds, in order (default: the spec's own). The runs go under $RUNS/SPEC.
 # Relative paths in WT, RUNS and GLUE_DIR are the caller's.
 set -uo pipefail
