@@ -72,6 +72,14 @@ def avg_cosine_similarity(
     replacement (``seed`` makes it reproducible). Differentiable; at least 2 points, no row of
     norm zero. Accumulated in fp64, returned in fp64 for fp64 input and fp32 otherwise.
 
+    - **Reference:** Ethayarajh (2019), "How contextual are contextualized word
+      representations?".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[-1/(n-1), 1]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, and a row of norm zero.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -112,6 +120,14 @@ def cosine_regularization_term(X: ArrayLike, *,
     :math:`\frac{M-1}{M}` times :math:`\text{avg\_cosine\_similarity}`). Computed in
     :math:`O(Md)` as :math:`(\lVert\sum_i\hat x_i\rVert^2 - M)/M^2`; differentiable. One point
     gives the empty sum, 0. Rows of norm zero raise ``ValueError``.
+
+    - **Reference:** Gao et al. (2019), "Representation degeneration problem in training natural
+      language generation models", as eq. 1 of Rudman & Eickhoff (2024), "Stable anisotropic
+      regularization" (ICLR).
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** a 0-d tensor, float64 for float64 input and float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, no point, and a row of norm zero.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.

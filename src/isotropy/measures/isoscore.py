@@ -158,6 +158,14 @@ def participation_ratio_from_covariance(cov: ArrayLike) -> torch.Tensor:
     (all checked; see :func:`isotropy._validation.check_psd`). Scale free: computed on ``cov``
     times a power of two that brings its largest entry near 1. Differentiable in ``cov``.
 
+    - **Reference:** step 5 of IsoScore (Rudman, Gillman, Rayne & Eickhoff (2022), "IsoScore:
+      measuring the uniformity of embedding space utilization").
+    - **Input:** ``cov``, a covariance matrix of shape ``(dim, dim)``.
+    - **Returns:** a 0-d tensor in :math:`[1, d]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for a matrix that is not square, not symmetric, not positive
+      semi-definite or zero, and NaN or infinity.
+
     >>> participation_ratio_from_covariance(torch.diag(torch.tensor([1.0, 1.0, 0.0])))
     tensor(2.)
     """
@@ -175,6 +183,14 @@ def isoscore_from_covariance(cov: ArrayLike) -> torch.Tensor:
     modified since is not checked again). Symmetry and a non-negative diagonal are checked too;
     a zero matrix (zero variance: all points identical) raises ``ValueError``. Scale free
     (computed on ``cov`` times an exact power of two); differentiable in ``cov``.
+
+    - **Reference:** Rudman, Gillman, Rayne & Eickhoff (2022), "IsoScore: measuring the
+      uniformity of embedding space utilization".
+    - **Input:** ``cov``, a covariance matrix of shape ``(dim, dim)``, ``dim`` at least 2.
+    - **Returns:** a 0-d tensor in :math:`[0, 1]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for a matrix that is not square, not symmetric, not positive
+      semi-definite, of dimension below 2 or zero, and NaN or infinity.
 
     >>> isoscore_from_covariance(torch.eye(4))
     tensor(1.)
@@ -300,6 +316,15 @@ def isoscore_star(
     :math:`\zeta > 0` without ``shrinkage`` mixes :math:`\Sigma_X` with :math:`I`, whose
     scale is fixed: the score then depends on the scale of ``X`` (a ``UserWarning`` says so).
 
+    - **Reference:** Rudman & Eickhoff (2024), "Stable anisotropic regularization" (ICLR).
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[0, 1]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, a dimension below 2, a
+      ``shrinkage`` of another shape or not positive semi-definite, ``zeta`` outside :math:`[0,
+      1]`, and zero variance when :math:`\zeta = 0`.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -333,10 +358,16 @@ def warn_identity_shrinkage(zeta: float, where: str, *, stacklevel: int = 2) -> 
 def isoscore(X: ArrayLike, *, attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r"""IsoScore (Rudman et al. 2022) of ``X`` (``(n_points, dim)``): :math:`\iota(\Sigma_X)`
     :math:`= (\mathrm{PR}(\Sigma_X) - 1)/(d - 1)`, equal to Algorithm 2 of the paper for any
-    covariance, in :math:`[0, 1]`. Differentiable: the gradient reaches the input. A 0-d
-    tensor, float64 for float64 input and float32 otherwise. ``ValueError`` for fewer than 2
-    points, a dimension below 2, zero variance (all rows equal), NaN or infinity, and an array
-    that is not 2-D (hidden states take ``attention_mask``).
+    covariance, in :math:`[0, 1]`. Differentiable: the gradient reaches the input.
+
+    - **Reference:** Rudman, Gillman, Rayne & Eickhoff (2022), "IsoScore: measuring the
+      uniformity of embedding space utilization".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[0, 1]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, a dimension below 2 and zero
+      variance (all rows equal).
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -353,8 +384,17 @@ def participation_ratio(X: ArrayLike, *, attention_mask: ArrayLike | None = None
     r"""Participation ratio of the covariance of ``X``: :math:`(\sum\lambda_i)^2/\sum\lambda_i^2`.
 
     An effective number of dimensions in :math:`[1, d]`; equals
-    :math:`1 + (d-1)\,\mathrm{IsoScore}(X)`. Differentiable. Bad input as for
-    :func:`isoscore`.
+    :math:`1 + (d-1)\,\mathrm{IsoScore}(X)`. Differentiable.
+
+    - **Reference:** the participation ratio of the covariance, step 5 of IsoScore (Rudman,
+      Gillman, Rayne & Eickhoff (2022), "IsoScore: measuring the uniformity of embedding space
+      utilization").
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[1, d]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, and zero variance (all rows
+      equal).
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.

@@ -58,7 +58,19 @@ def layernorm_outliers(weights: ArrayLike, *, sigmas: float = 3.0,
                        min_layers: int = 4) -> torch.Tensor:
     """The dimensions flagged by :func:`layernorm_flags` in at least ``min_layers`` layers,
     most often flagged first (ties: lower index first).
-    Not differentiable: an input that requires grad gets a ``UserWarning``."""
+    Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    - **Reference:** the 3σ rule on the LayerNorm weights of Kovaleva et al. (2021), "BERT
+      busters", and Puccetti et al. (2022), "Outlier dimensions that disrupt transformers are
+      driven by frequency".
+    - **Input:** ``weights`` of shape ``(layers, dim)``, ``dim`` at least 2: the output
+      LayerNorm weights of every layer, stacked
+      (:func:`isotropy.models.layernorms.output_layernorm_weights` reads them from a model).
+    - **Returns:** an int64 tensor of dimension indices, most often flagged first (empty when
+      none).
+    - **Bad input:** ``ValueError`` for another shape, NaN or infinity, a ``sigmas`` that is not
+      a positive number, and a ``min_layers`` that is not a positive integer.
+    """
     weights = detached_input(weights, "layernorm_outliers")
     if isinstance(min_layers, bool) or not isinstance(min_layers, int) or min_layers < 1:
         raise ValueError(f"min_layers must be a positive integer, got {min_layers!r}")

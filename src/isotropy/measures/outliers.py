@@ -122,6 +122,15 @@ def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
     et al. 2023; module doc), largest variance first. At least 2 points.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode task-specific
+      knowledge".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** an int64 tensor of dimension indices, largest variance first (empty when
+      none).
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, zero variance in every
+      dimension, and a ``factor`` that is not a positive number.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -137,7 +146,27 @@ def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
 def variance_outliers_from_stats(stats: CovarianceStats, *,
                                  factor: float = VARIANCE_FACTOR) -> torch.Tensor:
     """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2).
-    Not differentiable (statistics hold no gradient)."""
+    Not differentiable (statistics hold no gradient).
+
+    - **Reference:** Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode task-specific
+      knowledge".
+    - **Input:** ``stats``, the :class:`~isotropy.measures.covariance.CovarianceStats` of at
+      least 2 rows.
+    - **Returns:** an int64 tensor of dimension indices, largest variance first (empty when
+      none).
+    - **Bad input:** ``TypeError`` for anything but a
+      :class:`~isotropy.measures.covariance.CovarianceStats`; ``ValueError`` for statistics of
+      fewer than 2 rows, zero variance in every dimension, and a ``factor`` that is not a
+      positive number.
+
+    >>> s = CovarianceStats.from_batch(torch.tensor([[0.0, 0, 0, 0, 0, 0, 0]]))
+    >>> s = s.merge(CovarianceStats.from_batch(torch.tensor([[10.0, 1, 1, 1, 1, 1, 1]])))
+    >>> variance_outliers_from_stats(s).tolist()
+    [0]
+    """
+    if not isinstance(stats, CovarianceStats):
+        raise TypeError(f"variance_outliers_from_stats takes CovarianceStats, got "
+                        f"{type(stats).__name__}; for a cloud, call variance_outliers")
     return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
@@ -146,6 +175,14 @@ def top_variance_dimensions(X: ArrayLike | CovarianceStats, *, k: int,
                             attention_mask: ArrayLike | None = None) -> torch.Tensor:
     """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    - **Reference:** the dimensions Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode
+      task-specific knowledge" find to carry the anisotropy.
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** an int64 tensor of ``k`` dimension indices, largest variance first.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, and ``k`` outside :math:`[0,
+      d]`.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -185,6 +222,16 @@ def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS,
     than ``sigmas`` (3) standard deviations (module doc), largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** the 3σ rule of Kovaleva et al. (2021), "BERT busters", and Puccetti et al.
+      (2022), "Outlier dimensions that disrupt transformers are driven by frequency", applied to
+      activations.
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** an int64 tensor of dimension indices, largest mean magnitude first (empty
+      when none).
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, no point, and a ``sigmas`` that is not a positive
+      number.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -212,6 +259,15 @@ def cosine_contributions(X: ArrayLike, *, attention_mask: ArrayLike | None = Non
     :func:`~isotropy.measures.cosine.avg_cosine_similarity`. Shape ``(dim,)``, computed in
     float64 (float64 for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    - **Reference:** Timkey & van Schijndel (2021), "All bark and no bite: rogue dimensions in
+      transformer language models obscure representational quality".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 1-D tensor of shape ``(dim,)`` that sums to
+      :func:`~isotropy.measures.cosine.avg_cosine_similarity`, float64 for float64 input and
+      float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, and a row of norm zero.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -253,6 +309,15 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
     one-sided test): near 0 they are ratios of noise, and below 0 (a centred simplex,
     say) no dimension makes the cloud anisotropic (this floor is this library's choice).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    - **Reference:** Timkey & van Schijndel (2021), "All bark and no bite: rogue dimensions in
+      transformer language models obscure representational quality".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** ``(dims, shares)``: an int64 tensor of ``k`` dimension indices, largest
+      contribution first, and a float64 tensor of their shares.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, a row of norm zero, ``k``
+      outside :math:`[1, d]`, and an average cosine that does not exceed its 3σ floor (above).
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -297,6 +362,15 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
     the two middle values (``torch.median``).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** Sun, Chen, Kolter & Liu (2024), "Massive activations in large language
+      models".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** an int64 tensor of shape ``(dim,)``: how many massive activations each
+      dimension holds.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, no point, and thresholds that are not positive
+      numbers.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -329,6 +403,17 @@ def isoscore_without(X: ArrayLike | CovarianceStats, *, k: int | None = None,
     (or ``dims=[]``) gives the IsoScore itself. The rescaling target is this library's
     choice; none of the outlier papers defines one.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
+
+    - **Reference:** IsoScore (Rudman, Gillman, Rayne & Eickhoff (2022), "IsoScore: measuring
+      the uniformity of embedding space utilization") without the dimensions of largest variance
+      of Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode task-specific knowledge";
+      the post-hoc view is this library's.
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[0, 1]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, ``k`` or ``dims`` that leave
+      fewer than 2 dimensions, and a covariance that is zero without them.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
@@ -527,6 +612,15 @@ def activation_outliers_from_stats(stats: OutlierStats, *,
                                    sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
     """:func:`activation_outliers` of the rows summarised by ``stats`` (at least 1).
 
+    - **Reference:** the 3σ rule of Kovaleva et al. (2021), "BERT busters", and Puccetti et al.
+      (2022), "Outlier dimensions that disrupt transformers are driven by frequency", applied to
+      activations.
+    - **Input:** ``stats``, the :class:`OutlierStats` of at least 1 row.
+    - **Returns:** an int64 tensor of dimension indices, largest mean magnitude first (empty
+      when none).
+    - **Bad input:** ``TypeError`` for anything but an :class:`OutlierStats`; ``ValueError`` for
+      statistics of no row and a ``sigmas`` that is not a positive number.
+
     >>> X = torch.ones(4, 20); X[:, 7] = 50.0
     >>> activation_outliers_from_stats(OutlierStats.empty(20).update(X)).tolist()
     [7]
@@ -539,6 +633,14 @@ def cosine_contributions_from_stats(stats: OutlierStats) -> torch.Tensor:
     """:func:`cosine_contributions` of the rows summarised by ``stats`` (at least 2, none of
     norm zero); float64.
 
+    - **Reference:** Timkey & van Schijndel (2021), "All bark and no bite: rogue dimensions in
+      transformer language models obscure representational quality".
+    - **Input:** ``stats``, the :class:`OutlierStats` of at least 2 rows, none of norm zero.
+    - **Returns:** a float64 tensor of shape ``(dim,)`` that sums to the average cosine
+      similarity.
+    - **Bad input:** ``TypeError`` for anything but an :class:`OutlierStats`; ``ValueError`` for
+      statistics of fewer than 2 rows or with a row of norm zero.
+
     >>> X = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     >>> cosine_contributions_from_stats(OutlierStats.empty(2).update(X)).tolist()
     [0.7071067811865475, 0.0]
@@ -549,6 +651,15 @@ def cosine_contributions_from_stats(stats: OutlierStats) -> torch.Tensor:
 def massive_activations_from_stats(stats: OutlierStats) -> torch.Tensor:
     """:func:`massive_activations` of the rows summarised by ``stats``, at the thresholds
     given to :meth:`OutlierStats.empty` (int64, per dimension).
+
+    - **Reference:** Sun, Chen, Kolter & Liu (2024), "Massive activations in large language
+      models".
+    - **Input:** ``stats``, the :class:`OutlierStats` of any number of rows (none gives zeros);
+      its thresholds are those given to :meth:`OutlierStats.empty`, because each row's test
+      needs that row's median, which the sums cannot give back.
+    - **Returns:** an int64 tensor of shape ``(dim,)``: how many massive activations each
+      dimension holds.
+    - **Bad input:** ``TypeError`` for anything but an :class:`OutlierStats`.
 
     >>> X = torch.ones(3, 5); X[0, 2] = 2000.0
     >>> massive_activations_from_stats(OutlierStats.empty(5).update(X)).tolist()

@@ -64,6 +64,14 @@ def partition_score(X: ArrayLike, *, log: bool = False,
     :math:`I(X)` itself underflows to 0 (very large norms). Computed in fp64.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** Mu, Bhat & Viswanath (2017), "All-but-the-top: simple and effective
+      postprocessing for word representations".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`(0, 1]` (its log, :math:`\le 0`, with ``log=True``),
+      float64 for float64 input and float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, and no point.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 

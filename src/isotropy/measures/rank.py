@@ -114,6 +114,14 @@ def effective_rank(X: ArrayLike, *, center: bool = False,
     float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** Roy & Vetterli (2007), "The effective rank: a measure of effective
+      dimensionality".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** a 0-d tensor in :math:`[1, \min(n, d)]`, float64 for float64 input and
+      float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, and no point.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -134,6 +142,13 @@ def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False,
     for float64 input, float32 for any other).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
+    - **Reference:** Garrido, Balestriero, Najman & LeCun (2023), "RankMe: assessing the
+      downstream performance of pretrained self-supervised representations by their rank".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** a 0-d tensor, float64 for float64 input and float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, and no point.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -149,8 +164,17 @@ def rankme(X: ArrayLike, *, eps: float = RANKME_EPSILON, center: bool = False,
 
 
 def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -> torch.Tensor:
-    """:func:`effective_rank` of the rows summarised by ``stats``.
+    r""":func:`effective_rank` of the rows summarised by ``stats``.
     Not differentiable (statistics hold no gradient).
+
+    - **Reference:** Roy & Vetterli (2007), "The effective rank: a measure of effective
+      dimensionality".
+    - **Input:** ``stats``, the :class:`~isotropy.measures.covariance.CovarianceStats` of at
+      least 1 row.
+    - **Returns:** a 0-d float64 tensor in :math:`[1, \min(n, d)]`.
+    - **Bad input:** ``TypeError`` for anything but a
+      :class:`~isotropy.measures.covariance.CovarianceStats`; ``ValueError`` for statistics of
+      no row.
 
     >>> s = CovarianceStats.from_batch(torch.eye(4)).merge(CovarianceStats.from_batch(torch.eye(4)))
     >>> round(float(effective_rank_from_stats(s)), 6)  # the 8 x 4 cloud [I; I]
@@ -162,7 +186,17 @@ def effective_rank_from_stats(stats: CovarianceStats, *, center: bool = False) -
 def rankme_from_stats(stats: CovarianceStats, *, eps: float = RANKME_EPSILON,
                       center: bool = False) -> torch.Tensor:
     """:func:`rankme` of the rows summarised by ``stats``.
-    Not differentiable (statistics hold no gradient)."""
+    Not differentiable (statistics hold no gradient).
+
+    - **Reference:** Garrido, Balestriero, Najman & LeCun (2023), "RankMe: assessing the
+      downstream performance of pretrained self-supervised representations by their rank".
+    - **Input:** ``stats``, the :class:`~isotropy.measures.covariance.CovarianceStats` of at
+      least 1 row.
+    - **Returns:** a 0-d float64 tensor.
+    - **Bad input:** ``TypeError`` for anything but a
+      :class:`~isotropy.measures.covariance.CovarianceStats`; ``ValueError`` for statistics of
+      no row.
+    """
     eps = check_finite_float(eps, "eps", allow_bool=False)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")

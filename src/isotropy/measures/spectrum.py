@@ -46,6 +46,15 @@ def anisotropy_spectrum(
     Raises ``ValueError`` when :math:`\lVert X\rVert_F = 0` (after centring: zero variance,
     all points identical, e.g. a single point with ``center=True``).
 
+    - **Reference:** Razzhigaev et al. (2024), "The shape of learning: anisotropy and intrinsic
+      dimensions in transformer-based models".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
+    - **Returns:** a descending 1-D tensor of length ``k`` that sums to at most 1, float64 for
+      float64 input and float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, no point, ``k`` outside :math:`[1, \min(n, d)]`, and
+      :math:`\lVert X\rVert_F = 0` (after centring).
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 

@@ -192,6 +192,15 @@ def h0_barcode(
     ``(n - 1, 2)`` long tensor of edge end points (row indices of ``X``, smaller index first)
     is returned too, in the same order.
 
+    - **Reference:** the 0-dimensional Vietoris--Rips barcode that Kudriashov et al. (2025),
+      "Shrink the longest: improving latent space isotropy with simplicial geometry"
+      regularizes.
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a descending 1-D tensor of the :math:`n - 1` bar lengths, float64 for float64
+      input and float32 otherwise (with ``return_pairs``, also an ``(n - 1, 2)`` int64 tensor).
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, and fewer than 2 points.
+
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
@@ -272,6 +281,16 @@ def persistent_entropy(bars: ArrayLike) -> torch.Tensor:
     :math:`k` bars, with equality on the right iff all bars are equal. Zero-length bars add 0
     (the convention :math:`0 \log 0 = 0`) and receive the finite gradient
     :math:`(1 - H)/\sum_j \ell_j`. Differentiable; fp64 stays fp64, other floats use fp32.
+
+    - **Reference:** Kudriashov et al. (2025), "Shrink the longest: improving latent space
+      isotropy with simplicial geometry", after Chintakunta et al. (2015), "An entropy-based
+      persistence barcode".
+    - **Input:** ``bars``, a 1-D tensor of bar lengths :math:`\ge 0` (at least one), e.g. from
+      :func:`h0_barcode`.
+    - **Returns:** a 0-d tensor in :math:`[0, \log k]`, float64 for float64 input and float32
+      otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 1-D, no bar, a negative length, NaN
+      or infinity, and bars that are all of length zero.
 
     >>> persistent_entropy(torch.tensor([1.0, 1.0, 1.0, 1.0]))  # log 4
     tensor(1.3863)
@@ -399,6 +418,16 @@ def prominent_features(bars: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, int
     within :math:`10^{-12}` of 1 count as no rise; a rescan with :math:`m < 4` has no
     :math:`i` to scan and keeps the current :math:`i`. The result is invariant to scaling.
     Differentiable in ``bars`` (the returned bars are slices of them).
+
+    - **Reference:** the persistent-entropy scan of Atienza, Gonzalez-Diaz & Rucco (2019),
+      "Persistent entropy for separating topological features from noise in Vietoris-Rips
+      complexes", in the variant of Kudriashov et al. (2025), "Shrink the longest: improving
+      latent space isotropy with simplicial geometry".
+    - **Input:** ``bars``, a 1-D tensor of bar lengths :math:`\ge 0` (at least one).
+    - **Returns:** ``(features, noise, i)``: two 1-D tensors, slices of the bars sorted longest
+      first, and the index of the last feature.
+    - **Bad input:** ``ValueError`` for an array that is not 1-D, no bar, a negative length, and
+      NaN or infinity.
 
     >>> f, noise, i = prominent_features(torch.tensor([2.0, 2.0, 10.0, 2.0, 9.0, 2.0, 2.0, 2.0]))
     >>> f, noise, i

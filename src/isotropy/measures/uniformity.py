@@ -57,6 +57,15 @@ def alignment(X: ArrayLike, Y: ArrayLike, *, alpha: float = 2.0,
     ``reduction="sum"`` returns ``(sum, number of pairs)`` to combine batches.
     Differentiable in ``X`` and ``Y`` (a loss).
 
+    - **Reference:** Wang & Isola (2020), "Understanding contrastive representation learning
+      through alignment and uniformity on the hypersphere".
+    - **Input:** ``X`` and ``Y`` of the same shape ``(n_pairs, dim)``, at least 1 pair, row
+      ``i`` of each a positive pair.
+    - **Returns:** a 0-d tensor :math:`\ge 0`, float64 for float64 input and float32 otherwise
+      (with ``reduction="sum"``, ``(sum, number of pairs)``).
+    - **Bad input:** ``ValueError`` for clouds of different shapes, an array that is not 2-D,
+      NaN or infinity, no pair, and a row of norm zero.
+
     >>> round(float(alignment(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 3.0]]))), 6)
     2.0
     """
@@ -80,6 +89,13 @@ def uniformity(X: ArrayLike, *, t: float = 2.0, block: int = 1024,
                attention_mask: ArrayLike | None = None) -> torch.Tensor:
     r""":math:`\ell_\text{uniform}` of the rows of ``X`` (module docstring; at least 2 rows).
     Differentiable in ``X`` (a loss).
+
+    - **Reference:** Wang & Isola (2020), "Understanding contrastive representation learning
+      through alignment and uniformity on the hypersphere".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
+    - **Returns:** a 0-d tensor :math:`\le 0`, float64 for float64 input and float32 otherwise.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 2 points, and a row of norm zero.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
