@@ -1,7 +1,8 @@
 """TwoNN intrinsic dimension: ``isotropy.measures.twonn.twonn`` vs ``skdim.id.TwoNN``, same process.
 
-Run: ``python benchmarks/bench_twonn.py [--quick] [--large]`` (prints a markdown table; a few
-minutes on 2 cores; ``--quick``: smaller clouds and one run of each, under a minute).
+Run: ``python benchmarks/bench_twonn.py [--quick] [--large] [--dims D ...]`` (prints a markdown
+table; a few minutes on 2 cores; ``--quick``: smaller clouds and one run of each, under a
+minute; ``--dims 768``: only the clouds of that dimension).
 
 Data: 20,000 x 384 and 4,096 x 768 float32 (``--quick``: smaller), a 10-dimensional Gaussian
 embedded by a random linear map plus isotropic noise of standard deviation 0.01 (seeded), each
@@ -97,14 +98,23 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller clouds, one run of each")
     ap.add_argument("--large", action="store_true", help="also time twonn on 50,000 x 384")
+    ap.add_argument("--dims", type=int, nargs="+", metavar="D",
+                    help="only the clouds of these dimensions (e.g. --dims 768)")
     args = ap.parse_args(argv)
     cases, runs = (QUICK_CASES, 1) if args.quick else (CASES, 3)
+    if args.dims:
+        cases = [case for case in cases if case[1] in args.dims]
+        if not cases:
+            ap.error(f"no cloud of dimension {args.dims}; the clouds' dimensions: "
+                     f"{sorted({case[1] for case in CASES})}")
     large: list[tuple[str, ...]] = []
     if args.large:
         bench_large(large)  # first, so that the peak memory is that of twonn alone
     rows = [compare(n, d, far, runs) for n, d, far in cases]
 
     flags = [f for f, on in (("--quick", args.quick), ("--large", args.large)) if on]
+    if args.dims:
+        flags += ["--dims", *map(str, args.dims)]
     command = " ".join(["python benchmarks/bench_twonn.py", *flags])
     print(
         f"command: {command}  (torch {torch.__version__}, "

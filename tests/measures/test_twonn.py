@@ -269,3 +269,32 @@ def test_one_row_of_large_norm_keeps_the_other_rows_out_of_the_float64_redo(monk
     ref = torch.topk(d, 2, dim=1, largest=False).values
     torch.testing.assert_close(r1, ref[:, 0], rtol=1e-12, atol=0)
     torch.testing.assert_close(r2, ref[:, 1], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("case", ["pair", "cluster", "ring"])
+def test_far_rows_that_are_each_others_nearest_are_found(case):
+    """Far rows are no fp32 candidates: where a far row is among a row's two nearest (far rows
+    near each other, or a far row nearer than the row's candidates), its exact distance is
+    still taken, as a brute-force fp64 search finds it."""
+    from isotropy.measures import twonn as module
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 16, generator=g, dtype=torch.float64)
+    if case == "pair":  # two far rows close to each other
+        x[5] = 50.0
+        x[9] = 50.0 + 0.01 * torch.randn(16, generator=g, dtype=torch.float64)
+    elif case == "cluster":  # five far rows around one far point
+        x[:5] = 80.0 + 0.1 * torch.randn(5, 16, generator=g, dtype=torch.float64)
+    else:  # far rows at growing norms along one direction, each nearest to the next
+        for k in range(6):
+            x[k] = 0.0
+            x[k, 0] = 10.0 + 0.5 * k
+    norms = (x - x.mean(0)).norm(dim=1)
+    assert len(module._far_rows(norms, 8)) >= 2  # the case has far rows
+    r1, r2 = module.two_nearest_distances(x.float())
+    d = torch.cdist(x.float().double(), x.float().double(),
+                    compute_mode="donot_use_mm_for_euclid_dist")
+    d.fill_diagonal_(float("inf"))
+    ref = torch.topk(d, 2, dim=1, largest=False).values
+    torch.testing.assert_close(r1, ref[:, 0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(r2, ref[:, 1], rtol=1e-12, atol=0)

@@ -64,6 +64,8 @@ RELIABLE_POINTS = 100
 _N_CANDIDATES = 8
 # elements of one (chunk x n) block of the distance matrix when chunk_size is not given
 _BLOCK_ELEMENTS = 1 << 24
+# elements of the coordinate differences of candidate pairs held at once
+_EXACT_ELEMENTS = 1 << 18
 # rows of large norm whose distances are computed exactly, outside the candidate search (a
 # row of large norm would otherwise widen every row's rounding bound)
 _MAX_FAR = 32
@@ -114,10 +116,12 @@ def _candidate_search(
     err_scale: float,
     max_norm: float,
     far: torch.Tensor,
+    norms: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Exact squared (r1, r2) for ``rows`` and whether the candidate set is proven complete.
     The ``far`` rows (:func:`_far_rows`) are no candidates: their distances are exact, and
-    ``max_norm`` is the largest norm of the other rows."""
+    ``max_norm`` is the largest norm of the other rows (``norms``: every row's distance from
+    the mean, in ``x64``'s scale)."""
     block = work[rows] @ minus_two_work.T  # -2 x_i . x_j (scaling by -2 is exact)
     block.add_(sq)  # ||x_j||^2 - 2 x_i . x_j  (||x_i||^2 is constant in a row)
     block[torch.arange(len(rows), device=rows.device), rows] = math.inf  # never pick i itself
@@ -125,12 +129,27 @@ def _candidate_search(
         block[:, far] = math.inf
     approx, cand = torch.topk(block, m, dim=1, largest=False, sorted=True)
     del block
-    diff = x64[cand] - x64[rows].unsqueeze(1)
-    exact = (diff * diff).sum(-1)  # (rows, m) squared distances from coordinate differences
+    # (rows, m) squared distances from coordinate differences, a few rows at a time so that
+    # the (rows, m, d) differences stay small
+    exact = torch.empty(cand.shape, dtype=torch.float64, device=rows.device)
+    step = max(1, _EXACT_ELEMENTS // (m * x64.shape[1]))
+    for start in range(0, len(rows), step):
+        diff = x64[cand[start:start + step]] - x64[rows[start:start + step]].unsqueeze(1)
+        exact[start:start + step] = (diff * diff).sum(-1)
     if len(far):
-        x_rows = x64[rows]
-        to_far = torch.stack([((x_rows - x64[j]) ** 2).sum(1) for j in far.tolist()], 1)
-        to_far[rows.unsqueeze(1) == far.unsqueeze(0)] = math.inf  # a far row itself
+        # a far row can be among a row's two nearest only where the gap of their norms (from
+        # the mean: a lower bound of their distance, less its rounding) is within the distance
+        # of the row's second-nearest candidate; only those distances are computed
+        second = torch.topk(exact, 2, dim=1, largest=False, sorted=True).values[:, 1:]
+        n_rows, n_far = norms[rows].unsqueeze(1), norms[far].unsqueeze(0)
+        gap = ((n_far - n_rows).abs() - 1e-12 * (n_far + n_rows)).clamp_min(0.0)
+        maybe = (gap * gap <= second) & (rows.unsqueeze(1) != far.unsqueeze(0))
+        to_far = torch.full(maybe.shape, math.inf, dtype=torch.float64, device=rows.device)
+        for k, j in enumerate(far.tolist()):
+            sel = torch.nonzero(maybe[:, k]).flatten()
+            if len(sel):
+                diff = x64[rows[sel]] - x64[j]
+                to_far[sel, k] = (diff * diff).sum(1)
         exact = torch.cat([exact, to_far], 1)
     two, _ = torch.topk(exact, 2, dim=1, largest=False, sorted=True)
     if m == x64.shape[0] - 1:  # every other point is a candidate
@@ -190,7 +209,7 @@ def two_nearest_distances(
         for start in range(0, len(pending), rows_per_chunk):
             rows = pending[start : start + rows_per_chunk]
             a, b, ok = _candidate_search(
-                work, minus_two_work, sq, x64, rows, m, err_scale, max_norm, far
+                work, minus_two_work, sq, x64, rows, m, err_scale, max_norm, far, norms
             )
             r1[rows], r2[rows] = a, b
             if not last:
@@ -222,6 +241,15 @@ def twonn(
     (:math:`r_1 = 0`) are dropped with a ``UserWarning``. Returns a 0-d tensor (fp64 for fp64
     input, fp32 otherwise, on ``X``'s device), like every other score. Scale free: the
     distances are computed on ``X`` times an exact power of two. Not differentiable.
+
+    - **Reference:** Facco, d'Errico, Rodriguez & Laio (2017), "Estimating the intrinsic
+      dimension of datasets by a minimal neighborhood information".
+    - **Input:** ``X`` of shape ``(n_points, dim)``, at least 3 points, any real dtype.
+    - **Returns:** a 0-d tensor, float64 for float64 input and float32 otherwise, on ``X``'s
+      device.
+    - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
+      ``attention_mask``), NaN or infinity, fewer than 3 points, zero variance (all rows equal),
+      and too few distinct points once duplicates are dropped.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
