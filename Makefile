@@ -3,12 +3,14 @@
 #   make test         create .venv, install isotropy with its test extras, run the test suite
 #                     without its end-to-end runs (marked slow, or listed in
 #                     tests/slow_by_time.txt), in 2 processes
-#                     (make TEST_WORKERS=0 test runs it in one); then ruff and lint-imports,
-#                     the documentation site's strict build (docs-build) and test-min
+#                     (make TEST_WORKERS=0 test runs it in one); then, side by side, ruff and
+#                     lint-imports, the documentation site's strict build (docs-build) and
+#                     test-min
 #   make test-all     the same with the end-to-end runs (training to the end, sweep workers,
 #                     subprocesses)
 #   make test-min     create .venv-min with the lowest supported versions (.ci/min-versions.txt)
-#                     and run the version-shim and Trainer / `isotropy train` tests there
+#                     and run the version-shim and Trainer / `isotropy train` tests there,
+#                     in two processes (min-trainer, min-run)
 # The documentation site (MkDocs, from docs/; its own environment .venv-docs):
 #   make docs         serve it at http://127.0.0.1:8000, rebuilt on every edit
 #   make docs-build   build it into build/site with --strict (make test runs it)
@@ -28,7 +30,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX_ARG := $(if $(strip $(TORCH_INDEX_URL)),--index-url "$(strip $(TORCH_INDEX_URL))")
 
-.PHONY: demo test test-all test-min lint docs docs-build bench bench-quick clean mpnet
+.PHONY: demo test test-all test-min min-trainer min-run lint docs docs-build bench bench-quick clean mpnet
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -59,11 +61,11 @@ PYTEST := HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,
 TEST_REPORT ?=
 junit = $(if $(strip $(TEST_REPORT)),--junitxml=$(strip $(TEST_REPORT))/$(1).xml)
 
+# After the main suite, lint, the site's build and the floor's two halves run side by side:
+# each is one process that mostly waits on one core (imports, one small model at a time).
 test: $(VENV)/.installed
 	$(PYTEST) -m "not slow" $(call junit,main)
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory docs-build
-	$(MAKE) --no-print-directory test-min
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint docs-build min-trainer min-run
 
 # The floor: isotropy installed under .ci/min-versions.txt (pyproject's lower bounds, pinned;
 # torch at TORCH_PIN) with the test runner only, and the tests marked `floor` in MIN_TESTS:
@@ -72,8 +74,10 @@ test: $(VENV)/.installed
 # regularizers' logs and loss under label smoothing, a compute_loss_func under gradient
 # accumulation, a plain Trainer that would drop the regularizers refused).
 VENV_MIN ?= .venv-min
-MIN_TESTS := tests/test_min_versions.py \
-	tests/training/test_transformers_versions.py tests/training/test_own_trainer.py \
+# In two halves (two processes, run side by side): the RegularizedTrainer's tests, and the
+# rest (the shims, and `isotropy train` resumed).
+MIN_TESTS_TRAINER := tests/training/test_own_trainer.py
+MIN_TESTS_RUN := tests/test_min_versions.py tests/training/test_transformers_versions.py \
 	tests/training/test_train.py::test_resumed_run_equals_uninterrupted_run
 
 $(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
@@ -84,9 +88,16 @@ $(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
 		pytest pytest-timeout hypothesis
 	touch $@
 
-test-min: $(VENV_MIN)/.installed
-	HF_HUB_OFFLINE=1 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider \
-		-m floor $(call junit,min) $(MIN_TESTS)
+PYTEST_MIN := HF_HUB_OFFLINE=1 $(VENV_MIN)/bin/python -m pytest -q -p no:cacheprovider -m floor
+
+test-min:
+	$(MAKE) --no-print-directory -j2 --output-sync=target min-trainer min-run
+
+min-trainer: $(VENV_MIN)/.installed
+	$(PYTEST_MIN) $(call junit,min-trainer) $(MIN_TESTS_TRAINER)
+
+min-run: $(VENV_MIN)/.installed
+	$(PYTEST_MIN) $(call junit,min) $(MIN_TESTS_RUN)
 
 test-all: $(VENV)/.installed
 	$(PYTEST)

@@ -145,6 +145,7 @@ def _stsb_pair(glue_dir, index):
 
 @pytest.mark.slow
 @pytest.mark.floor
+@pytest.mark.timeout(900)  # three runs (whole, stopped, resumed): 283 s in one CI run
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):
     # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
     # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
