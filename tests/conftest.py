@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -68,3 +69,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Once every report is written, the session's objects leave garbage collection: on the CI
+    machine test processes spent minutes in the collector at interpreter exit, after their
+    JUnit reports were written."""
+    gc.disable()
+    gc.freeze()
