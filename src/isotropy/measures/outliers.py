@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -164,9 +165,7 @@ def variance_outliers_from_stats(stats: CovarianceStats, *,
     >>> variance_outliers_from_stats(s).tolist()
     [0]
     """
-    if not isinstance(stats, CovarianceStats):
-        raise TypeError(f"variance_outliers_from_stats takes CovarianceStats, got "
-                        f"{type(stats).__name__}; for a cloud, call variance_outliers")
+    stats = _stats_of(CovarianceStats, stats, "variance_outliers_from_stats")
     return _variance_outliers(_variances(stats), _positive(factor, "factor"))
 
 
@@ -601,9 +600,14 @@ class OutlierStats:
 # computations).
 
 
-def _outlier_stats(stats: OutlierStats, measure: str) -> OutlierStats:
-    if not isinstance(stats, OutlierStats):
-        raise TypeError(f"{measure} takes OutlierStats, got {type(stats).__name__}; "
+_Stats = TypeVar("_Stats")
+
+
+def _stats_of(kind: type[_Stats], stats: object, measure: str) -> _Stats:
+    """``stats`` if it is a ``kind`` (the statistics ``measure`` streams from), else a
+    ``TypeError`` that names the cloud form of ``measure``."""
+    if not isinstance(stats, kind):
+        raise TypeError(f"{measure} takes {kind.__name__}, got {type(stats).__name__}; "
                         f"for a cloud, call {measure.removesuffix('_from_stats')}")
     return stats
 
@@ -625,7 +629,7 @@ def activation_outliers_from_stats(stats: OutlierStats, *,
     >>> activation_outliers_from_stats(OutlierStats.empty(20).update(X)).tolist()
     [7]
     """
-    return _outlier_stats(stats, "activation_outliers_from_stats").activation_outliers(
+    return _stats_of(OutlierStats, stats, "activation_outliers_from_stats").activation_outliers(
         sigmas=sigmas)
 
 
@@ -645,7 +649,7 @@ def cosine_contributions_from_stats(stats: OutlierStats) -> torch.Tensor:
     >>> cosine_contributions_from_stats(OutlierStats.empty(2).update(X)).tolist()
     [0.7071067811865475, 0.0]
     """
-    return _outlier_stats(stats, "cosine_contributions_from_stats").cosine_contributions()
+    return _stats_of(OutlierStats, stats, "cosine_contributions_from_stats").cosine_contributions()
 
 
 def massive_activations_from_stats(stats: OutlierStats) -> torch.Tensor:
@@ -665,4 +669,4 @@ def massive_activations_from_stats(stats: OutlierStats) -> torch.Tensor:
     >>> massive_activations_from_stats(OutlierStats.empty(5).update(X)).tolist()
     [0, 0, 1, 0, 0]
     """
-    return _outlier_stats(stats, "massive_activations_from_stats").massive_activations()
+    return _stats_of(OutlierStats, stats, "massive_activations_from_stats").massive_activations()
