@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         isoscore_star_update,
     )
     from isotropy.measures.layernorm_outliers import layernorm_outliers
+    from isotropy.measures.outlier_result import Outliers
     from isotropy.measures.outliers import (
         OutlierStats,
         activation_outliers,
@@ -100,6 +101,7 @@ _LAZY = {
                      "top_variance_dimensions", "variance_outliers",
                      "variance_outliers_from_stats"], "isotropy.measures.outliers"),
     "layernorm_outliers": "isotropy.measures.layernorm_outliers",
+    "Outliers": "isotropy.measures.outlier_result",
     "anisotropy_spectrum": "isotropy.measures.spectrum",
     **dict.fromkeys(["h0_barcode", "persistent_entropy", "prominent_features"],
                     "isotropy.measures.topology"),
@@ -154,6 +156,7 @@ __all__ = [
     "LightningShrinkageRefresh",
     "MeanPooledClassifier",
     "OutlierStats",
+    "Outliers",
     "PersistentEntropyLoss",
     "RegularizedModel",
     "RegularizedTrainer",

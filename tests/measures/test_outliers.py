@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import isotropy
 from isotropy.measures.cosine import avg_cosine_similarity
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import isoscore
@@ -47,10 +48,13 @@ def test_variance_outliers_follow_numpy_var_at_five_times_the_mean():
     var = np.var(x.numpy(), axis=0)
     want = _by_value(np.where(var >= 5 * var.mean())[0], var)
     assert want == [5, 11]
-    assert variance_outliers(x).tolist() == want
+    found = variance_outliers(x)
+    assert found.dims.tolist() == want and found.count == 2
+    np.testing.assert_allclose(found.scores.numpy(), var[want], rtol=1e-12)
+    assert found.score == "variance" and found.space_dim == x.shape[1]
     # a third high-variance dimension appears when the factor is lowered
     lower = _by_value(np.where(var >= 2 * var.mean())[0], var)
-    assert variance_outliers(x, factor=2.0).tolist() == lower
+    assert variance_outliers(x, factor=2.0).dims.tolist() == lower
 
 
 def test_variance_outliers_from_batches_equal_the_whole_cloud():
@@ -58,8 +62,14 @@ def test_variance_outliers_from_batches_equal_the_whole_cloud():
     stats = CovarianceStats.empty(x.shape[1])
     for part in x.split(37):
         stats.update(part)
-    assert variance_outliers_from_stats(stats).tolist() == variance_outliers(x).tolist()
-    assert top_variance_dimensions(stats, k=3).tolist() == top_variance_dimensions(x, k=3).tolist()
+    streamed, whole = variance_outliers_from_stats(stats), variance_outliers(x)
+    assert streamed.dims.tolist() == whole.dims.tolist()
+    torch.testing.assert_close(streamed.scores, whole.scores, rtol=1e-12, atol=0)
+    top_streamed, top_whole = top_variance_dimensions(stats, k=3), top_variance_dimensions(x, k=3)
+    assert top_streamed.dims.tolist() == top_whole.dims.tolist()
+    var = np.var(x.numpy(), axis=0)  # the scores are the variances (ddof 0), streamed or not
+    np.testing.assert_allclose(top_streamed.scores.numpy(), var[top_whole.dims.numpy()],
+                               rtol=1e-12)
 
 
 def test_variance_threshold_is_inclusive():
@@ -67,7 +77,7 @@ def test_variance_threshold_is_inclusive():
     # exactly 5 times the mean: d = 5 dims, variance 5 in dim 0 and 0 elsewhere -> mean 1
     x = torch.zeros(2, 5, dtype=torch.float64)
     x[0, 0], x[1, 0] = -(5 ** 0.5), 5 ** 0.5
-    assert variance_outliers(x).tolist() == [0]
+    assert variance_outliers(x).dims.tolist() == [0]
 
 
 # ------------------------------------------------------------------ activation
@@ -78,17 +88,19 @@ def test_activation_outliers_follow_numpy_three_sigma_of_mean_magnitudes():
     m = np.abs(x.numpy()).mean(axis=0)
     want = _by_value(np.where(m - m.mean() > 3 * m.std(ddof=0))[0], m)
     assert want == [17]
-    assert activation_outliers(x).tolist() == want
+    found = activation_outliers(x)
+    assert found.dims.tolist() == want
+    np.testing.assert_allclose(found.scores.numpy(), m[want], rtol=1e-12)
     stats = OutlierStats.empty(x.shape[1])
     for part in x.split(50):
         stats.update(part)
-    assert stats.activation_outliers().tolist() == want
+    assert stats.activation_outliers().dims.tolist() == want
 
 
 def test_activation_outliers_are_one_sided():
     x = torch.ones(3, 30)
     x[:, 4] = 0.0  # far below the others' mean magnitude: not an outlier dimension
-    assert activation_outliers(x).tolist() == []
+    assert activation_outliers(x).dims.tolist() == []
 
 
 # ------------------------------------------------------------------ rogue
@@ -126,20 +138,23 @@ def test_exact_contributions_agree_with_the_papers_sampled_pairs():
 
 def test_rogue_dimensions_of_a_cloud_and_of_its_streamed_sums():
     x = _cloud(seed=5)
-    dims, share = rogue_dimensions(x, k=3)
+    found = rogue_dimensions(x, k=3)
+    dims, share = found.dims, found.scores
+    assert found.count == 3 and found.score == "share"
     cc = _pairwise_contributions(x[:60].numpy())  # reference on a slice (quadratic)
-    d60, s60 = rogue_dimensions(x[:60], k=3)
+    top60 = rogue_dimensions(x[:60], k=3)
+    d60, s60 = top60.dims, top60.scores
     assert d60.tolist() == _by_value(np.arange(len(cc)), cc)[:3]
     np.testing.assert_allclose(s60.numpy(), cc[d60.numpy()] / cc.sum(), rtol=1e-10)
     assert dims[0] == 17  # the large-mean dimension carries the cosine
     stats = OutlierStats.empty(x.shape[1])
     for part in x.split(64):
         stats.update(part)
-    sd, ss = rogue_dimensions(stats, k=3)
-    assert sd.tolist() == dims.tolist()
-    torch.testing.assert_close(ss, share, rtol=1e-12, atol=0)
-    all_dims, all_share = rogue_dimensions(x, k=x.shape[1])
-    assert float(all_share.sum()) == pytest.approx(1.0, abs=1e-12)
+    streamed = rogue_dimensions(stats, k=3)
+    assert streamed.dims.tolist() == dims.tolist()
+    torch.testing.assert_close(streamed.scores, share, rtol=1e-12, atol=0)
+    every = rogue_dimensions(x, k=x.shape[1])
+    assert float(every.scores.sum()) == pytest.approx(1.0, abs=1e-12)
 
 
 # ------------------------------------------------------------------ massive
@@ -153,12 +168,15 @@ def test_massive_activations_follow_numpy_with_the_lower_median():
     median = np.sort(mag, axis=1)[:, (mag.shape[1] - 1) // 2]
     want = ((mag > 100) & (mag >= 1000 * median[:, None])).sum(axis=0)
     got = massive_activations(x)
-    assert got.tolist() == want.tolist()
-    assert int(got[2]) >= 1
+    assert got.per_dimension().tolist() == want.tolist()
+    assert got.dims.tolist() == _by_value(np.nonzero(want)[0], want)  # most first
+    assert got.scores.tolist() == want[got.dims.numpy()].tolist()
+    assert got.count == int((want > 0).sum()) and int(got.scores.sum()) == int(want.sum())
+    assert 2 in got.dims.tolist()
     stats = OutlierStats.empty(16)
     for part in x.split(7):
         stats.update(part)
-    assert stats.massive_activations().tolist() == want.tolist()
+    assert stats.massive_activations() == got
 
 
 def test_massive_activations_need_both_cuts():
@@ -166,7 +184,8 @@ def test_massive_activations_need_both_cuts():
     x[0, 1] = 99.0  # 1980 times the median but not above 100
     x[1, 3] = 120.0
     x[1, 0] = x[1, 2] = x[1, 4] = 1.0  # median 1: 120 is not 1000 times it
-    assert massive_activations(x).tolist() == [0, 0, 0, 0, 0]
+    none = massive_activations(x)
+    assert none.count == 0 and none.per_dimension().tolist() == [0, 0, 0, 0, 0]
 
 
 # ------------------------------------------------------------------ the post-hoc view
@@ -174,7 +193,7 @@ def test_massive_activations_need_both_cuts():
 
 def test_isoscore_without_equals_the_isoscore_of_the_changed_cloud():
     x = _cloud(seed=7)
-    top = top_variance_dimensions(x, k=3)
+    top = top_variance_dimensions(x, k=3).dims
     keep = [j for j in range(x.shape[1]) if j not in top.tolist()]
     assert float(isoscore_without(x, k=3)) == pytest.approx(float(isoscore(x[:, keep])), rel=1e-10)
     var = x.var(0, unbiased=False)
@@ -187,6 +206,9 @@ def test_isoscore_without_equals_the_isoscore_of_the_changed_cloud():
     assert float(isoscore_without(x, dims=[])) == pytest.approx(float(isoscore(x)), rel=1e-12)
     assert float(isoscore_without(x, dims=[17])) == pytest.approx(
         float(isoscore(x[:, [j for j in range(x.shape[1]) if j != 17]])), rel=1e-10)
+    # an outlier measure's result names the dimensions as well as their indices do
+    assert float(isoscore_without(x, dims=top_variance_dimensions(x, k=3))) == \
+        float(isoscore_without(x, dims=top.tolist()))
     stats = CovarianceStats.empty(x.shape[1])
     for part in x.split(41):
         stats.update(part)
@@ -217,7 +239,10 @@ def test_layernorm_outliers_follow_the_reference_rule():
     w[:3, 41] += 1.0  # three layers: not enough
     want = _reference_layernorm_outliers(w.numpy())
     assert want[:2] == [7, 30] and 41 not in want
-    assert layernorm_outliers(w).tolist() == want
+    found = layernorm_outliers(w)
+    assert found.dims.tolist() == want
+    assert found.scores[:2].tolist() == [12, 5]  # in how many layers each is flagged
+    assert found.scores.tolist() == layernorm_flags(w).sum(0)[found.dims].tolist()
     assert layernorm_flags(w)[:3, 41].all()
 
 
@@ -232,8 +257,8 @@ def test_minilm_output_layernorm_outliers_match_the_reference():
     assert weights["weight"].shape == (6, 384)
     for kind in ("weight", "bias"):
         want = _reference_layernorm_outliers(weights[kind].numpy())
-        assert layernorm_outliers(weights[kind]).tolist() == want
-    assert layernorm_outliers(weights["weight"]).tolist() == [223]
+        assert layernorm_outliers(weights[kind]).dims.tolist() == want
+    assert layernorm_outliers(weights["weight"]).dims.tolist() == [223]
 
 
 def test_decoders_have_no_output_layernorm():
@@ -255,7 +280,10 @@ def test_decoders_have_no_output_layernorm():
 def test_half_precision_rows_are_measured_in_float64(dtype):
     x = _cloud(seed=9).to(dtype)
     x64 = x.double()
-    assert variance_outliers(x).tolist() == variance_outliers(x64).tolist()
+    half, full = variance_outliers(x), variance_outliers(x64)
+    assert half.dims.tolist() == full.dims.tolist()
+    assert half.scores.dtype == torch.float32 and full.scores.dtype == torch.float64
+    torch.testing.assert_close(half.scores, full.scores.float(), rtol=0, atol=0)
     # computed in float64, returned as float32 (the one dtype rule for half-precision input)
     assert cosine_contributions(x).dtype == torch.float32
     torch.testing.assert_close(cosine_contributions(x), cosine_contributions(x64).float(),
@@ -378,15 +406,104 @@ def test_each_outlier_measure_of_statistics_is_that_of_the_rows():
     stats = OutlierStats.empty(12)
     for part in x.split(16):  # streamed in batches
         stats = stats.update(part)
-    found = activation_outliers_from_stats(stats).tolist()
-    assert found == activation_outliers(x).tolist()
-    assert found  # the outlier of large magnitude stands out
-    assert activation_outliers_from_stats(stats, sigmas=1.0).tolist() == \
-        activation_outliers(x, sigmas=1.0).tolist()
-    assert massive_activations_from_stats(stats).tolist() == massive_activations(x).tolist()
-    assert int(massive_activations_from_stats(stats)[9]) == 1
+    found = activation_outliers_from_stats(stats)
+    assert found.dims.tolist() == activation_outliers(x).dims.tolist()
+    torch.testing.assert_close(found.scores, activation_outliers(x).scores, rtol=1e-12, atol=0)
+    assert found.dims.tolist() == [9]  # 5000 / 50 rows: a mean magnitude of 100 stands out
+    assert activation_outliers_from_stats(stats, sigmas=1.0).dims.tolist() == \
+        activation_outliers(x, sigmas=1.0).dims.tolist()
+    assert massive_activations_from_stats(stats) == massive_activations(x)
+    assert massive_activations_from_stats(stats).dims.tolist() == [9]
     torch.testing.assert_close(cosine_contributions_from_stats(stats), cosine_contributions(x),
                                rtol=1e-12, atol=1e-15)
     with pytest.raises(TypeError, match="takes OutlierStats, got Tensor; for a cloud, call "
                                         "activation_outliers"):
         activation_outliers_from_stats(x)
+
+
+# ------------------------------------------------------------------ one result for the family
+
+
+def test_a_constant_cloud_has_no_activation_outlier_but_no_variance_ratio():
+    # activation_outliers compares m_j - mean(m) with 3 std(m): at zero spread that is 0 > 0,
+    # false in every dimension, so none stands out; variance_outliers compares Var(x_j) with
+    # 5 times the mean variance, a ratio that is 0/0 when every variance is zero
+    x = torch.full((4, 6), 2.0)
+    assert activation_outliers(x).count == 0
+    with pytest.raises(ValueError, match="every dimension has zero variance"):
+        variance_outliers(x)
+
+
+def test_every_outlier_measure_returns_the_same_result_shape():
+    from isotropy import Outliers, massive_activations_from_stats
+
+    x = _cloud(seed=11)
+    x[5, 3] = 4000.0  # one massive activation
+    stats, cov = OutlierStats.empty(x.shape[1]).update(x), CovarianceStats.from_batch(x)
+    found = {
+        "variance_outliers": variance_outliers(x),
+        "variance_outliers_from_stats": variance_outliers_from_stats(cov),
+        "top_variance_dimensions": top_variance_dimensions(x, k=4),
+        "activation_outliers": activation_outliers(x),
+        "activation_outliers_from_stats": stats.activation_outliers(),
+        "rogue_dimensions": rogue_dimensions(x + 1.0, k=3),
+        "massive_activations": massive_activations(x),
+        "massive_activations_from_stats": massive_activations_from_stats(stats),
+        "layernorm_outliers": layernorm_outliers(torch.ones(5, 9).index_fill(1, torch.tensor(
+            [4]), 10.0)),
+    }
+    for name, r in found.items():
+        assert isinstance(r, Outliers), name
+        assert r.dims.dtype == torch.int64 and r.dims.ndim == 1, name
+        assert r.scores.shape == r.dims.shape and r.count == r.dims.numel(), name
+        assert name.startswith(r.measure), name
+        # most outlying first: the scores never increase
+        assert bool((r.scores[1:] <= r.scores[:-1]).all()), name
+        assert r.per_dimension()[r.dims].tolist() == r.scores.tolist(), name
+    assert found["massive_activations"].dims.tolist() == [3]
+    assert "Outliers(measure='variance_outliers', dims=[" in repr(found["variance_outliers"])
+
+
+@pytest.mark.parametrize("measure, old", [
+    ("variance_outliers", lambda r: r.dims),
+    ("rogue_dimensions", lambda r: (r.dims, r.scores)),
+    ("massive_activations", lambda r: r.per_dimension()),
+])
+def test_the_old_return_still_works_with_a_warning_naming_the_new_attribute(measure, old):
+    x = _cloud(seed=12)
+    x[2, 7] = 4000.0
+    r = getattr(isotropy, measure)(x + 1.0, **({"k": 3} if measure == "rogue_dimensions"
+                                                else {}))
+    was = old(r)
+
+    def warns(use):  # the old value, and the warning that names what to use instead
+        with pytest.warns(FutureWarning, match=f"{measure} returns an Outliers result") as w:
+            value = use()
+        assert "will be refused in a later release: use ." in str(w[0].message)
+        assert w[0].filename == __file__  # points at the caller's line
+        return value
+
+    if isinstance(was, tuple):  # rogue_dimensions: dims, shares = rogue_dimensions(...)
+        dims, shares = warns(lambda: tuple(r))
+        assert torch.equal(dims, was[0]) and torch.equal(shares, was[1])
+        assert torch.equal(warns(lambda: r[1]), was[1])
+        assert warns(lambda: len(r)) == 2
+        return
+    assert warns(lambda: r.tolist()) == was.tolist()
+    assert warns(lambda: len(r)) == len(was)
+    assert torch.equal(warns(lambda: r[:2]), was[:2])
+    assert warns(lambda: [int(v) for v in r]) == was.tolist()
+    assert warns(lambda: torch.equal(r, was))
+    assert torch.equal(warns(lambda: r == was), was == was)
+    assert torch.equal(warns(lambda: r > 0), was > 0)
+    assert int(warns(lambda: r.sum())) == int(was.sum())
+    np.testing.assert_array_equal(warns(lambda: np.asarray(r)), was.numpy())
+
+
+def test_a_result_is_checked_when_made():
+    from isotropy import Outliers
+
+    with pytest.raises(ValueError, match="dims must be a 1-D int64 tensor"):
+        Outliers("m", torch.tensor([1.0]), torch.tensor([1.0]), "s", 3)
+    with pytest.raises(ValueError, match="scores must have the shape of dims"):
+        Outliers("m", torch.tensor([1]), torch.tensor([1.0, 2.0]), "s", 3)

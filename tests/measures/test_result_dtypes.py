@@ -42,7 +42,10 @@ CLOUD_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "isoscore_without": lambda x: iso.isoscore_without(x, k=1),
     "isoscore_without_standardise": lambda x: iso.isoscore_without(x, k=1, how="standardise"),
     "cosine_contributions": iso.cosine_contributions,
-    "rogue_dimensions_shares": lambda x: iso.rogue_dimensions(x, k=2)[1],
+    "rogue_dimensions_shares": lambda x: iso.rogue_dimensions(x, k=2).scores,
+    "variance_outliers_scores": lambda x: iso.variance_outliers(x, factor=1.0).scores,
+    "top_variance_dimensions_scores": lambda x: iso.top_variance_dimensions(x, k=2).scores,
+    "activation_outliers_scores": lambda x: iso.activation_outliers(x, sigmas=1.0).scores,
 }
 
 # every public measure of statistics
@@ -53,7 +56,13 @@ STATS_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "isoscore_without(stats)":
         lambda x: iso.isoscore_without(iso.CovarianceStats.from_batch(x), k=1),
     "rogue_dimensions(OutlierStats)":
-        lambda x: iso.rogue_dimensions(iso.OutlierStats.empty(x.shape[1]).update(x), k=2)[1],
+        lambda x: iso.rogue_dimensions(iso.OutlierStats.empty(x.shape[1]).update(x), k=2).scores,
+    "variance_outliers_from_stats":
+        lambda x: iso.variance_outliers_from_stats(iso.CovarianceStats.from_batch(x),
+                                                   factor=1.0).scores,
+    "activation_outliers_from_stats":
+        lambda x: iso.activation_outliers_from_stats(iso.OutlierStats.empty(x.shape[1]).update(x),
+                                                     sigmas=1.0).scores,
     "IsoScoreMetric.compute": lambda x: _metric(x),
 }
 

@@ -250,12 +250,13 @@ def _check_outlier_rows(row, x) -> None:
     def joined(t):
         return " ".join(str(int(i)) for i in t)
 
-    assert row["outlier_dims_variance"] == joined(variance_outliers(x))
-    assert row["outliers_variance"] == len(variance_outliers(x))
-    assert row["outlier_dims_activation"] == joined(activation_outliers(x))
-    assert row["massive_activations"] == int(massive_activations(x).sum())
+    assert row["outlier_dims_variance"] == joined(variance_outliers(x).dims)
+    assert row["outliers_variance"] == variance_outliers(x).count
+    assert row["outlier_dims_activation"] == joined(activation_outliers(x).dims)
+    assert row["massive_activations"] == int(massive_activations(x).scores.sum())
     try:
-        dims, share = rogue_dimensions(x, k=3)
+        rogue = rogue_dimensions(x, k=3)
+        dims, share = rogue.dims, rogue.scores
     except ValueError:  # an average cosine within noise of 0: no shares
         assert row["rogue_dims"] is None and row["rogue_share_3"] is None
     else:

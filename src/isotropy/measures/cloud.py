@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from isotropy.measures.covariance import CovarianceStats
+from isotropy.measures.outlier_result import Outliers
 from isotropy.measures.outliers import OutlierStats
 from isotropy.measures.twonn import twonn
 
@@ -121,6 +122,8 @@ def constant_reason(lo: torch.Tensor, hi: torch.Tensor) -> str | None:
 
 
 def _finite(value: Any) -> bool:
+    if isinstance(value, Outliers):
+        return _finite(value.scores)
     if isinstance(value, torch.Tensor):
         return bool(torch.isfinite(value).all())
     if isinstance(value, (list, tuple)):

@@ -14,8 +14,9 @@ biases are tested separately. Kovaleva et al. describe the same 3σ criterion in
 with 2.5σ and 2σ.
 
 >>> W = torch.ones(5, 20); W[:, 3] = 10.0
->>> layernorm_outliers(W).tolist()
-[3]
+>>> found = layernorm_outliers(W)
+>>> found.dims.tolist(), found.scores.tolist()  # dimension 3, flagged in all 5 layers
+([3], [5])
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from isotropy._validation import ArrayLike, as_tensor, check_finite, check_finite_float
 from isotropy.measures._gradients import detached_input
+from isotropy.measures.outlier_result import Outliers
 
 __all__ = ["layernorm_flags", "layernorm_outliers"]
 
@@ -55,7 +57,7 @@ def layernorm_flags(weights: ArrayLike, *, sigmas: float = 3.0) -> torch.Tensor:
 
 
 def layernorm_outliers(weights: ArrayLike, *, sigmas: float = 3.0,
-                       min_layers: int = 4) -> torch.Tensor:
+                       min_layers: int = 4) -> Outliers:
     """The dimensions flagged by :func:`layernorm_flags` in at least ``min_layers`` layers,
     most often flagged first (ties: lower index first).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
@@ -66,8 +68,9 @@ def layernorm_outliers(weights: ArrayLike, *, sigmas: float = 3.0,
     - **Input:** ``weights`` of shape ``(layers, dim)``, ``dim`` at least 2: the output
       LayerNorm weights of every layer, stacked
       (:func:`isotropy.models.layernorms.output_layernorm_weights` reads them from a model).
-    - **Returns:** an int64 tensor of dimension indices, most often flagged first (empty when
-      none).
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices, most often flagged first; empty when none), ``.scores`` (in how many layers
+      each is flagged, int64), ``.count``.
     - **Bad input:** ``ValueError`` for another shape, NaN or infinity, a ``sigmas`` that is not
       a positive number, and a ``min_layers`` that is not a positive integer.
     """
@@ -76,4 +79,6 @@ def layernorm_outliers(weights: ArrayLike, *, sigmas: float = 3.0,
         raise ValueError(f"min_layers must be a positive integer, got {min_layers!r}")
     counts = layernorm_flags(weights, sigmas=sigmas).sum(0)
     dims = torch.nonzero(counts >= min_layers).flatten()
-    return dims[torch.sort(-counts[dims], stable=True).indices]
+    dims = dims[torch.sort(-counts[dims], stable=True).indices]
+    return Outliers("layernorm_outliers", dims, counts[dims].to(torch.int64), "layers_flagged",
+                    int(counts.shape[0]))

@@ -34,6 +34,10 @@ definition per measure, never blended.
   a whole sequence. The unit is an activation, not a dimension: the measure counts them per
   dimension.
 
+Every outlier measure returns an :class:`~isotropy.measures.outlier_result.Outliers`: the
+dimensions found (``.dims``, most outlying first), the statistic that ranks them (``.scores``)
+and how many (``.count``).
+
 The post-hoc view :func:`isoscore_without` measures IsoScore with the :math:`k` dimensions of
 largest variance removed or standardised, to show how much of a layer's anisotropy a handful
 of dimensions carry.
@@ -66,11 +70,13 @@ from isotropy.measures._gradients import detached_input
 from isotropy.measures.cosine import _unit_rows  # fp64, extreme norms scaled first
 from isotropy.measures.covariance import CovarianceStats
 from isotropy.measures.isoscore import _trace_and_frobenius
+from isotropy.measures.outlier_result import Outliers
 
 __all__ = [
     "MASSIVE_MIN_MAGNITUDE",
     "MASSIVE_RATIO",
     "OutlierStats",
+    "Outliers",
     "activation_outliers",
     "activation_outliers_from_stats",
     "cosine_contributions",
@@ -107,18 +113,28 @@ def _descending(dims: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
     return dims[order]
 
 
+def _found(measure: str, dims: torch.Tensor, per_dim: torch.Tensor, score: str,
+           dtype: torch.dtype, was: str = "dims") -> Outliers:
+    """The :class:`Outliers` of ``measure``: ``dims`` with their values of ``per_dim`` (the
+    statistic of every dimension) as ``dtype``."""
+    return Outliers(measure, dims.to(torch.int64), per_dim[dims].to(dtype), score,
+                    int(per_dim.shape[0]), was)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------ variance (Rudman et al.)
 
 
-def _variance_outliers(var: torch.Tensor, factor: float) -> torch.Tensor:
+def _variance_outliers(var: torch.Tensor, factor: float, dtype: torch.dtype,
+                       measure: str = "variance_outliers") -> Outliers:
     mean = var.mean()
-    if not bool(mean > 0):
+    if not bool(mean > 0):  # the ratio Var(x_j) / mean variance is 0/0 in every dimension
         raise ValueError("every dimension has zero variance: no dimension stands out")
-    return _descending(torch.nonzero(var >= factor * mean).flatten(), var)
+    dims = _descending(torch.nonzero(var >= factor * mean).flatten(), var)
+    return _found(measure, dims, var, "variance", dtype)
 
 
 def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
-                      attention_mask: ArrayLike | None = None) -> torch.Tensor:
+                      attention_mask: ArrayLike | None = None) -> Outliers:
     r"""Dimensions whose variance is at least ``factor`` (5) times the mean variance (Rudman
     et al. 2023; module doc), largest variance first. At least 2 points.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
@@ -126,26 +142,29 @@ def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
     - **Reference:** Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode task-specific
       knowledge".
     - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
-    - **Returns:** an int64 tensor of dimension indices, largest variance first (empty when
-      none).
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices, largest variance first; empty when none), ``.scores`` (their variances,
+      ``ddof=0``; float64 for float64 input and float32 otherwise), ``.count``.
     - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
       ``attention_mask``), NaN or infinity, fewer than 2 points, zero variance in every
-      dimension, and a ``factor`` that is not a positive number.
+      dimension (the ratio to the mean variance is then 0/0), and a ``factor`` that is not a
+      positive number.
 
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.tensor([[0.0, 0, 0, 0, 0, 0, 0], [10, 1, 1, 1, 1, 1, 1]])
-    >>> variance_outliers(X).tolist()  # variance 25 against a mean of 31/7
-    [0]
+    >>> found = variance_outliers(X)  # variance 25 against a mean of 31/7
+    >>> found.dims.tolist(), found.scores.tolist(), found.count
+    ([0], [25.0], 1)
     """
     X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "variance_outliers")
-    return _variance_outliers(_variances(X), _positive(factor, "factor"))
+    return _variance_outliers(_variances(X), _positive(factor, "factor"), result_dtype(X))
 
 
 def variance_outliers_from_stats(stats: CovarianceStats, *,
-                                 factor: float = VARIANCE_FACTOR) -> torch.Tensor:
+                                 factor: float = VARIANCE_FACTOR) -> Outliers:
     """:func:`variance_outliers` of the rows summarised by ``stats`` (at least 2).
     Not differentiable (statistics hold no gradient).
 
@@ -153,8 +172,9 @@ def variance_outliers_from_stats(stats: CovarianceStats, *,
       knowledge".
     - **Input:** ``stats``, the :class:`~isotropy.measures.covariance.CovarianceStats` of at
       least 2 rows.
-    - **Returns:** an int64 tensor of dimension indices, largest variance first (empty when
-      none).
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices, largest variance first; empty when none), ``.scores`` (their variances,
+      ``ddof=0``, float64), ``.count``.
     - **Bad input:** ``TypeError`` for anything but a
       :class:`~isotropy.measures.covariance.CovarianceStats`; ``ValueError`` for statistics of
       fewer than 2 rows, zero variance in every dimension, and a ``factor`` that is not a
@@ -162,23 +182,25 @@ def variance_outliers_from_stats(stats: CovarianceStats, *,
 
     >>> s = CovarianceStats.from_batch(torch.tensor([[0.0, 0, 0, 0, 0, 0, 0]]))
     >>> s = s.merge(CovarianceStats.from_batch(torch.tensor([[10.0, 1, 1, 1, 1, 1, 1]])))
-    >>> variance_outliers_from_stats(s).tolist()
+    >>> variance_outliers_from_stats(s).dims.tolist()
     [0]
     """
     stats = _stats_of(CovarianceStats, stats, "variance_outliers_from_stats")
-    return _variance_outliers(_variances(stats), _positive(factor, "factor"))
+    return _variance_outliers(_variances(stats), _positive(factor, "factor"), torch.float64)
 
 
 @positional_options_deprecated("k", cloud_was="cloud")
 def top_variance_dimensions(X: ArrayLike | CovarianceStats, *, k: int,
-                            attention_mask: ArrayLike | None = None) -> torch.Tensor:
+                            attention_mask: ArrayLike | None = None) -> Outliers:
     """The ``k`` dimensions of largest variance of a cloud or its statistics, largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     - **Reference:** the dimensions Rudman, Chen & Eickhoff (2023), "Outlier dimensions encode
       task-specific knowledge" find to carry the anisotropy.
     - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
-    - **Returns:** an int64 tensor of ``k`` dimension indices, largest variance first.
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers` of ``k`` dimensions:
+      ``.dims`` (int64 indices, largest variance first), ``.scores`` (their variances,
+      ``ddof=0``; float64 for float64 input or statistics, float32 otherwise), ``.count``.
     - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
       ``attention_mask``), NaN or infinity, fewer than 2 points, and ``k`` outside :math:`[0,
       d]`.
@@ -186,7 +208,7 @@ def top_variance_dimensions(X: ArrayLike | CovarianceStats, *, k: int,
     ``attention_mask`` (0/1, shape ``X.shape[:-1]``): measure the real tokens' rows
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
-    >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), k=2).tolist()
+    >>> top_variance_dimensions(torch.tensor([[0.0, 0, 0], [1, 3, 2]]), k=2).dims.tolist()
     [1, 2]
     """
     X = masked_rows(X, attention_mask, name="X")
@@ -194,29 +216,33 @@ def top_variance_dimensions(X: ArrayLike | CovarianceStats, *, k: int,
     var = _variances(X)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= var.shape[0]:
         raise ValueError(f"k must be an integer in [0, {var.shape[0]}], got {k!r}")
-    return _descending(torch.arange(var.shape[0], device=var.device), var)[:k]
+    dims = _descending(torch.arange(var.shape[0], device=var.device), var)[:k]
+    dtype = torch.float64 if isinstance(X, CovarianceStats) else result_dtype(X)
+    return _found("top_variance_dimensions", dims, var, "variance", dtype)
 
 
 def _variances(cloud: ArrayLike | CovarianceStats) -> torch.Tensor:
-    """Per dimension, the variance (``ddof=0``) of a cloud, or the co-moment's diagonal
-    (proportional to it) of its statistics; at least 2 rows."""
+    """Per dimension, the variance (``ddof=0``) of a cloud or of the rows its statistics
+    summarise (the co-moment's diagonal over the count); at least 2 rows; float64."""
     if isinstance(cloud, CovarianceStats):
         if cloud.count < 2:
             raise ValueError(f"the variance needs at least 2 rows, have {cloud.count}")
-        return cloud.comoment.diagonal().to(torch.float64)
+        return cloud.comoment.diagonal().to(torch.float64) / cloud.count
     return _cloud(cloud, min_points=2).var(0, unbiased=False)
 
 
 # ------------------------------------------------------------------ activation (3 sigma)
 
 
-def _activation_outliers(mean_abs: torch.Tensor, sigmas: float) -> torch.Tensor:
+def _activation_outliers(mean_abs: torch.Tensor, sigmas: float, dtype: torch.dtype) -> Outliers:
+    # defined at zero spread (all m_j equal, a constant cloud included): none exceeds the mean
     centre, spread = mean_abs.mean(), mean_abs.std(unbiased=False)
-    return _descending(torch.nonzero(mean_abs - centre > sigmas * spread).flatten(), mean_abs)
+    dims = _descending(torch.nonzero(mean_abs - centre > sigmas * spread).flatten(), mean_abs)
+    return _found("activation_outliers", dims, mean_abs, "mean_abs", dtype)
 
 
 def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS,
-                        attention_mask: ArrayLike | None = None) -> torch.Tensor:
+                        attention_mask: ArrayLike | None = None) -> Outliers:
     r"""Dimensions whose mean magnitude :math:`m_j` exceeds the mean of all :math:`m_k` by more
     than ``sigmas`` (3) standard deviations (module doc), largest first.
     Not differentiable: an input that requires grad gets a ``UserWarning``.
@@ -225,8 +251,10 @@ def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS,
       (2022), "Outlier dimensions that disrupt transformers are driven by frequency", applied to
       activations.
     - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
-    - **Returns:** an int64 tensor of dimension indices, largest mean magnitude first (empty
-      when none).
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices, largest mean magnitude first; empty when none, a constant cloud included),
+      ``.scores`` (their mean magnitudes; float64 for float64 input and float32 otherwise),
+      ``.count``.
     - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
       ``attention_mask``), NaN or infinity, no point, and a ``sigmas`` that is not a positive
       number.
@@ -235,12 +263,14 @@ def activation_outliers(X: ArrayLike, *, sigmas: float = ACTIVATION_SIGMAS,
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.ones(4, 20); X[:, 7] = 50.0
-    >>> activation_outliers(X).tolist()
-    [7]
+    >>> found = activation_outliers(X)
+    >>> found.dims.tolist(), found.scores.tolist()
+    ([7], [50.0])
     """
     X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "activation_outliers")
-    return _activation_outliers(_cloud(X).abs().mean(0), _positive(sigmas, "sigmas"))
+    return _activation_outliers(_cloud(X).abs().mean(0), _positive(sigmas, "sigmas"),
+                                result_dtype(X))
 
 
 # ------------------------------------------------------------------ rogue (Timkey & van Schijndel)
@@ -297,7 +327,7 @@ def _shares(cc: torch.Tensor, n: int) -> torch.Tensor:
 @positional_options_deprecated("k")
 def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
                      attention_mask: ArrayLike | None = None,
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     ) -> Outliers:
     r"""The ``k`` dimensions contributing most to the average cosine similarity (Timkey &
     van Schijndel 2021), largest first, and their shares :math:`CC_j/\sum_k CC_k` (module doc),
     of a cloud or of its :class:`OutlierStats`.
@@ -312,8 +342,9 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
     - **Reference:** Timkey & van Schijndel (2021), "All bark and no bite: rogue dimensions in
       transformer language models obscure representational quality".
     - **Input:** ``X`` of shape ``(n_points, dim)``, at least 2 points, any real dtype.
-    - **Returns:** ``(dims, shares)``: an int64 tensor of ``k`` dimension indices, largest
-      contribution first, and a float64 tensor of their shares.
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers` of ``k`` dimensions:
+      ``.dims`` (int64 indices, largest contribution first), ``.scores`` (their shares;
+      float64 for float64 input or statistics, float32 otherwise), ``.count``.
     - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
       ``attention_mask``), NaN or infinity, fewer than 2 points, a row of norm zero, ``k``
       outside :math:`[1, d]`, and an average cosine that does not exceed its 3σ floor (above).
@@ -322,8 +353,8 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.tensor([[3.0, 1.0], [3.0, -1.0]]).repeat(3, 1)
-    >>> dims, share = rogue_dimensions(X, k=1)
-    >>> dims.tolist(), round(float(share[0]), 4)  # dimension 1 pulls the cosine down
+    >>> found = rogue_dimensions(X, k=1)
+    >>> found.dims.tolist(), round(float(found.scores[0]), 4)  # dimension 1 pulls it down
     ([0], 1.0227)
     """
     X = masked_rows(X, attention_mask, name="X")
@@ -339,7 +370,7 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
         raise ValueError(f"k must be an integer in [1, {cc.shape[0]}], got {k!r}")
     share = _shares(cc, n)
     dims = _descending(torch.arange(cc.shape[0], device=cc.device), cc)[:k]
-    return dims, share[dims].to(out)
+    return _found("rogue_dimensions", dims, share, "share", out, was="dims_and_scores")
 
 
 # ------------------------------------------------------------------ massive (Sun et al.)
@@ -354,18 +385,21 @@ def _massive_mask(x: torch.Tensor, min_magnitude: float, ratio: float) -> torch.
 def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGNITUDE,
                         ratio: float = MASSIVE_RATIO,
                         attention_mask: ArrayLike | None = None,
-) -> torch.Tensor:
-    r"""How many massive activations (Sun et al. 2024: :math:`|x_{ij}| > 100` and
-    :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc) each dimension
-    holds, an int64 tensor of shape ``(dim,)``. For an even ``dim`` the median is the lower of
-    the two middle values (``torch.median``).
+) -> Outliers:
+    r"""The dimensions holding massive activations (Sun et al. 2024: :math:`|x_{ij}| > 100`
+    and :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc), most first,
+    with how many each holds. For an even ``dim`` the median is the lower of the two middle
+    values (``torch.median``).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     - **Reference:** Sun, Chen, Kolter & Liu (2024), "Massive activations in large language
       models".
     - **Input:** ``X`` of shape ``(n_points, dim)``, at least 1 point, any real dtype.
-    - **Returns:** an int64 tensor of shape ``(dim,)``: how many massive activations each
-      dimension holds.
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices of the dimensions holding at least one massive activation, most first; ties:
+      lower index first), ``.scores`` (how many each holds, int64), ``.count`` (how many
+      dimensions; ``int(.scores.sum())`` is how many activations); ``.per_dimension()`` gives
+      the counts of all ``dim`` dimensions.
     - **Bad input:** ``ValueError`` for an array that is not 2-D (hidden states take
       ``attention_mask``), NaN or infinity, no point, and thresholds that are not positive
       numbers.
@@ -374,13 +408,21 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
     of ``(batch, seq, dim)`` hidden states, ``X[attention_mask.bool()]``.
 
     >>> X = torch.ones(3, 5); X[0, 2] = 2000.0; X[1, 2] = 500.0
-    >>> massive_activations(X).tolist()  # 500 is not 1000 times the median 1
-    [0, 0, 1, 0, 0]
+    >>> found = massive_activations(X)  # 500 is not 1000 times the median 1
+    >>> found.dims.tolist(), found.scores.tolist(), found.per_dimension().tolist()
+    ([2], [1], [0, 0, 1, 0, 0])
     """
     X = masked_rows(X, attention_mask, name="X")
     X = detached_input(X, "massive_activations")
-    return _massive_mask(_cloud(X), _positive(min_magnitude, "min_magnitude"),
-                         _positive(ratio, "ratio")).sum(0)
+    counts = _massive_mask(_cloud(X), _positive(min_magnitude, "min_magnitude"),
+                           _positive(ratio, "ratio")).sum(0)
+    return _massive_found(counts)
+
+
+def _massive_found(counts: torch.Tensor) -> Outliers:
+    dims = _descending(torch.nonzero(counts).flatten(), counts)
+    return _found("massive_activations", dims, counts, "massive_count", torch.int64,
+                  was="per_dimension")
 
 
 # ------------------------------------------------------------------ the post-hoc view
@@ -388,12 +430,13 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
 
 @positional_options_deprecated("k", cloud_was="cloud")
 def isoscore_without(X: ArrayLike | CovarianceStats, *, k: int | None = None,
-                     dims: Sequence[int] | torch.Tensor | None = None,
+                     dims: Sequence[int] | torch.Tensor | Outliers | None = None,
                      how: str = "remove",
                      attention_mask: ArrayLike | None = None,
 ) -> torch.Tensor:
     r"""IsoScore of a cloud (or its statistics) with some dimensions taken out of its
-    anisotropy: the ``k`` of largest variance, or the given ``dims``.
+    anisotropy: the ``k`` of largest variance, or the given ``dims`` (indices, or the
+    :class:`~isotropy.measures.outlier_result.Outliers` an outlier measure found).
 
     ``how="remove"`` drops them (IsoScore of the remaining :math:`d - k` dimensions, i.e. of
     the covariance's principal submatrix); ``how="standardise"`` rescales each of them to the
@@ -430,9 +473,9 @@ def isoscore_without(X: ArrayLike | CovarianceStats, *, k: int | None = None,
     if (k is None) == (dims is None):
         raise ValueError("give exactly one of k and dims")
     if dims is None:
-        chosen = top_variance_dimensions(X, k=k)  # type: ignore[arg-type]
+        chosen = top_variance_dimensions(X, k=k).dims  # type: ignore[arg-type]
     else:
-        given = torch.as_tensor(dims)
+        given = dims.dims if isinstance(dims, Outliers) else torch.as_tensor(dims)
         if given.numel() == 0:  # no dimension, as k = 0
             given = given.to(torch.long)
         if given.is_floating_point() or given.dtype == torch.bool or given.is_complex():
@@ -574,11 +617,12 @@ class OutlierStats:
                             self.unit_sq_sum.to(device), self.massive.to(device),
                             self.n_zero_norm, self.min_magnitude, self.ratio)
 
-    def activation_outliers(self, *, sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
-        """:func:`activation_outliers` of the rows so far."""
+    def activation_outliers(self, *, sigmas: float = ACTIVATION_SIGMAS) -> Outliers:
+        """:func:`activation_outliers` of the rows so far (scores float64)."""
         if self.count < 1:
             raise ValueError("the statistics hold no row")
-        return _activation_outliers(self.abs_sum / self.count, _positive(sigmas, "sigmas"))
+        return _activation_outliers(self.abs_sum / self.count, _positive(sigmas, "sigmas"),
+                                    torch.float64)
 
     def cosine_contributions(self) -> torch.Tensor:
         """:func:`cosine_contributions` of the rows so far (``ValueError`` if a row had norm
@@ -588,9 +632,9 @@ class OutlierStats:
                              "similarity is undefined")
         return _contributions(self.unit_sum, self.unit_sq_sum, self.count)
 
-    def massive_activations(self) -> torch.Tensor:
-        """:func:`massive_activations` of the rows so far (int64, per dimension)."""
-        return self.massive.round().to(torch.int64)
+    def massive_activations(self) -> Outliers:
+        """:func:`massive_activations` of the rows so far."""
+        return _massive_found(self.massive.round().to(torch.int64))
 
 
 # ------------------------------------------------------------------ the streaming twins
@@ -613,20 +657,21 @@ def _stats_of(kind: type[_Stats], stats: object, measure: str) -> _Stats:
 
 
 def activation_outliers_from_stats(stats: OutlierStats, *,
-                                   sigmas: float = ACTIVATION_SIGMAS) -> torch.Tensor:
+                                   sigmas: float = ACTIVATION_SIGMAS) -> Outliers:
     """:func:`activation_outliers` of the rows summarised by ``stats`` (at least 1).
 
     - **Reference:** the 3σ rule of Kovaleva et al. (2021), "BERT busters", and Puccetti et al.
       (2022), "Outlier dimensions that disrupt transformers are driven by frequency", applied to
       activations.
     - **Input:** ``stats``, the :class:`OutlierStats` of at least 1 row.
-    - **Returns:** an int64 tensor of dimension indices, largest mean magnitude first (empty
-      when none).
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (int64
+      indices, largest mean magnitude first; empty when none), ``.scores`` (their mean
+      magnitudes, float64), ``.count``.
     - **Bad input:** ``TypeError`` for anything but an :class:`OutlierStats`; ``ValueError`` for
       statistics of no row and a ``sigmas`` that is not a positive number.
 
     >>> X = torch.ones(4, 20); X[:, 7] = 50.0
-    >>> activation_outliers_from_stats(OutlierStats.empty(20).update(X)).tolist()
+    >>> activation_outliers_from_stats(OutlierStats.empty(20).update(X)).dims.tolist()
     [7]
     """
     return _stats_of(OutlierStats, stats, "activation_outliers_from_stats").activation_outliers(
@@ -652,21 +697,22 @@ def cosine_contributions_from_stats(stats: OutlierStats) -> torch.Tensor:
     return _stats_of(OutlierStats, stats, "cosine_contributions_from_stats").cosine_contributions()
 
 
-def massive_activations_from_stats(stats: OutlierStats) -> torch.Tensor:
+def massive_activations_from_stats(stats: OutlierStats) -> Outliers:
     """:func:`massive_activations` of the rows summarised by ``stats``, at the thresholds
-    given to :meth:`OutlierStats.empty` (int64, per dimension).
+    given to :meth:`OutlierStats.empty`.
 
     - **Reference:** Sun, Chen, Kolter & Liu (2024), "Massive activations in large language
       models".
     - **Input:** ``stats``, the :class:`OutlierStats` of any number of rows (none gives zeros);
       its thresholds are those given to :meth:`OutlierStats.empty`, because each row's test
       needs that row's median, which the sums cannot give back.
-    - **Returns:** an int64 tensor of shape ``(dim,)``: how many massive activations each
-      dimension holds.
+    - **Returns:** an :class:`~isotropy.measures.outlier_result.Outliers`: ``.dims`` (the
+      dimensions holding at least one massive activation, most first), ``.scores`` (how many
+      each holds, int64), ``.count``; ``.per_dimension()`` gives the counts of all dimensions.
     - **Bad input:** ``TypeError`` for anything but an :class:`OutlierStats`.
 
     >>> X = torch.ones(3, 5); X[0, 2] = 2000.0
-    >>> massive_activations_from_stats(OutlierStats.empty(5).update(X)).tolist()
+    >>> massive_activations_from_stats(OutlierStats.empty(5).update(X)).per_dimension().tolist()
     [0, 0, 1, 0, 0]
     """
     return _stats_of(OutlierStats, stats, "massive_activations_from_stats").massive_activations()

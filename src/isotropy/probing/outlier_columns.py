@@ -46,22 +46,20 @@ def outlier_columns(where: str, cov: CovarianceStats, out: OutlierStats, why: st
     row: dict[str, Any] = {}
     var = safe_measure(errors, f"{where} outliers_variance",
                        lambda: variance_outliers_from_stats(cov), why)
-    row["outliers_variance"] = None if var is None else int(var.numel())
-    row["outlier_dims_variance"] = None if var is None else _dims(var)
+    row["outliers_variance"] = None if var is None else var.count
+    row["outlier_dims_variance"] = None if var is None else _dims(var.dims)
     act = safe_measure(errors, f"{where} outliers_activation",
                        lambda: out.activation_outliers(), None if out.count else "no row")
-    row["outliers_activation"] = None if act is None else int(act.numel())
-    row["outlier_dims_activation"] = None if act is None else _dims(act)
+    row["outliers_activation"] = None if act is None else act.count
+    row["outlier_dims_activation"] = None if act is None else _dims(act.dims)
     massive = out.massive_activations() if out.count else None
-    row["massive_activations"] = None if massive is None else int(massive.sum())
-    row["massive_dims"] = (None if massive is None
-                           else _dims(torch.nonzero(massive).flatten()[
-                               torch.sort(-massive[massive > 0], stable=True).indices]))
+    row["massive_activations"] = None if massive is None else int(massive.scores.sum())
+    row["massive_dims"] = None if massive is None else _dims(massive.dims)
     k = min(3, out.dim)
     rogue = safe_measure(errors, f"{where} rogue_dims", lambda: rogue_dimensions(out, k=k))
-    row["rogue_dims"] = None if rogue is None else _dims(rogue[0])
-    row["rogue_share_1"] = None if rogue is None else float(rogue[1][0])
-    row["rogue_share_3"] = None if rogue is None or k < 3 else float(rogue[1].sum())
+    row["rogue_dims"] = None if rogue is None else _dims(rogue.dims)
+    row["rogue_share_1"] = None if rogue is None else float(rogue.scores[0])
+    row["rogue_share_3"] = None if rogue is None or k < 3 else float(rogue.scores.sum())
     for name, kk, how in (("isoscore_without_top1", 1, "remove"),
                           ("isoscore_without_top3", 3, "remove"),
                           ("isoscore_standardised_top3", 3, "standardise")):
@@ -99,5 +97,5 @@ def layernorm_summary(model: torch.nn.Module) -> dict[str, Any]:
     for kind, w in weights.items():
         flags = layernorm_flags(w)
         out[kind] = {"flagged_per_layer": [_dims(torch.nonzero(f).flatten()) for f in flags],
-                     "outlier_dims": _dims(layernorm_outliers(w))}
+                     "outlier_dims": _dims(layernorm_outliers(w).dims)}
     return out
