@@ -14,7 +14,8 @@ share one model and optimizer and are timed round-robin (one step of each per ro
 clock and thermal drift hit them alike; medians over the rounds are reported.
 
 Rows: plain; I-STAR (``IStarLoss``, all 12 layers, with a Sigma_S; on its default
-sync-free route, and with ``eager_checks=True``, the CPU's route); the authors' formulation
+sync-free route, with ``eager_checks=True``, the CPU's route, and with
+``product_dtype=torch.bfloat16``, the union's products on tensor cores); the authors' formulation
 of the same penalty (``torch.cov`` of the union, ``torch.linalg.svdvals``, autograd through
 the SVD); CosReg (last layer); an accumulation cycle of 8 micro-batches of 8 without and with
 the exact persistent-entropy loss (``prepare_exact_cycle``, 64 [CLS] points); the Sigma_S
@@ -212,6 +213,9 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     regs = {"I-STAR (all layers, Sigma_S)": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma),
             "I-STAR, eager checks (host reads)": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma,
                                                            eager_checks=True),
+            "I-STAR, bfloat16 products": IStarLoss(-1.0, zeta=0.2, shrinkage=sigma,
+                                                   eager_checks=False,
+                                                   product_dtype=torch.bfloat16),
             "authors' formulation (cov + svdvals)": AuthorsIStar(-1.0, 0.2, sigma.to(device)),
             "CosReg (last layer)": CosRegLoss(1.0)}
     wrapped = {name: RegularizedModel(model, reg).to(device) for name, reg in regs.items()}
@@ -229,7 +233,8 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     steps = {"plain": step(model), **{n: step(w) for n, w in wrapped.items()}}
     record["steps"] = time_round_robin(steps, size["rounds"], size["warmup"], device)
     profile_rows({name: (steps["plain"], steps[name])
-                  for name in ("I-STAR (all layers, Sigma_S)", "CosReg (last layer)")},
+                  for name in ("I-STAR (all layers, Sigma_S)", "I-STAR, bfloat16 products",
+                               "CosReg (last layer)")},
                  device, size["profile_calls"][0], record)
 
     # an accumulation cycle of 8 micro-batches of 8: plain, and with the exact entropy loss

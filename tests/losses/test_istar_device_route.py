@@ -154,3 +154,24 @@ def test_cosreg_has_no_host_read_on_fake_cuda():
         assert out.loss.device.type == "cuda"
         assert out.logs["cosreg_term"].device.type == out.logs["avg_cosine"].device.type == "cuda"
         assert out.logs["n_points"] == 4 * 12
+
+
+def test_bfloat16_products_on_the_sync_free_route_and_a_warning_on_the_eager_one():
+    s = torch.as_tensor(spd(16, seed=3), dtype=torch.float32) * 2500.0
+    hs, mask = _states()
+    plain = IStarLoss(-1.0, zeta=0.2, shrinkage=s, eager_checks=False)(hs, attention_mask=mask)
+    loss = IStarLoss(-1.0, zeta=0.2, shrinkage=s, eager_checks=False,
+                     product_dtype=torch.bfloat16)
+    assert "product_dtype=torch.bfloat16" in repr(loss)
+    bf16 = loss(hs, attention_mask=mask)
+    # IsoScore* of 145 rows in 16 dimensions: PR <= 16, so |Δι| <= 4u(1 + 4)(ι + 1/15)
+    iota = 1.0 + float(plain.loss)
+    assert abs(float(bf16.loss) - float(plain.loss)) <= 4 * 2.0**-8 * 5 * (iota + 1 / 15)
+    assert float(bf16.loss) != float(plain.loss)  # the products did change
+    eager = IStarLoss(-1.0, zeta=0.2, shrinkage=s, eager_checks=True,
+                      product_dtype=torch.bfloat16)
+    with pytest.warns(UserWarning, match="applies to the sync-free route"):
+        out = eager(hs, attention_mask=mask)
+    assert float(out.loss) == pytest.approx(float(plain.loss), abs=1e-6)  # float32 products
+    with pytest.raises(ValueError, match="product_dtype must be None or torch.bfloat16"):
+        IStarLoss(-1.0, product_dtype="bf16")

@@ -139,3 +139,84 @@ def test_shapes_are_refused_as_the_eager_route_refuses_them():
         isoscore_star_device(torch.randn(5, 1))
     with pytest.raises(ValueError, match="2-D"):
         isoscore_star_device(torch.randn(5))
+
+
+# ------------------------------------------------------------------ bfloat16 products
+
+U_BF16 = 2.0**-8  # bfloat16's unit roundoff (8 significant bits)
+
+
+def _hidden_state_like(kind: str, n: int = 4096, d: int = 192) -> torch.Tensor:
+    """float64 clouds of the shapes transformer layers give: a large common offset with
+    spread scales, one outlier dimension, a low-rank cloud, and a near-isotropic one."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    if kind == "offset":
+        return x * torch.linspace(0.05, 3.0, d, dtype=torch.float64) + 5.0
+    if kind == "outlier":
+        x[:, 7] *= 30.0
+        return x + 10.0 * torch.randn(d, generator=g, dtype=torch.float64)
+    if kind == "low_rank":
+        return (x[:, :8] @ torch.randn(8, d, generator=g, dtype=torch.float64)
+                + 0.01 * torch.randn(n, d, generator=g, dtype=torch.float64))
+    return x
+
+
+@pytest.mark.parametrize("kind", ["offset", "outlier", "low_rank", "isotropic"])
+@pytest.mark.parametrize("zeta", [0.0, 0.2])
+def test_bfloat16_products_stay_within_the_stated_bounds(kind, zeta):
+    """The score and the gradient of the bfloat16-product route against float64 (the eager
+    route, autograd): |Δι| <= 4u(1 + sqrt(PR))(ι + 1/(d-1)) and ||Δg||_F <= 3u c ||X_c||_F
+    ||M||_F (the module's first-order bounds, u = 2^-8)."""
+    x64 = _hidden_state_like(kind)
+    n, d = x64.shape
+    s64 = torch.as_tensor(spd(d, seed=3), dtype=torch.float64) * float(x64.var(0).mean())
+    ref_x = x64.clone().requires_grad_()
+    ref = isoscore_star(ref_x, zeta=zeta, shrinkage=s64)
+    ref.backward()
+    x = x64.float().requires_grad_()
+    got = isoscore_star_device(x, zeta, s64.float(), product_dtype=torch.bfloat16)
+    got.backward()
+    assert got.dtype == torch.float32
+    # the bounds' quantities, in float64
+    xc = x64 - x64.mean(0)
+    cov = (1 - zeta) * (xc.T @ xc) / (n - 1) + zeta * s64
+    tr, fro = torch.trace(cov), (cov * cov).sum()
+    pr = float(tr * tr / fro)
+    iota = float(ref)
+    value_err = abs(float(got) - iota)
+    assert value_err <= 4 * U_BF16 * (1 + math.sqrt(pr)) * (iota + 1 / (d - 1)), value_err
+    m = cov * float(-2 * tr * tr / (fro * fro * (d - 1)))
+    m.diagonal().add_(float(2 * tr / (fro * (d - 1))))
+    c = 2 * (1 - zeta) / (n - 1)
+    grad_err = float((x.grad.double() - ref_x.grad).norm())
+    assert grad_err <= 3 * U_BF16 * c * float(xc.norm()) * float(m.norm()), grad_err
+    # the option changes the arithmetic: the float32 route is closer still
+    f32 = x64.float().requires_grad_()
+    isoscore_star_device(f32, zeta, s64.float()).backward()
+    assert float((f32.grad.double() - ref_x.grad).norm()) < grad_err
+
+
+def test_bfloat16_products_take_float32_sums_on_fake_cuda():
+    """On CUDA the products are ``torch.mm(..., out_dtype=torch.float32)`` of bfloat16
+    operands (tensor cores, float32 sums and result), with no host read."""
+    with _fake_cuda():  # no CUDA autograd here: the forward and backward arithmetic
+        x = torch.randn(300, 16, device="cuda")
+        s = torch.randn(16, 16, device="cuda")
+        xc = (x - x.mean(0)).to(torch.bfloat16)
+        one = torch.ones((), device="cuda")
+        value, sigma, a, b = star_terms(xc, s, 0.2, one, one)
+        grad = star_grad(xc, sigma, a, b, 0.2, one)
+        assert sigma.dtype == grad.dtype == torch.float32
+        assert value.device.type == grad.device.type == "cuda" and grad.shape == (300, 16)
+        with torch.no_grad():
+            out = isoscore_star_device(x, 0.2, s, shrinkage_exp=1, product_dtype=torch.bfloat16)
+        assert out.dtype == torch.float32 and out.device.type == "cuda"
+
+
+def test_product_dtype_is_none_or_bfloat16():
+    with pytest.raises(ValueError, match="product_dtype must be None or torch.bfloat16"):
+        isoscore_star_device(torch.randn(5, 3), product_dtype=torch.float16)
+    x = _cloud(40, 8, seed=4)  # float64 rows keep float64 products
+    assert torch.equal(isoscore_star_device(x, product_dtype=torch.bfloat16),
+                       isoscore_star_device(x))

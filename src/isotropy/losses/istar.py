@@ -35,7 +35,11 @@ from isotropy.clouds import Layers
 from isotropy.distributed import is_distributed
 from isotropy.losses.base import Regularizer, RegularizerOutput
 from isotropy.measures.isoscore import _isoscore_star
-from isotropy.measures.isoscore_device import isoscore_star_device, shrinkage_exponent
+from isotropy.measures.isoscore_device import (
+    check_product_dtype,
+    isoscore_star_device,
+    shrinkage_exponent,
+)
 
 __all__ = ["IStarLoss"]
 
@@ -123,6 +127,12 @@ class IStarLoss(Regularizer):
             ``isotropy train`` stops with a one-line error at the next logging step when the
             batch score was NaN). Default ``None``: eager on CPU, sync-free on accelerators.
             Under ``torch.distributed`` with ``sync_dist`` the eager route is always used.
+        product_dtype: ``torch.bfloat16``: on the sync-free route, the two products of the
+            union (:math:`X_c^\top X_c`, and :math:`X_c M` in the backward pass) take
+            bfloat16 operands with float32 sums, as tensor cores do (the bounds on the score's
+            and the gradient's error: :mod:`isotropy.measures.isoscore_device`); default
+            ``None``: float32 products. The eager route keeps float32 products (a warning
+            says so, once).
 
     ``forward(hidden_states, attention_mask)``: pass the batch's ``attention_mask``. Without
     it every position, padding included, is counted as a token of :math:`\tilde X` (a
@@ -154,8 +164,11 @@ class IStarLoss(Regularizer):
         process_group: object | None = None,
         include_padding: bool = False,
         eager_checks: bool | None = None,
+        product_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.product_dtype = check_product_dtype(product_dtype)
+        self._warned_product = False
         if eager_checks is not None and not isinstance(eager_checks, bool):
             raise TypeError(f"eager_checks must be True, False or None, got {eager_checks!r}")
         self.eager_checks = eager_checks
@@ -203,6 +216,7 @@ class IStarLoss(Regularizer):
         return (
             f"tuning={self.tuning}, zeta={self.zeta}, layers={self.layers!r}, shrinkage={s}, "
             f"sync_dist={self.sync_dist}, include_padding={self.include_padding}"
+            + (f", product_dtype={self.product_dtype}" if self.product_dtype is not None else "")
         )
 
     def forward(
@@ -247,11 +261,19 @@ class IStarLoss(Regularizer):
             if self.shrinkage is not None and self.shrinkage.device != x.device:
                 self.shrinkage = self.shrinkage.to(x.device)  # once: the buffer follows the rows
             score = isoscore_star_device(x, self.zeta, self.shrinkage,
-                                         shrinkage_exp=self._shrinkage_exp)
+                                         shrinkage_exp=self._shrinkage_exp,
+                                         product_dtype=self.product_dtype)
             value = score.detach()
             logs = {"isoscore_star": value, "istar_penalty": 1.0 - value,
                     "n_points": float(x.shape[0])}
             return RegularizerOutput(loss=self.tuning * (1.0 - score), logs=logs)
+        if self.product_dtype is not None and not self._warned_product:
+            warnings.warn(
+                f"IStarLoss(product_dtype={self.product_dtype}) applies to the sync-free route "
+                "(eager_checks=False, the default on accelerators); this batch took the eager "
+                "route (the default on CPU, and always under torch.distributed with "
+                "sync_dist), whose products stay in float32", UserWarning, stacklevel=2)
+            self._warned_product = True
         with torch.autocast(device_type=x.device.type, enabled=False):
             score = _isoscore_star(  # Sigma_S was checked once, in set_shrinkage
                 x,
