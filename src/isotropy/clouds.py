@@ -22,6 +22,7 @@ __all__ = [
     "token_cloud",
     "token_mask",
     "layer_token_clouds",
+    "masked_token_rows",
     "pool",
     "POOLINGS",
     "first_token_rows",
@@ -204,6 +205,31 @@ def token_cloud(
     clouds = layer_token_clouds(hidden_states, attention_mask, layers,
                                 check_finite=check_finite)
     return clouds[0] if len(clouds) == 1 else torch.cat(clouds, dim=0)
+
+
+def masked_token_rows(
+    hidden_states: Sequence[torch.Tensor] | torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    layers: Layers = "all",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Every position's state of the chosen layers as rows ``(n_layers * batch * seq, dim)``,
+    in :func:`token_cloud`'s order, and a bool per row that is ``True`` for a real token
+    (``None`` without an ``attention_mask``): ``rows[real]`` is :func:`token_cloud`'s cloud.
+    Nothing is selected, so nothing waits for an accelerator (a selection's size is a host
+    read); the padding rows stay in, for a measure that takes a row mask.
+
+    >>> h = torch.arange(12.0).reshape(2, 3, 2)
+    >>> rows, real = masked_token_rows(h, torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    >>> rows.shape, real.tolist()
+    (torch.Size([6, 2]), [True, True, False, True, False, False])
+    """
+    chosen = select_layers(hidden_states, layers)
+    masks = [token_mask(h, attention_mask) for h in chosen]  # shapes checked per layer
+    flat = [h.reshape(-1, h.shape[-1]) for h in chosen]
+    rows = flat[0] if len(flat) == 1 else torch.cat(flat, dim=0)
+    if attention_mask is None:
+        return rows, None
+    return rows, masks[0].reshape(-1).repeat(len(chosen))
 
 
 def pool(

@@ -89,9 +89,7 @@ def test_logging_reads_tensors_once_and_stops_on_a_nan_score(monkeypatch):
 
 def test_no_host_read_on_fake_cuda():
     """Forward on fake CUDA hidden states with padding in the cloud: no ``float``/``bool`` of a
-    value and no CPU tensor (either raises there). With padding left out, the rows are picked
-    by ``nonzero`` of the mask, whose size is data-dependent: that is the one host sync left
-    in the step (docs/gpu.md)."""
+    value and no CPU tensor (either raises there)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     loss = IStarLoss(-1.0, zeta=0.2, include_padding=True)
@@ -175,3 +173,33 @@ def test_bfloat16_products_on_the_sync_free_route_and_a_warning_on_the_eager_one
     assert float(out.loss) == pytest.approx(float(plain.loss), abs=1e-6)  # float32 products
     with pytest.raises(ValueError, match="product_dtype must be None or torch.bfloat16"):
         IStarLoss(-1.0, product_dtype="bf16")
+
+
+def test_no_selection_of_the_real_tokens_and_no_host_read():
+    """With padding left out, the real tokens are a row mask, not a selection: the forward and
+    backward call no ``nonzero`` (a data-dependent size) and read no value on the host
+    (``_local_scalar_dense``, behind ``float``, ``bool`` and ``.item()``), as the eager
+    route does."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    s = torch.as_tensor(spd(16, seed=3), dtype=torch.float32) * 2500.0
+    for eager, product in ((False, None), (False, torch.bfloat16), (True, None)):
+        hs, mask = _states()
+        mask = mask.bool()  # an integer mask is checked for 0/1 on the CPU only (a read)
+        hs = [h.requires_grad_() for h in hs]
+        loss = IStarLoss(-1.0, zeta=0.2, shrinkage=s, eager_checks=eager, product_dtype=product)
+        with Ops() as ops:
+            out = loss(hs, attention_mask=mask)
+            out.loss.backward()
+        host = {"aten.nonzero", "aten._local_scalar_dense"} & ops.seen
+        assert host == ({"aten.nonzero", "aten._local_scalar_dense"} if eager else set())
+        assert torch.count_nonzero(hs[1].grad[~mask]) == 0  # padding takes no part

@@ -220,3 +220,70 @@ def test_product_dtype_is_none_or_bfloat16():
     x = _cloud(40, 8, seed=4)  # float64 rows keep float64 products
     assert torch.equal(isoscore_star_device(x, product_dtype=torch.bfloat16),
                        isoscore_star_device(x))
+
+
+# ------------------------------------------------------------- a row mask instead of a selection
+
+
+@pytest.mark.parametrize("zeta", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_row_mask_scores_the_rows_it_keeps_as_their_selection_does(zeta, dtype):
+    x = _cloud(300, 16, seed=6, dtype=dtype)
+    mask = torch.rand(300, generator=torch.Generator().manual_seed(1)) < 0.4
+    x[~mask] = 1e6 * torch.randn(int((~mask).sum()), 16, dtype=dtype)  # far-off padding rows
+    x[~mask][:3] = float("nan")
+    s = torch.as_tensor(spd(16, seed=2), dtype=dtype)
+    chosen = x[mask].clone().requires_grad_()
+    want = isoscore_star_device(chosen, zeta, s)
+    whole = x.clone().requires_grad_()
+    got = isoscore_star_device(whole, zeta, s, row_mask=mask)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert float(got) == pytest.approx(float(want), rel=tol, abs=tol)
+    if zeta < 1.0:
+        want.backward()
+        got.backward()
+        assert torch.count_nonzero(whole.grad[~mask]) == 0
+        f32 = dtype == torch.float32
+        torch.testing.assert_close(whole.grad[mask], chosen.grad, rtol=1e-4 if f32 else 1e-10,
+                                   atol=(1e-6 if f32 else 1e-12) * float(chosen.grad.abs().max()))
+
+
+def test_a_row_mask_gives_nan_where_the_selection_would_be_refused():
+    x = _cloud(50, 8, seed=7)
+    s = torch.as_tensor(spd(8, seed=1), dtype=torch.float64)
+    none = torch.zeros(50, dtype=torch.bool)
+    one = none.clone()
+    one[3] = True
+    for mask in (none, one):  # fewer than 2 rows: "at least 2 points" on the eager route
+        for zeta in (0.0, 0.3):
+            assert math.isnan(float(isoscore_star_device(x, zeta, s, row_mask=mask)))
+    same = x.clone()
+    same[:10] = same[0]  # the kept rows all equal: undefined at zeta = 0, Sigma_S's at 0.3
+    ten = torch.arange(50) < 10
+    assert math.isnan(float(isoscore_star_device(same, 0.0, row_mask=ten)))
+    assert float(isoscore_star_device(same, 0.3, s, row_mask=ten)) == pytest.approx(
+        float(isoscore_star_device(same[:10], 0.3, s)), rel=1e-12)
+    assert float(isoscore_star_device(x, row_mask=torch.ones(50, dtype=torch.long))) == \
+        pytest.approx(float(isoscore_star_device(x)), rel=1e-12)
+    with pytest.raises(ValueError, match=r"row_mask must be a tensor of shape \(50,\)"):
+        isoscore_star_device(x, row_mask=torch.ones(49, dtype=torch.bool))
+    with pytest.raises(ValueError, match="row_mask must hold 0 and 1"):
+        isoscore_star_device(x, row_mask=torch.full((50,), 2))
+
+
+def test_a_row_mask_needs_no_host_read_on_fake_cuda():
+    with _fake_cuda():
+        x = torch.randn(300, 16, device="cuda")
+        real = torch.rand(300, device="cuda") < 0.5
+        s = torch.randn(16, 16, device="cuda")
+        with torch.no_grad():
+            out = isoscore_star_device(x, 0.2, s, shrinkage_exp=1, row_mask=real,
+                                       product_dtype=torch.bfloat16)
+        assert out.device.type == "cuda" and out.dtype == torch.float32
+        xs = torch.where(real.unsqueeze(1), x, x.new_zeros(()))
+        n = real.sum().float()
+        xc = torch.where(real.unsqueeze(1), xs - xs.sum(0) / n, xs.new_zeros(()))
+        keep = 1.0 - same_rows(xs, xc, real).float()
+        one = torch.ones((), device="cuda")
+        value, sigma, a, b = star_terms(xc, s, 0.2, one, keep, n=n)
+        assert star_grad(xc, sigma, a, b, 0.2, one, n).shape == (300, 16)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from isotropy.clouds import Layers, token_cloud
+from isotropy.clouds import Layers, masked_token_rows, token_cloud
 
 _INTERNAL_DIRS = (str(Path(__file__).resolve().parents[1]), str(Path(torch.nn.__file__).parent))
 
@@ -76,3 +76,16 @@ class Regularizer(torch.nn.Module):
             warn_no_attention_mask(type(self).__name__)
             self._warned_no_mask = True
         return token_cloud(hidden_states, attention_mask, layers, check_finite=check_finite)
+
+    def _token_rows(self, hidden_states: Sequence[torch.Tensor],
+                    attention_mask: torch.Tensor | None, layers: Layers,
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`_token_states` without selecting the rows
+        (:func:`~isotropy.clouds.masked_token_rows`): every position's row and whether it
+        counts (``None``: all count)."""
+        if getattr(self, "include_padding", False):
+            attention_mask = None
+        elif attention_mask is None and not getattr(self, "_warned_no_mask", False):
+            warn_no_attention_mask(type(self).__name__)
+            self._warned_no_mask = True
+        return masked_token_rows(hidden_states, attention_mask, layers)

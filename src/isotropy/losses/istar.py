@@ -124,8 +124,10 @@ class IStarLoss(Regularizer):
             a value); ``False``: the sync-free route
             (:func:`~isotropy.measures.isoscore_device.isoscore_star_device`: NaN where the
             checks would raise, and the logs are detached tensors, read only when logged;
-            ``isotropy train`` stops with a one-line error at the next logging step when the
-            batch score was NaN). Default ``None``: eager on CPU, sync-free on accelerators.
+            the union is every position's row with a row mask, not a selection, so that its
+            size is never read on the host; ``isotropy train`` stops with a one-line error at
+            the next logging step when the batch score was NaN, e.g. for a batch of fewer
+            than 2 tokens). Default ``None``: eager on CPU, sync-free on accelerators.
             Under ``torch.distributed`` with ``sync_dist`` the eager route is always used.
         product_dtype: ``torch.bfloat16``: on the sync-free route, the two products of the
             union (:math:`X_c^\top X_c`, and :math:`X_c M` in the backward pass) take
@@ -234,13 +236,17 @@ class IStarLoss(Regularizer):
         eager = hs[-1].device.type == "cpu" if self.eager_checks is None else self.eager_checks
         sync = self.sync_dist and is_distributed(self.process_group)
         eager = eager or sync
-        # under sync, NaN/inf is found after the ranks' sums, so that every rank raises (a
-        # rank raising alone would leave the others waiting in a collective)
-        x = self._token_states(hs, attention_mask, self.layers, check_finite=eager and not sync)
-        if x.shape[0] == 0:
-            raise ValueError(
-                "the attention mask leaves no token in the batch: I-STAR needs token states"
-            )
+        real = None
+        if eager:
+            # under sync, NaN/inf is found after the ranks' sums, so that every rank raises (a
+            # rank raising alone would leave the others waiting in a collective)
+            x = self._token_states(hs, attention_mask, self.layers, check_finite=not sync)
+            if x.shape[0] == 0:
+                raise ValueError(
+                    "the attention mask leaves no token in the batch: I-STAR needs token states"
+                )
+        else:  # every position's row and a row mask: no selection, no host read
+            x, real = self._token_rows(hs, attention_mask, self.layers)
         d = x.shape[1]
         if self.shrinkage is None:
             if not self._warned_identity:
@@ -262,10 +268,11 @@ class IStarLoss(Regularizer):
                 self.shrinkage = self.shrinkage.to(x.device)  # once: the buffer follows the rows
             score = isoscore_star_device(x, self.zeta, self.shrinkage,
                                          shrinkage_exp=self._shrinkage_exp,
-                                         product_dtype=self.product_dtype)
+                                         product_dtype=self.product_dtype, row_mask=real)
             value = score.detach()
+            n_points = float(x.shape[0]) if real is None else real.sum().to(value.dtype)
             logs = {"isoscore_star": value, "istar_penalty": 1.0 - value,
-                    "n_points": float(x.shape[0])}
+                    "n_points": n_points}
             return RegularizerOutput(loss=self.tuning * (1.0 - score), logs=logs)
         if self.product_dtype is not None and not self._warned_product:
             warnings.warn(

@@ -48,7 +48,13 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from isotropy._validation import accumulation_dtype, max_abs, pow2_exponent, window
+from isotropy._validation import (
+    accumulation_dtype,
+    check_binary_mask,
+    max_abs,
+    pow2_exponent,
+    window,
+)
 from isotropy.runtime import autocast_off
 
 __all__ = ["PRODUCT_DTYPES", "isoscore_star_device", "same_rows", "shrinkage_exponent",
@@ -112,18 +118,22 @@ def scale_exponent(x: torch.Tensor, zeta: float, shrinkage_exp: int) -> torch.Te
 
 
 def star_terms(xc: torch.Tensor, shrinkage: torch.Tensor | None, zeta: float, eye: torch.Tensor,
-               keep: torch.Tensor, kind: str = "iota") -> tuple[torch.Tensor, ...]:
+               keep: torch.Tensor, kind: str = "iota", n: torch.Tensor | None = None,
+               ) -> tuple[torch.Tensor, ...]:
     r"""Forward arithmetic on centred, scaled rows ``xc`` ``(n, d)`` (float32, float64, or
     bfloat16 for bfloat16 products; ``sigma`` is then float32): returns ``(value, sigma,
     a, b)`` with :math:`\Sigma_\zeta` (``sigma``) and the gradient coefficients :math:`a, b`
     of :math:`\partial\,\mathrm{value}/\partial\Sigma_\zeta = aI + b\Sigma_\zeta` (float64
     0-d tensors). ``eye``: the identity fallback's scale (0-d, used when ``shrinkage`` is
     None and :math:`\zeta > 0`); ``keep``: 0-d, 0 when every row is the same (then
-    :math:`\Sigma_X = 0` exactly), else 1. NaN where IsoScore is undefined (zero
-    :math:`\Sigma_\zeta`)."""
-    n, d = xc.shape
+    :math:`\Sigma_X = 0` exactly), else 1. ``n``: the number of rows that count (0-d, on the
+    device) when ``xc`` holds zero rows for the positions that do not (a row mask), else
+    ``xc``'s rows. NaN where IsoScore is undefined (zero :math:`\Sigma_\zeta`, fewer than 2
+    rows)."""
+    rows, d = xc.shape
+    n_rows = rows if n is None else n
     sigma = _mm(xc.T, xc)
-    sigma.mul_(keep.to(sigma.dtype) * ((1.0 - zeta) / (n - 1)))
+    sigma.mul_(keep.to(sigma.dtype) * ((1.0 - zeta) / (n_rows - 1)))
     if zeta > 0.0:
         if shrinkage is None:
             sigma.diagonal().add_(zeta * eye.to(sigma.dtype))
@@ -136,16 +146,21 @@ def star_terms(xc: torch.Tensor, shrinkage: torch.Tensor | None, zeta: float, ey
     pr = tr * tr / fro
     a, b = 2.0 * tr / (fro * denom), -2.0 * tr * tr / (fro * fro * denom)
     value = pr if kind == "pr" else (pr - 1.0) / (d - 1)
-    value = torch.where((tr > 0) & (fro > 0), value, torch.full_like(value, float("nan")))
+    valid = (tr > 0) & (fro > 0)
+    if n is not None:
+        valid = valid & (n >= 2)
+    value = torch.where(valid, value, torch.full_like(value, float("nan")))
     return value, sigma, a * keep, b * keep
 
 
 def star_grad(xc: torch.Tensor, sigma: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-              zeta: float, grad_out: torch.Tensor) -> torch.Tensor:
+              zeta: float, grad_out: torch.Tensor, n: torch.Tensor | None = None
+              ) -> torch.Tensor:
     r""":math:`\partial/\partial X = \frac{2(1-\zeta)}{n-1}X_c(aI + b\Sigma_\zeta)` times
-    ``grad_out``, with :math:`a, b` from :func:`star_terms` (0 when every row is the same)."""
-    n = xc.shape[0]
-    coef = 2.0 * (1.0 - zeta) / (n - 1)
+    ``grad_out``, with :math:`a, b` from :func:`star_terms` (0 when every row is the same);
+    ``n`` as for :func:`star_terms` (the zero rows of ``xc`` get a zero gradient)."""
+    n_rows = xc.shape[0] if n is None else n
+    coef = 2.0 * (1.0 - zeta) / (n_rows - 1)
     m = sigma * (b * coef).to(sigma.dtype)
     m.diagonal().add_((a * coef).to(sigma.dtype))
     return _mm(xc, m).mul_(grad_out.to(sigma.dtype))
@@ -153,45 +168,57 @@ def star_grad(xc: torch.Tensor, sigma: torch.Tensor, a: torch.Tensor, b: torch.T
 
 class _DeviceStar(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, xs: torch.Tensor, shrinkage: torch.Tensor | None, zeta: float,  # type: ignore[override]
-                eye: torch.Tensor, kind: str, product_dtype: torch.dtype | None
-                ) -> torch.Tensor:
-        xc = xs - xs.mean(0)
+    def forward(ctx: Any, xs: torch.Tensor, real: torch.Tensor | None,  # type: ignore[override]
+                shrinkage: torch.Tensor | None, zeta: float, eye: torch.Tensor, kind: str,
+                product_dtype: torch.dtype | None) -> torch.Tensor:
+        # real: None (every row counts), or a bool per row with the other rows zero in xs
+        n = None if real is None else real.sum().to(xs.dtype)
+        if real is None:
+            xc = xs - xs.mean(0)
+        else:  # the real rows' mean; the other rows stay zero
+            xc = torch.where(real.unsqueeze(1), xs - xs.sum(0) / n, xs.new_zeros(()))
         with torch.no_grad():
-            keep = 1.0 - same_rows(xs, xc).to(xs.dtype)
+            keep = 1.0 - same_rows(xs, xc, real).to(xs.dtype)
         if product_dtype is not None and xc.dtype == torch.float32:
             xc = xc.to(product_dtype)  # kept for the backward product too
-        value, sigma, a, b = star_terms(xc, shrinkage, zeta, eye, keep, kind)
-        ctx.save_for_backward(xc, sigma, a, b)
+        value, sigma, a, b = star_terms(xc, shrinkage, zeta, eye, keep, kind, n)
+        ctx.save_for_backward(xc, sigma, a, b, *(() if n is None else (n,)))
         ctx.zeta = zeta
         return value.to(xs.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        xc, sigma, a, b = ctx.saved_tensors
+        xc, sigma, a, b, *n = ctx.saved_tensors
         with autocast_off():
-            grad = star_grad(xc, sigma, a, b, ctx.zeta, grad_out)
-        return grad, None, None, None, None, None
+            grad = star_grad(xc, sigma, a, b, ctx.zeta, grad_out, n[0] if n else None)
+        return grad, None, None, None, None, None, None
 
 
-def same_rows(xs: torch.Tensor, xc: torch.Tensor) -> torch.Tensor:
-    r"""0-d bool: every row of ``xs`` is the same. The centred sum of squares must be no larger
-    than the rounding residue of the mean (:math:`n d (2(n+1)\epsilon\max|x|)^2`, the eager
-    route's bound) and the rows equal exactly."""
-    n, d = xs.shape
+def same_rows(xs: torch.Tensor, xc: torch.Tensor, real: torch.Tensor | None = None
+              ) -> torch.Tensor:
+    r"""0-d bool: every row of ``xs`` (every ``real`` one, if given) is the same. The centred
+    sum of squares must be no larger than the rounding residue of the mean (:math:`n d
+    (2(n+1)\epsilon\max|x|)^2`, the eager route's bound) and the rows equal exactly."""
+    rows, d = xs.shape
+    n = rows if real is None else real.sum().to(xs.dtype)
     eps = torch.finfo(xs.dtype).eps
     bound = n * d * (2.0 * (n + 1) * eps * xs.abs().amax()) ** 2
     flat = xc.reshape(-1)
     sum_sq = torch.dot(flat, flat)
-    span = (xs.amax(0) - xs.amin(0)).amax()  # 0 exactly when every column is constant
+    if real is None:
+        hi, lo = xs.amax(0), xs.amin(0)
+    else:  # over the real rows: no row gives -inf - inf, never 0
+        hi = torch.where(real.unsqueeze(1), xs, xs.new_full((), float("-inf"))).amax(0)
+        lo = torch.where(real.unsqueeze(1), xs, xs.new_full((), float("inf"))).amin(0)
+    span = (hi - lo).amax()  # 0 exactly when every column is constant
     return (sum_sq <= bound) & (span == 0)
 
 
 def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
                          shrinkage: torch.Tensor | None = None, *, shrinkage_exp: int | None = None,
                          kind: str = "iota", product_dtype: torch.dtype | None = None,
-                         ) -> torch.Tensor:
+                         row_mask: torch.Tensor | None = None) -> torch.Tensor:
     r"""IsoScore* (``kind='iota'``) or the participation ratio (``'pr'``) of ``X`` ``(n, d)``
     without host synchronisation (module doc); NaN where the eager route would raise.
 
@@ -200,7 +227,10 @@ def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
     when not given (one host read). Differentiable in ``X``; float32 accumulation for half
     and float32 rows, float64 for float64. ``product_dtype=torch.bfloat16``: the union's two
     products on bfloat16 operands with float32 sums (module doc: the error bounds); float64
-    rows keep float64 products.
+    rows keep float64 products. ``row_mask`` (0/1 or bool, shape ``(n,)``): score the rows
+    where it is 1 only, as ``X[row_mask.bool()]`` but without selecting them (a selection
+    sizes its result, a host synchronisation): the other rows are zeroed and take no part (NaN
+    or infinity there included), and get a zero gradient; fewer than 2 rows give NaN.
     """
     product_dtype = check_product_dtype(product_dtype)
     if X.ndim != 2:
@@ -209,11 +239,20 @@ def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
         raise ValueError(f"IsoScore* needs at least 2 points, got {X.shape[0]}")
     if kind == "iota" and X.shape[1] < 2:
         raise ValueError("IsoScore* needs dimension >= 2 (it is undefined for d = 1)")
+    real = None
+    if row_mask is not None:
+        if not isinstance(row_mask, torch.Tensor) or tuple(row_mask.shape) != (X.shape[0],):
+            got = tuple(row_mask.shape) if isinstance(row_mask, torch.Tensor) else row_mask
+            raise ValueError(f"row_mask must be a tensor of shape ({X.shape[0]},), got {got!r}")
+        check_binary_mask(row_mask, name="row_mask")
+        real = row_mask.to(X.device).bool()
     if shrinkage is not None and shrinkage.device != X.device:
         shrinkage = shrinkage.to(X.device)  # a copy, not a host read; IStarLoss moves it once
     with autocast_off():
         acc = accumulation_dtype(X)
         x = X.to(acc)
+        if real is not None:
+            x = torch.where(real.unsqueeze(1), x, x.new_zeros(()))
         if shrinkage_exp is None:
             shrinkage_exp = shrinkage_exponent(shrinkage if zeta > 0 else None)
         e = scale_exponent(x, zeta, shrinkage_exp)
@@ -225,4 +264,4 @@ def isoscore_star_device(X: torch.Tensor, zeta: float = 0.0,
             g1, g2 = f1.to(wide), f2.to(wide)
             s = (shrinkage.detach().to(wide) * (g1 * g1) * (g2 * g2)).to(acc)
         eye = (f1 * f1) * (f2 * f2)
-        return _DeviceStar.apply(xs, s, float(zeta), eye, kind, product_dtype)
+        return _DeviceStar.apply(xs, real, s, float(zeta), eye, kind, product_dtype)

@@ -139,7 +139,8 @@ class RegularizerLogMixin:
                 f"regularizer values ({', '.join(bad)}) were not finite in the steps up to "
                 f"{self.state.global_step}: the hidden states hold NaN or infinity (training "  # type: ignore[attr-defined]
                 "diverged: lower the learning rate or |lambda|), a token state has norm zero "
-                "(CosReg), or all token states were equal at zeta = 0 (IsoScore*)")
+                "(CosReg), all token states were equal at zeta = 0 (IsoScore*), or a batch "
+                "held fewer than 2 tokens (IsoScore*)")
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """A training log (one with ``loss``) gets the interval means; the dict is changed in
