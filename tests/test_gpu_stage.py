@@ -298,3 +298,18 @@ def test_the_real_mpnet_takes_the_route(tmp_path: Path) -> None:
     folder = _receive_all(tmp_path / "made", manifest, tmp_path / "repo", tmp_path / "stage")
     unpacked = stage.join_and_unpack(folder, manifest)
     assert stage.verify(unpacked, manifest, "cpu") <= 1e-6
+
+
+def test_the_same_archive_cut_otherwise_is_staged_apart(tmp_path: Path, tiny: dict) -> None:
+    archive = make_stage.build_archive(tiny["files"], tiny["glue"], TINY_TASKS, None)
+    made, small = _made(tmp_path / "a", tiny, chunk=3000, archive=archive)
+    _, large = _made(tmp_path / "b", tiny, chunk=5000, archive=archive)
+    assert small["archive"] == large["archive"]
+    root = tmp_path / "stage"
+    assert stage.stage_folder(root, small) != stage.stage_folder(root, large)
+    # a newer manifest of the same chunks (another reference) replaces the kept copy
+    newer = {**copy.deepcopy(small), "made": {"again": True}}
+    (made / stage.MANIFEST).write_text(json.dumps(newer))
+    folder, *_ = stage.receive(_carry(made, tmp_path / "repo", "part-001"), root)
+    assert folder == stage.stage_folder(root, small)
+    assert json.loads((folder / stage.MANIFEST).read_text()) == newer

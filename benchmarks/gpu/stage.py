@@ -10,8 +10,8 @@ manifest), and is joined, checked and unpacked by the last call.
 out of the repository into the stage folder (``--stage``, else ``$ISOTROPY_STAGE``, else
 ``~/.cache/isotropy-stage``; a carried path would replace anything left in the repository,
 a folder outside it survives while the machine stays warm), in a subfolder named after the
-archive's SHA-256 so that chunks of two manifests never mix; then it says which chunks it
-has and which are missing. Only the chunk files the manifest names are moved, only from
+archive's and chunks' checksums so that chunks of two manifests never mix; then it says which
+chunks it has and which are missing. Only the chunk files the manifest names are moved, only from
 ``--from``; nothing is moved when one of them fails its check.
 
 ``assemble`` receives what is carried, then checks every chunk again, joins them, checks the
@@ -129,8 +129,10 @@ def chunks_of(manifest: dict[str, Any]) -> list[Chunk]:
 
 
 def stage_folder(stage_root: Path, manifest: dict[str, Any]) -> Path:
-    """Where the chunks of ``manifest``'s archive are kept: named after its SHA-256."""
-    return stage_root / manifest["archive"]["sha256"][:16]
+    """Where the chunks of ``manifest`` are kept: named after a SHA-256 of its archive's and
+    chunks' entries (the same archive cut otherwise is another folder)."""
+    key = json.dumps([manifest["archive"], manifest["chunks"]], sort_keys=True).encode()
+    return stage_root / hashlib.sha256(key).hexdigest()[:16]
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -140,24 +142,15 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 def _open_stage(stage_root: Path, manifest: dict[str, Any]) -> Path:
-    """The stage subfolder of ``manifest`` (made, with the manifest's copy, if new);
-    ``StageError`` if it holds another manifest."""
+    """The stage subfolder of ``manifest``, made if new, with ``manifest`` as its copy (any
+    manifest of that folder lists the same archive and chunks; the newest one's reference is
+    the one checked)."""
     folder = stage_folder(stage_root, manifest)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(folder / MANIFEST, manifest)
     except OSError as err:
-        raise StageError(f"cannot make the stage folder {folder} ({err})") from None
-    kept = folder / MANIFEST
-    if kept.is_file():
-        try:
-            same = json.loads(kept.read_text(encoding="utf-8")) == manifest
-        except ValueError:
-            same = False
-        if not same:
-            raise StageError(f"{folder} holds another manifest of the same archive id: "
-                             "remove that folder or use another --stage")
-    else:
-        _write_json_atomic(kept, manifest)
+        raise StageError(f"cannot write the stage folder {folder} ({err})") from None
     return folder
 
 
@@ -389,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except StageError as err:
         print(f"stage: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a full disk, a folder that cannot be read: said in one line
+        print(f"stage: {args.action} failed: {err}", file=sys.stderr)
         return 1
 
 
