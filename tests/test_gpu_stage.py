@@ -313,3 +313,12 @@ def test_the_same_archive_cut_otherwise_is_staged_apart(tmp_path: Path, tiny: di
     folder, *_ = stage.receive(_carry(made, tmp_path / "repo", "part-001"), root)
     assert folder == stage.stage_folder(root, small)
     assert json.loads((folder / stage.MANIFEST).read_text()) == newer
+
+
+def test_an_archive_that_cannot_be_read_is_refused(tmp_path: Path, tiny: dict) -> None:
+    whole = make_stage.build_archive(tiny["files"], tiny["glue"], TINY_TASKS, 0)
+    made, manifest = _made(tmp_path, tiny, archive=whole[: len(whole) // 2])  # cut short
+    folder = _receive_all(made, manifest, tmp_path / "repo", tmp_path / "stage")
+    with pytest.raises(stage.StageError, match="the joined archive cannot be read"):
+        stage.join_and_unpack(folder, manifest)
+    assert not (folder / "unpacked").exists()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -243,7 +244,7 @@ def join_and_unpack(folder: Path, manifest: dict[str, Any]) -> Path:
                 _safe_members(tar, {manifest["model_dir"], manifest["glue_dir"]})
                 extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
                 tar.extractall(work / "unpacked", **extra)
-        except tarfile.TarError as err:
+        except (tarfile.TarError, lzma.LZMAError, EOFError) as err:
             raise StageError(f"the joined archive cannot be read ({err})") from None
         joined.unlink()
         final = folder / "unpacked"
