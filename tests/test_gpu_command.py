@@ -111,7 +111,9 @@ def test_gpu_command_with_every_run_archived_runs_none(tmp_path):
 
 
 @pytest.mark.parametrize(("option", "message"), [("--archived", "--archived takes a folder"),
-                                                  ("--spec", "--spec takes a sweep spec file")])
+                                                  ("--spec", "--spec takes a sweep spec file"),
+                                                  ("--model", "--model takes a model folder"),
+                                                  ("--glue-dir", "--glue-dir takes a folder")])
 def test_gpu_command_refuses_a_missing_folder_or_spec(tmp_path, option, message):
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--cpu",
                            "--out", str(tmp_path / "out"), option, str(tmp_path / "no")],
@@ -132,6 +134,31 @@ def test_the_b6_spec_is_runs_yamls_stsb_protocol() -> None:
     assert b6["base"] == {**main["base"], **{k: v for k, v in stsb.items() if k != "tuning"}}
     assert sorted(b6["grid"]["tuning"] + [stsb["tuning"]]) == [-5, -3, -1, 1, 3, 5]
     assert b6["seeds"] == main["seeds"] and b6["order"] == main["order"]
+
+
+def test_the_mpnet_spec_is_runs_yamls_protocol_with_the_mean_head() -> None:
+    """runs-mpnet.yaml: runs.yaml's fixed settings but for one learning rate, the mean-pooled
+    head and deterministic kernels; per task the base run, the paper's (lambda, zeta) with
+    padding (runs.yaml's, RTE's from phase A's istar.yaml) and lambda = -0.1 at that zeta."""
+    import yaml
+
+    gpu = ROOT / "benchmarks" / "gpu"
+    main = yaml.safe_load((gpu / "runs.yaml").read_text())
+    mpnet = yaml.safe_load((gpu / "runs-mpnet.yaml").read_text())
+    extra = {"learning_rate": 3e-5, "classifier_pooling": "mean", "full_determinism": True}
+    assert mpnet["base"] == {**main["base"], **extra}
+    phase_a = yaml.safe_load((ROOT / "docs" / "results" / "specs" / "istar.yaml").read_text())
+    paper = {p["task"]: (p["tuning"], p["zeta"]) for p in main["points"] + phase_a["points"]
+             if p.get("regularizer") == "istar" and p.get("tuning") in (-1, -5)}
+    want = []
+    for task in ("rte", "mrpc", "stsb", "cola"):
+        tuning, zeta = paper[task]
+        want += [{"task": task, "regularizer": "none"},
+                 {"task": task, "regularizer": "istar", "tuning": tuning, "zeta": zeta,
+                  "include_padding": True},
+                 {"task": task, "regularizer": "istar", "tuning": -0.1, "zeta": zeta}]
+    assert mpnet["points"] == want
+    assert mpnet["seeds"] == [0] and mpnet["order"] == main["order"]
 
 
 # --- option handling and the output folder, on a copy of run.sh in a stand-in checkout (so that
@@ -270,7 +297,7 @@ def test_gpu_command_resolves_a_relative_out_against_the_callers_folder(tmp_path
 
 @pytest.mark.parametrize(("option", "after"), [
     *((option, []) for option in ("--out", "--budget", "--workers", "--steps", "--seeds",
-                                  "--archived", "--spec")),
+                                  "--archived", "--spec", "--model", "--glue-dir")),
     ("--out", ["--pack"]), ("--out", [""]), ("--seeds", ["--cpu"])])
 def test_gpu_command_refuses_an_option_without_its_value(tmp_path, option, after):
     """Before, the last option without its value was bash's ``$2: unbound variable``."""
@@ -358,6 +385,24 @@ def test_gpu_command_without_a_model_fails_its_runs_step(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = _summary_lines(tmp_path / "caller" / "out")
     assert "runs: skipped (no model)" in lines and lines[-1] == "failed: runs", lines
+
+
+def test_gpu_command_takes_its_model_and_glue_from_the_options(tmp_path):
+    """--model (the staged MPNet) wins over a bundle and the package's model; --glue-dir
+    over $GLUE_DIR."""
+    repo = _checkout(tmp_path)
+    (repo / ".gpu-bundle").mkdir()
+    (repo / ".gpu-bundle" / "bundle.tar.xz").write_bytes(b"not read")
+    for d in ("model", "glue", "other"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs", "--model", "../model",
+                "--glue-dir", "../glue", FAKE_MODEL=str(tmp_path / "other"),
+                GLUE_DIR=str(tmp_path / "other"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = _summary_lines(tmp_path / "caller" / "out")
+    assert f"model {tmp_path / 'model'} (--model), GLUE {tmp_path / 'glue'}" in lines, lines
+    assert "runs: 1 finished runs copied" in lines, lines
 
 
 @pytest.mark.parametrize("member", ["../../escape.txt", "absolute", "link"])

