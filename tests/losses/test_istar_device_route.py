@@ -203,3 +203,34 @@ def test_no_selection_of_the_real_tokens_and_no_host_read():
         host = {"aten.nonzero", "aten._local_scalar_dense"} & ops.seen
         assert host == ({"aten.nonzero", "aten._local_scalar_dense"} if eager else set())
         assert torch.count_nonzero(hs[1].grad[~mask]) == 0  # padding takes no part
+
+
+def test_cosreg_selects_nothing_and_reads_nothing_on_the_device_route():
+    """The padding left out by a row mask: no ``nonzero`` and no host read in the forward and
+    backward (an operator record), the same value and gradient as the selection."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    hs, mask = _states(seed=5)
+    mask = mask.bool()
+    hs[-1][~mask] = float("nan")  # padding rows take no part, whatever they hold
+    hs = [h.requires_grad_() for h in hs]
+    with Ops() as ops:
+        out = CosRegLoss(1.0, eager_checks=False)(hs, attention_mask=mask)
+        out.loss.backward()
+    assert not {"aten.nonzero", "aten._local_scalar_dense"} & ops.seen
+    assert torch.count_nonzero(hs[-1].grad[~mask]) == 0
+    chosen = hs[-1].detach()[mask].clone().requires_grad_()
+    want = CosRegLoss(1.0, eager_checks=True)((chosen[None],), attention_mask=None)
+    want.loss.backward()
+    assert float(out.loss) == pytest.approx(float(want.loss), abs=1e-7)
+    assert float(out.logs["n_points"]) == chosen.shape[0]
+    torch.testing.assert_close(hs[-1].grad[mask], chosen.grad, rtol=1e-5, atol=1e-9)

@@ -231,7 +231,7 @@ def test_a_row_mask_scores_the_rows_it_keeps_as_their_selection_does(zeta, dtype
     x = _cloud(300, 16, seed=6, dtype=dtype)
     mask = torch.rand(300, generator=torch.Generator().manual_seed(1)) < 0.4
     x[~mask] = 1e6 * torch.randn(int((~mask).sum()), 16, dtype=dtype)  # far-off padding rows
-    x[~mask][:3] = float("nan")
+    x[torch.nonzero(~mask)[:3, 0]] = float("nan")  # and some hold NaN
     s = torch.as_tensor(spd(16, seed=2), dtype=dtype)
     chosen = x[mask].clone().requires_grad_()
     want = isoscore_star_device(chosen, zeta, s)

@@ -56,7 +56,8 @@ class CosRegLoss(Regularizer):
             detached tensors).
 
     ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
-    of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point) and
+    of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point on CPU, 0
+    on the accelerators' route, which logs it at every step) and
     ``n_points`` (local :math:`M`).
     A token state of norm zero has no direction and is an error. Pass the batch's
     ``attention_mask``: without it every position, padding included, is counted as a token
@@ -146,18 +147,30 @@ class CosRegLoss(Regularizer):
     def _forward_on_device(self, hs: Sequence[torch.Tensor],
                            attention_mask: torch.Tensor | None) -> RegularizerOutput:
         """The same penalty on an accelerator, without a host read of a value: no eager
-        checks (a token state of norm zero makes the term NaN, which ``isotropy train``
-        reports at its next log) and the logs as detached tensors."""
-        x = self._token_states(hs, attention_mask, self.layer, check_finite=False)
-        m = float(x.shape[0])
-        if m == 0:
+        checks (a token state of norm zero, or a batch without a token, makes the term NaN,
+        which ``isotropy train`` reports at its next log), the layer's rows taken with a row
+        mask rather than selected (a selection's size is a host read; the padding rows take
+        no part and get no gradient), and the logs as detached tensors. ``avg_cosine`` is
+        logged at every step: for a batch of one token, which has no pair, it is the term's
+        own value there, 0 (the empty sum)."""
+        x, real = self._token_rows(hs, attention_mask, self.layer)
+        if x.shape[0] == 0:
             raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")
         with torch.autocast(device_type=x.device.type, enabled=False):
             xa = x.to(accumulation_dtype(x))
-            s = (xa / torch.linalg.vector_norm(xa, dim=1, keepdim=True)).sum(0)
+            if real is None:
+                u = xa / torch.linalg.vector_norm(xa, dim=1, keepdim=True)
+                m = float(x.shape[0])
+            else:  # the padding rows are zeroed first: no NaN of theirs reaches a gradient
+                keep = real.unsqueeze(1)
+                xa = torch.where(keep, xa, xa.new_zeros(()))
+                norms = torch.linalg.vector_norm(xa, dim=1, keepdim=True)
+                u = torch.where(keep, xa / torch.where(keep, norms, norms.new_ones(())),
+                                xa.new_zeros(()))
+                m = real.sum().to(xa.dtype)
+            s = u.sum(0)
             term = ((s * s).sum() - m) / (m * m)
         value = term.detach()
-        logs = {"cosreg_term": value, "n_points": m}
-        if m > 1:
-            logs["avg_cosine"] = value * (m / (m - 1))
+        pairs = max(m - 1, 1.0) if isinstance(m, float) else torch.clamp(m - 1, min=1)
+        logs = {"cosreg_term": value, "n_points": m, "avg_cosine": value * (m / pairs)}
         return RegularizerOutput(loss=self.tuning * term, logs=logs)
