@@ -380,3 +380,41 @@ def test_squad_dev_split_keeps_each_paragraph_on_one_side(tmp_path):
     assert data.source["split_unit"] == "context paragraph"
     again = load_task_data(iso_args, seed=3)
     assert [e.guid for e in again.train] == [e.guid for e in data.train]
+
+
+@pytest.mark.parametrize("source", ["local", "hub"])
+def test_a_validation_split_is_held_out_of_train_and_the_dev_split_is_not_read(both, source,
+                                                                              monkeypatch):
+    import isotropy.data.sources as sources
+
+    glue = both("sst2")
+    read = []
+    load = sources.load_splits
+
+    def spy(task, splits, **kw):
+        read.extend(splits)
+        return load(task, splits, **kw)
+
+    monkeypatch.setattr(sources, "load_splits", spy)
+    data = load_task_data(_ours(glue, source, validation_split_percentage=25), seed=5)
+    assert read == ["train"]
+    whole = load_task_data(_ours(glue, source), seed=5).train
+    assert len(data.eval) == SIZES["train"] - round(0.75 * SIZES["train"])
+    assert len(data.train) + len(data.eval) == len(whole)
+    assert {e.guid for e in data.train}.isdisjoint(e.guid for e in data.eval)
+    assert {e.guid for e in data.train} | {e.guid for e in data.eval} == {e.guid for e in whole}
+    key = "file" if source == "local" else "split"
+    assert data.source[f"eval_{key}"] == data.source[f"train_{key}"]
+    assert data.source["validation_split_percentage"] == 25 and data.source["split_seed"] == 5
+    again = load_task_data(_ours(glue, source, validation_split_percentage=25), seed=5)
+    assert [e.guid for e in again.eval] == [e.guid for e in data.eval]  # seeded
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"validation_split_percentage": 0}, r"must be an integer in \[1, 99\], got 0"),
+    ({"validation_split_percentage": 100}, r"must be an integer in \[1, 99\], got 100"),
+    ({"validation_split_percentage": 10, "split_dev_for_training": 0.5}, "exclude each other"),
+])
+def test_a_validation_split_is_checked_before_any_work(kw, message):
+    with pytest.raises(ValueError, match=message):
+        IsotropyArguments(task="rte", **kw)

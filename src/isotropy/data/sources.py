@@ -86,6 +86,7 @@ class DataSettings(Protocol):
     data_source: str
     data_dir: str | None
     split_dev_for_training: float | None
+    validation_split_percentage: int | None
     max_train_samples: int | None
     max_eval_samples: int | None
 
@@ -95,18 +96,27 @@ def load_task_data(settings: DataSettings, seed: int) -> TaskData:
     seeded dev split and subsets of the module docstring."""
     spec = get_task(settings.task)
     split_dev = settings.split_dev_for_training is not None
-    examples, source, where = load_splits(spec.name, ("dev",) if split_dev else ("dev", "train"),
-                                          source=settings.data_source, data_dir=settings.data_dir)
+    held_out = getattr(settings, "validation_split_percentage", None)
+    splits = ("dev",) if split_dev else ("train",) if held_out is not None else ("dev", "train")
+    examples, source, where = load_splits(spec.name, splits, source=settings.data_source,
+                                          data_dir=settings.data_dir)
     key = "file" if source["kind"] == "local" else "split"
+    span = spec.kind == "span"
+    unit = "context paragraph" if span else "example"
     if split_dev:
-        span = spec.kind == "span"
         groups = [e.text_b for e in examples["dev"]] if span else None
         train, evaluation = split_examples(examples["dev"], settings.split_dev_for_training, seed,
                                            groups=groups)
         source.update({f"train_{key}": where["dev"], f"eval_{key}": where["dev"],
                        "split_dev_for_training": settings.split_dev_for_training,
-                       "split_seed": seed,
-                       "split_unit": "context paragraph" if span else "example"})
+                       "split_seed": seed, "split_unit": unit})
+    elif held_out is not None:  # the dev split is not read
+        groups = [e.text_b for e in examples["train"]] if span else None
+        train, evaluation = split_examples(examples["train"], 1.0 - held_out / 100.0, seed,
+                                           groups=groups)
+        source.update({f"train_{key}": where["train"], f"eval_{key}": where["train"],
+                       "validation_split_percentage": held_out,
+                       "split_seed": seed, "split_unit": unit})
     else:
         train, evaluation = examples["train"], examples["dev"]
         source.update({f"train_{key}": where["train"], f"eval_{key}": where["dev"]})

@@ -70,7 +70,7 @@ _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
 COMPARED_SETTINGS = (
     # isotropy train's own
     "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples", "subset_seed",
-    "split_dev_for_training", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
+    "split_dev_for_training", "validation_split_percentage", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
     "group_by_length", "n_best_size", "max_answer_length", "classifier_pooling",
     # TrainingArguments that change what is trained
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",

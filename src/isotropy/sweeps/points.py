@@ -248,7 +248,8 @@ def check_inputs(points: Sequence[SweepPoint]) -> None:
     for p in points:
         iso_args, _ = args_from_dict(p.settings)
         key = (iso_args.model, iso_args.task, iso_args.data_source, iso_args.data_dir,
-               iso_args.split_dev_for_training is None, iso_args.pooling,
+               iso_args.split_dev_for_training is None,
+               iso_args.validation_split_percentage is None, iso_args.pooling,
                tuple(iso_args.regularizers))
         if key in seen:
             continue
@@ -259,6 +260,7 @@ def check_inputs(points: Sequence[SweepPoint]) -> None:
                 check_pooling(path, iso_args.pooling, iso_args.regularizers)
             if iso_args.data_source == "local":
                 splits = (("dev",) if iso_args.split_dev_for_training is not None
+                          else ("train",) if iso_args.validation_split_percentage is not None
                           else ("train", "dev"))
                 for split in splits:
                     require_split(iso_args.task, split, iso_args.data_dir)

@@ -85,6 +85,11 @@ class IsotropyArguments:
         "help": "FRACTION of the dev split used for training, the rest for evaluation "
                 "(seeded, disjoint; for tasks whose train file is absent; SQuAD: a fraction of "
                 "the context paragraphs, each paragraph's questions on one side)"})
+    validation_split_percentage: int | None = field(default=None, metadata={
+        "help": "PERCENT of the train split held out for evaluation (seeded, disjoint; the "
+                "dev split is not read), to choose settings such as the learning rate without "
+                "the dev set that scores the final runs (SQuAD: a percentage of the context "
+                "paragraphs)"})
     group_by_length: bool = field(default=False, metadata={
         "help": "length-bucketed batches (train_sampling_strategy=group_by_length)"})
     regularizer: list[str] = field(default_factory=lambda: ["none"], metadata={
@@ -173,6 +178,15 @@ class IsotropyArguments:
         f = self.split_dev_for_training
         if f is not None and not 0.0 < f < 1.0:
             raise ValueError(f"--split_dev_for_training must be a fraction in (0, 1), got {f}")
+        pct = self.validation_split_percentage
+        if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int)
+                                or not 1 <= pct <= 99):
+            raise ValueError(f"--validation_split_percentage must be an integer in [1, 99], "
+                             f"got {pct!r}")
+        if pct is not None and f is not None:
+            raise ValueError("--validation_split_percentage (evaluate on held-out training "
+                             "examples) and --split_dev_for_training (train on part of the dev "
+                             "split) exclude each other: give one")
         for name in ("zeta", "measure_zeta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
