@@ -161,6 +161,21 @@ def test_the_mpnet_spec_is_runs_yamls_protocol_with_the_mean_head() -> None:
     assert mpnet["seeds"] == [0] and mpnet["order"] == main["order"]
 
 
+def test_the_rte_learning_rate_spec_holds_out_train_and_never_reads_dev() -> None:
+    """runs-rte-lr.yaml: runs.yaml's fixed settings, RTE's base run at the paper's three
+    rates on 10% of RTE's train split held out (the dev split unread), deterministic kernels."""
+    import yaml
+
+    gpu = ROOT / "benchmarks" / "gpu"
+    main = yaml.safe_load((gpu / "runs.yaml").read_text())
+    spec = yaml.safe_load((gpu / "runs-rte-lr.yaml").read_text())
+    extra = {"full_determinism": True, "task": "rte", "regularizer": "none",
+             "validation_split_percentage": 10}
+    assert spec["base"] == {**main["base"], **extra}
+    assert spec["grid"] == {"learning_rate": [1e-5, 3e-5, 5e-5]}
+    assert spec["seeds"] == [0, 1, 2] and spec["order"] == main["order"]
+
+
 # --- option handling and the output folder, on a copy of run.sh in a stand-in checkout (so that
 # a fault cannot reach the real one) with a stand-in interpreter that answers at once
 
