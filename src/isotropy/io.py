@@ -9,6 +9,7 @@ with :func:`os.replace`, so a reader never sees a half-written file (even after 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -237,6 +238,8 @@ def to_jsonable(obj: Any) -> Any:
         return os.fspath(obj)
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # its fields, by name
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if hasattr(obj, "tolist"):  # torch tensors and numpy arrays / scalars
         return to_jsonable(obj.tolist())
     if isinstance(obj, (list, tuple, set, frozenset)):

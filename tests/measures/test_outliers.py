@@ -507,3 +507,32 @@ def test_a_result_is_checked_when_made():
         Outliers("m", torch.tensor([1.0]), torch.tensor([1.0]), "s", 3)
     with pytest.raises(ValueError, match="scores must have the shape of dims"):
         Outliers("m", torch.tensor([1]), torch.tensor([1.0, 2.0]), "s", 3)
+
+
+def test_a_result_is_written_as_json_by_its_fields_and_probes_do_not_warn():
+    import copy
+    import json
+    import pickle
+    import warnings
+
+    from isotropy.io import to_jsonable
+
+    x = _cloud(seed=13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of these is the old form
+        for r in (variance_outliers(x), rogue_dimensions(x + 1.0, k=2)):
+            doc = json.loads(json.dumps(to_jsonable(r)))
+            assert doc["dims"] == r.dims.tolist() and doc["measure"] == r.measure
+            assert doc["scores"] == pytest.approx(r.scores.tolist())
+            assert not hasattr(r, "_repr_html_")  # what IPython and copy probe for
+            assert copy.deepcopy(r) == r and pickle.loads(pickle.dumps(r)) == r
+
+
+def test_scalar_uses_of_the_old_index_tensor_still_work_with_a_warning():
+    x = torch.zeros(2, 5, dtype=torch.float64)
+    x[0, 3], x[1, 3] = -(5 ** 0.5), 5 ** 0.5  # one outlier: dimension 3
+    r = variance_outliers(x)
+    with pytest.warns(FutureWarning, match="use .dims"):
+        assert (int(r), float(r), [0, 1, 2, 3][r]) == (3, 3.0, 3)
+    with pytest.warns(FutureWarning, match="use .dims"):
+        assert (-r).tolist() == [-3] and (r // 2).tolist() == [1] and (r ** 2).tolist() == [9]

@@ -112,8 +112,9 @@ def load_task_data(settings: DataSettings, seed: int) -> TaskData:
                        "split_seed": seed, "split_unit": unit})
     elif held_out is not None:  # the dev split is not read
         groups = [e.text_b for e in examples["train"]] if span else None
-        train, evaluation = split_examples(examples["train"], 1.0 - held_out / 100.0, seed,
-                                           groups=groups)
+        train, evaluation = split_examples(
+            examples["train"], 1.0 - held_out / 100.0, seed, groups=groups,
+            option=f"--validation_split_percentage {held_out}")
         source.update({f"train_{key}": where["train"], f"eval_{key}": where["train"],
                        "validation_split_percentage": held_out,
                        "split_seed": seed, "split_unit": unit})

@@ -27,7 +27,7 @@ def seeded_subset(examples: Sequence[Example], k: int | None, seed: int) -> list
 
 def split_examples(
     examples: Sequence[Example], train_fraction: float, seed: int,
-    groups: Sequence[Hashable] | None = None,
+    groups: Sequence[Hashable] | None = None, *, option: str | None = None,
 ) -> tuple[list[Example], list[Example]]:
     """A seeded, disjoint split: ``round(train_fraction * n)`` examples for training, the rest
     for evaluation (each part keeps the original order). With ``groups`` (one key per
@@ -49,10 +49,8 @@ def split_examples(
     k = int(round(train_fraction * len(keys)))
     if k < 1 or k >= len(keys):
         unit = "groups" if groups is not None else "examples"
-        raise ValueError(
-            f"--split_dev_for_training {train_fraction} of {len(keys)} {unit} leaves an empty "
-            "part"
-        )
+        given = option or f"--split_dev_for_training {train_fraction}"
+        raise ValueError(f"{given} of {len(keys)} {unit} leaves an empty part")
     perm = np.random.default_rng(seed).permutation(len(keys))
     train_keys = {keys[i] for i in perm[:k]}
     member = groups if groups is not None else range(n)

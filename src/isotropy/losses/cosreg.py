@@ -57,7 +57,7 @@ class CosRegLoss(Regularizer):
 
     ``logs``: ``cosreg_term`` (the penalty without :math:`\lambda`), ``avg_cosine`` (mean cosine
     of distinct pairs, :math:`\frac{M}{M-1}` times the term; absent for one point on CPU, 0
-    on the accelerators' route, which logs it at every step) and
+    up to rounding on the accelerators' route, which logs it at every step) and
     ``n_points`` (local :math:`M`).
     A token state of norm zero has no direction and is an error. Pass the batch's
     ``attention_mask``: without it every position, padding included, is counted as a token
@@ -146,13 +146,13 @@ class CosRegLoss(Regularizer):
 
     def _forward_on_device(self, hs: Sequence[torch.Tensor],
                            attention_mask: torch.Tensor | None) -> RegularizerOutput:
-        """The same penalty on an accelerator, without a host read of a value: no eager
+        r"""The same penalty on an accelerator, without a host read of a value: no eager
         checks (a token state of norm zero, or a batch without a token, makes the term NaN,
         which ``isotropy train`` reports at its next log), the layer's rows taken with a row
         mask rather than selected (a selection's size is a host read; the padding rows take
         no part and get no gradient), and the logs as detached tensors. ``avg_cosine`` is
         logged at every step: for a batch of one token, which has no pair, it is the term's
-        own value there, 0 (the empty sum)."""
+        own value there, the empty sum, 0 up to rounding (:math:`\lVert s\rVert^2 - 1`)."""
         x, real = self._token_rows(hs, attention_mask, self.layer)
         if x.shape[0] == 0:
             raise ValueError("the attention mask leaves no token in the batch: CosReg needs tokens")

@@ -22,7 +22,9 @@ Before this result, the measures returned a bare tensor of indices (``variance_o
 as the old value (indexed, iterated, unpacked, taken ``len`` of, compared, given to a torch
 function, asked for a tensor's attribute such as ``.tolist()``) is that old value, with a
 ``FutureWarning`` that names the attribute to use instead. That use will be refused in a
-later release.
+later release. What changed with no such path: an :class:`Outliers` is no ``torch.Tensor``
+(``isinstance`` says so), cannot be hashed, and ``==`` between two of them is one ``bool``
+(the same dimensions, scores and measure).
 
 >>> r = Outliers("variance_outliers", torch.tensor([3, 0]), torch.tensor([9.0, 6.0]),
 ...              "variance", space_dim=5)
@@ -134,9 +136,10 @@ class Outliers:
         return self.per_dimension()
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for a name the result does not have: a tensor's (or tuple's) attribute
-        if name.startswith("__") or name in ("measure", "dims", "scores", "score",
-                                             "space_dim", "was"):
+        # only reached for a name the result does not have: a tensor's (or tuple's) public
+        # attribute; private ones (what IPython, copy or pickle probe for) are not forwarded
+        if name.startswith("_") or name in ("measure", "dims", "scores", "score",
+                                            "space_dim", "was"):
             raise AttributeError(name)
         old = self._old(f".{name}")
         return getattr(old, name)
@@ -221,3 +224,30 @@ class Outliers:
 
     def __truediv__(self, other: Any) -> Any:
         return self._old("/") / other
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return other / self._old("/")
+
+    def __floordiv__(self, other: Any) -> Any:
+        return self._old("//") // other
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return other // self._old("//")
+
+    def __pow__(self, other: Any) -> Any:
+        return self._old("**") ** other
+
+    def __neg__(self) -> Any:
+        return -self._old("unary -")
+
+    def __abs__(self) -> Any:
+        return abs(self._old("abs()"))
+
+    def __int__(self) -> int:
+        return int(self._old("int()"))
+
+    def __float__(self) -> float:
+        return float(self._old("float()"))
+
+    def __index__(self) -> int:
+        return self._old("indexing with it").__index__()

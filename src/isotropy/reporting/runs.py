@@ -70,7 +70,8 @@ _ISO_KEYS = ("task", "model", "regularizer", "tuning", "zeta", "cosreg_tuning",
 COMPARED_SETTINGS = (
     # isotropy train's own
     "max_seq_length", "doc_stride", "max_train_samples", "max_eval_samples", "subset_seed",
-    "split_dev_for_training", "validation_split_percentage", "split_unit", "shrinkage_tokens", "pooling", "entropy_window",
+    "split_dev_for_training", "validation_split_percentage", "split_unit",
+    "shrinkage_tokens", "pooling", "entropy_window",
     "group_by_length", "n_best_size", "max_answer_length", "classifier_pooling",
     # TrainingArguments that change what is trained
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
@@ -363,7 +364,9 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
         raise ValueError(f"another format: bad regularizer settings ({err})") from None
     task = str(results.get("task") or iso["task"])
     model = Path(str(iso["model"]).rstrip("/")).name or "model"
-    merged = {"classifier_pooling": "cls", **iso, **training}  # runs before the option read [CLS]
+    # runs before an option had its default: [CLS] read, no split of the train split
+    merged = {"classifier_pooling": "cls", "validation_split_percentage": None, **iso,
+              **training}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     if iso.get("split_dev_for_training") is not None:  # runs before SQuAD split by paragraph
         merged["split_unit"] = data.get("split_unit", "example")
