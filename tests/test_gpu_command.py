@@ -176,6 +176,20 @@ def test_the_rte_learning_rate_spec_holds_out_train_and_never_reads_dev() -> Non
     assert spec["seeds"] == [0, 1, 2] and spec["order"] == main["order"]
 
 
+def test_the_entropy_spec_is_phase_bs_on_the_papers_schedule() -> None:
+    """runs-entropy.yaml: phase B's cells (docs/results/specs/entropy.yaml) for the paper's 10
+    epochs, evaluated before the first step too, deterministic kernels, seeds 0-4."""
+    import yaml
+
+    phase_b = yaml.safe_load((ROOT / "docs" / "results" / "specs" / "entropy.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "benchmarks" / "gpu" / "runs-entropy.yaml").read_text())
+    extra = {"model": "@MODEL@", "num_train_epochs": 10, "eval_on_start": True,
+             "full_determinism": True, "save_strategy": "no"}
+    assert spec["base"] == {**phase_b["base"], **extra}
+    assert spec["points"] == phase_b["points"]
+    assert spec["seeds"] == [0, 1, 2, 3, 4] and spec["order"] == phase_b["order"]
+
+
 # --- option handling and the output folder, on a copy of run.sh in a stand-in checkout (so that
 # a fault cannot reach the real one) with a stand-in interpreter that answers at once
 
