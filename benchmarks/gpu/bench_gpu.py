@@ -20,8 +20,11 @@ of the same penalty (``torch.cov`` of the union, ``torch.linalg.svdvals``, autog
 the SVD); CosReg (last layer); an accumulation cycle of 8 micro-batches of 8 without and with
 the exact persistent-entropy loss (``prepare_exact_cycle``, 64 [CLS] points); the Sigma_S
 refresh of 250,000 union rows (``collect_covariance``) against the same forward passes alone;
-``isotropy analyze`` on a random Llama-style decoder of ~1B parameters saved in bf16 and
-measured in bf16 (``--dtype bfloat16``), texts and tokens per second.
+one measurement of ``GeometryMonitor`` (``measure_geometry``: 256 probe texts, zeta 0.2
+with each layer's Sigma_S from as many) against a plain step, as a share of training at an
+interval of 100 and of 500 steps; ``isotropy analyze`` on a random Llama-style decoder of
+~1B parameters saved in bf16 and measured in bf16 (``--dtype bfloat16``), texts and tokens
+per second.
 
 Writes ``bench.json`` and ``bench.md`` (the table, with the device named) to ``--out``. A
 row that fails is recorded with its error and the others still run.
@@ -52,6 +55,7 @@ from isotropy.losses import CosRegLoss, IStarLoss, PersistentEntropyLoss  # noqa
 from isotropy.models.regularized import RegularizedModel, prepare_exact_cycle  # noqa: E402
 from isotropy.models.shrinkage import collect_covariance  # noqa: E402
 from isotropy.runtime import set_rng_state  # noqa: E402
+from isotropy.training.monitor import measure_geometry  # noqa: E402
 
 FULL = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "batch": 32,
         "seq": 128, "rounds": 20, "warmup": 3, "refresh_rows": 250_000,
@@ -61,7 +65,7 @@ FULL = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "batch":
                           "num_hidden_layers": 32, "num_attention_heads": 32,
                           "num_key_value_heads": 8},
         "analyze_texts": 512, "analyze_shrinkage": 250_000, "profile_calls": (5, 3, 2),
-        "analyze_rounds": 2}
+        "analyze_rounds": 2, "probe_batches": 8}
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, "seq": 32,
         "rounds": 2, "warmup": 1, "refresh_rows": 2_000,
         "decoder": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -70,7 +74,7 @@ TINY = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "batch": 8, 
                           "num_hidden_layers": 3, "num_attention_heads": 4,
                           "num_key_value_heads": 2},
         "analyze_texts": 32, "analyze_shrinkage": 2_000, "profile_calls": (1, 1, 1),
-        "analyze_rounds": 1}
+        "analyze_rounds": 1, "probe_batches": 2}
 VOCAB = 30522
 
 
@@ -286,6 +290,25 @@ def training_rows(size: dict, device: torch.device, autocast, tokenizer, sentenc
     profile_rows({"Sigma_S refresh": (forward_only, refresh)}, device, size["profile_calls"][2],
                  record)
 
+    # the geometry monitor: one measurement (a probe pass in eval mode, every layer's
+    # IsoScore* with its Sigma_S, TwoNN, spectrum, ranks, outliers) against a plain step
+    def unlabelled(batches: list[dict]) -> list[dict]:
+        return [{k: v for k, v in b.items() if k != "labels"} for b in batches]
+
+    probe = unlabelled(batches_of(size["probe_batches"], size, device, tokenizer, sentences,
+                                  seed=4))
+    shrink = unlabelled(refresh_batches[:size["probe_batches"]])
+
+    def monitor() -> None:
+        with autocast():
+            measure_geometry(model, probe, shrinkage_batches=shrink, zeta=0.2)
+        model.train()
+
+    record["monitor"] = time_round_robin({"plain step": steps["plain"],
+                                          "GeometryMonitor measurement": monitor},
+                                         max(3, size["rounds"] // 4), 1, device)
+    record["monitor_probe"] = size["probe_batches"] * size["batch"]
+
 
 def analyze_row(size: dict, device: torch.device, tokenizer_dir: Path | None, glue: Path | None,
                 work: Path, record: dict) -> None:
@@ -461,6 +484,13 @@ def markdown(record: dict) -> str:
             else ""
         lines.append(f"| {name} ({record.get('refresh_rows', 0):,} rows) | {1e3 * sec:.2f} | "
                      f"| {over} |")
+    mon = record.get("monitor", {})
+    if mon.get("plain step") and "GeometryMonitor measurement" in mon:
+        t, step = mon["GeometryMonitor measurement"], mon["plain step"]
+        lines.append(f"| GeometryMonitor, one measurement ({record.get('monitor_probe')} probe "
+                     f"texts, Sigma_S from as many) | {1e3 * t:.2f} | {t / step:.1f} steps | "
+                     f"{100 * t / (100 * step):.2f}% of training every 100 steps, "
+                     f"{100 * t / (500 * step):.2f}% every 500 |")
     a = record.get("analyze", {})
     if "seconds" in a:
         if a.get("exit") == 0 and a.get("tokens"):
