@@ -297,3 +297,25 @@ def test_alignment_is_differentiable(alpha):
     total, pairs = alignment(x, y, alpha=alpha, reduction="sum")
     (gx_sum,) = torch.autograd.grad(total / pairs, x)
     np.testing.assert_allclose(gx_sum.numpy(), ex, rtol=1e-10, atol=1e-12)
+@pytest.mark.parametrize("center", [False, True])
+def test_both_ranks_from_one_decomposition_equal_the_two_calls(center):
+    from isotropy.measures.covariance import CovarianceStats
+    from isotropy.measures.rank import (
+        effective_rank_and_rankme_from_stats,
+        effective_rank_from_stats,
+        rankme_from_stats,
+    )
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 24, generator=g, dtype=torch.float64) * torch.linspace(
+        0.1, 3.0, 24, dtype=torch.float64) + 2.0
+    stats = CovarianceStats.empty(24)
+    for part in x.split(70):
+        stats.update(part)
+    erank, rme = effective_rank_and_rankme_from_stats(stats, eps=1e-5, center=center)
+    assert torch.equal(erank, effective_rank_from_stats(stats, center=center))
+    assert torch.equal(rme, rankme_from_stats(stats, eps=1e-5, center=center))
+    # and the rows' own SVD route agrees
+    assert float(erank) == pytest.approx(float(effective_rank(x, center=center)), rel=1e-9)
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        effective_rank_and_rankme_from_stats(stats, eps=-1.0)

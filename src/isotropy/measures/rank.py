@@ -57,6 +57,7 @@ from isotropy.measures.covariance import CovarianceStats
 __all__ = [
     "RANKME_EPSILON",
     "effective_rank",
+    "effective_rank_and_rankme_from_stats",
     "effective_rank_from_stats",
     "rankme",
     "rankme_from_stats",
@@ -82,7 +83,10 @@ def _stats_singular_values(stats: CovarianceStats, center: bool) -> torch.Tensor
     if stats.count < 1:
         raise ValueError("the statistics hold no row")
     m = stats.comoment.to(torch.float64)
-    lam, q = torch.linalg.eigh((m + m.T) / 2)
+    if center:  # the eigenvalues are all it needs
+        lam, q = torch.linalg.eigvalsh((m + m.T) / 2), None
+    else:
+        lam, q = torch.linalg.eigh((m + m.T) / 2)
     # the float32 rounding of the batches' co-moments is relative to M's own scale
     lam = torch.where(lam > _F32_EPS * float(lam[-1].clamp(min=0)), lam, torch.zeros_like(lam))
     k = min(stats.count, stats.dim)  # min(n, d) values, as the SVD of the n x d cloud gives
@@ -90,6 +94,7 @@ def _stats_singular_values(stats: CovarianceStats, center: bool) -> torch.Tensor
         return lam.flip(0)[:k].sqrt()
     # X^T X = F^T F, F = [Lambda^(1/2) Q^T; sqrt(n) mu^T]: singular values of F, accurate to
     # eps64 sigma_max, where the eigenvalues of M + n mu mu^T would be to eps64 sigma_max^2
+    assert q is not None
     f = torch.cat([lam.sqrt().unsqueeze(1) * q.T,
                    (math.sqrt(stats.count) * stats.mean.to(torch.float64)).unsqueeze(0)])
     sigma = torch.linalg.svdvals(f)[:k]
@@ -201,3 +206,21 @@ def rankme_from_stats(stats: CovarianceStats, *, eps: float = RANKME_EPSILON,
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     return _entropy_rank(_stats_singular_values(stats, center), eps)
+
+
+def effective_rank_and_rankme_from_stats(stats: CovarianceStats, *,
+                                         eps: float = RANKME_EPSILON, center: bool = False,
+                                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`effective_rank_from_stats` and :func:`rankme_from_stats` of the same statistics
+    from one decomposition of them (a profile reports both): the same two values, for half
+    the eigendecompositions and SVDs.
+
+    >>> s = CovarianceStats.from_batch(torch.eye(4))
+    >>> [round(float(v), 4) for v in effective_rank_and_rankme_from_stats(s)]  # RankMe's eps
+    [4.0, 4.0]
+    """
+    eps = check_finite_float(eps, "eps", allow_bool=False)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    sigma = _stats_singular_values(stats, center)
+    return _entropy_rank(sigma, 0.0), _entropy_rank(sigma, eps)

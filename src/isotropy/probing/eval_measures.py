@@ -75,7 +75,7 @@ from isotropy.measures.isoscore import isoscore_from_covariance
 from isotropy.measures.isoscore_metric import isoscore_star_compute
 from isotropy.measures.rank import (
     effective_rank,
-    effective_rank_from_stats,
+    effective_rank_and_rankme_from_stats,
     rankme,
     rankme_from_stats,
 )
@@ -368,13 +368,21 @@ class EvalMeasures:
                errors: list[str]) -> dict[str, float | None]:
         """Effective rank and RankMe (singular values of the uncentred cloud): of the rows
         themselves when given, else from their statistics."""
-        rows = isinstance(cloud, torch.Tensor)
-        erank = effective_rank if rows else effective_rank_from_stats
-        rme = rankme if rows else rankme_from_stats
+        if isinstance(cloud, torch.Tensor):
+            return {
+                "effective_rank": safe_measure(errors, f"{where} effective_rank",
+                                               lambda: float(effective_rank(cloud)), why),
+                "rankme": safe_measure(errors, f"{where} rankme",
+                                       lambda: float(rankme(cloud)), why),
+            }
+        # both from one decomposition; where it fails, RankMe's own call records its own error
+        both = safe_measure(errors, f"{where} effective_rank",
+                            lambda: effective_rank_and_rankme_from_stats(cloud), why)
         return {
-            "effective_rank": safe_measure(errors, f"{where} effective_rank",
-                                           lambda: float(erank(cloud)), why),
-            "rankme": safe_measure(errors, f"{where} rankme", lambda: float(rme(cloud)), why),
+            "effective_rank": None if both is None else float(both[0]),
+            "rankme": safe_measure(
+                errors, f"{where} rankme",
+                lambda: float(rankme_from_stats(cloud) if both is None else both[1]), why),
         }
 
     @staticmethod

@@ -55,7 +55,7 @@ from isotropy.measures.isoscore import (
 from isotropy.measures.partition import partition_score
 from isotropy.measures.rank import (
     effective_rank,
-    effective_rank_from_stats,
+    effective_rank_and_rankme_from_stats,
     rankme,
     rankme_from_stats,
 )
@@ -263,9 +263,12 @@ def _token_row(
         row[f"spectrum_centred_{i + 1}"] = None if ctr is None or i >= len(ctr) else ctr[i]
     row["twonn"] = _safe(errors, f"{where} twonn", lambda: _twonn(sample),
                          _cloud_reason(acc.lo, acc.hi))
-    row["effective_rank"] = _safe(errors, f"{where} effective_rank",
-                                  lambda: float(effective_rank_from_stats(st)))
-    row["rankme"] = _safe(errors, f"{where} rankme", lambda: float(rankme_from_stats(st)))
+    # both from one decomposition; where it fails, RankMe's own call records its own error
+    ranks = _safe(errors, f"{where} effective_rank",
+                  lambda: effective_rank_and_rankme_from_stats(st))
+    row["effective_rank"] = None if ranks is None else float(ranks[0])
+    row["rankme"] = _safe(errors, f"{where} rankme",
+                          lambda: float(rankme_from_stats(st) if ranks is None else ranks[1]))
     row["uniformity"] = _safe(errors, f"{where} uniformity",
                               lambda: float(uniformity(sample)))
     row["ph0_entropy"] = None
