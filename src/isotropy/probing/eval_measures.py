@@ -257,14 +257,31 @@ class EvalMeasures:
             self._tokens = [TokenCloudStats(dim) for _ in hs]
             self._cls = [[] for _ in hs]
             self._bad = [0 for _ in hs]
+        # whether each layer's real rows and pooled row are finite: one host read for all
+        # layers (not two per layer), and one index of the real rows for all of them
+        pooled: dict[int, torch.Tensor] = {}
+        flags: dict[int, torch.Tensor] = {}
         for i, h in enumerate(hs):
             if self._bad[i] or keep == 0:
                 continue
-            cls = pooled_rows(h, mask, self.pooling).float()
-            rows = h.detach()[mask][:n_rows]
-            if not (bool(torch.isfinite(cls).all()) and bool(torch.isfinite(rows).all())):
+            pooled[i] = pooled_rows(h, mask, self.pooling).float()
+            real = mask.to(h.device)
+            flags[i] = (torch.isfinite(pooled[i]).all()
+                        & (torch.isfinite(h.detach()).all(-1) | ~real).all())
+        read = torch.stack([f.to(hs[0].device) for f in flags.values()]).tolist() if flags \
+            else []
+        finite = dict(zip(flags, read, strict=True))
+        index = None
+        for i, h in enumerate(hs):
+            if i not in flags:
+                continue
+            cls = pooled[i]
+            if not finite[i]:
                 self._bad[i] = 1
                 continue
+            if index is None:  # row-major, as h[mask]
+                index = torch.nonzero(mask.reshape(-1)).squeeze(1)[:n_rows]
+            rows = h.detach().reshape(-1, h.shape[-1]).index_select(0, index.to(h.device))
             try:
                 self._tokens[i].update(rows)
             except ValueError:  # the co-moment overflows float64
