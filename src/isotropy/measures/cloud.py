@@ -52,8 +52,28 @@ class TokenCloudStats:
     def __init__(self, dim: int) -> None:
         self.stats = CovarianceStats.empty(dim)
         self.outliers = OutlierStats.empty(dim)
-        self.lo = torch.full((dim,), float("inf"))
-        self.hi = torch.full((dim,), float("-inf"))
+        # coordinate-wise minima and maxima, kept where the rows are (no copy to the host per
+        # batch); read on the host through ``lo`` and ``hi``
+        self._lo = torch.full((dim,), float("inf"))
+        self._hi = torch.full((dim,), float("-inf"))
+
+    @property
+    def lo(self) -> torch.Tensor:
+        """The coordinate-wise minima of the rows so far (float32, on the CPU)."""
+        return self._lo.cpu()
+
+    @lo.setter
+    def lo(self, value: torch.Tensor) -> None:
+        self._lo = value
+
+    @property
+    def hi(self) -> torch.Tensor:
+        """The coordinate-wise maxima of the rows so far (float32, on the CPU)."""
+        return self._hi.cpu()
+
+    @hi.setter
+    def hi(self, value: torch.Tensor) -> None:
+        self._hi = value
 
     @property
     def count(self) -> int:
@@ -73,8 +93,8 @@ class TokenCloudStats:
         if rows.shape[0] == 0:
             return
         self.stats.update(rows)
-        self.lo = torch.minimum(self.lo, rows.amin(0).float().cpu())
-        self.hi = torch.maximum(self.hi, rows.amax(0).float().cpu())
+        self._lo = torch.minimum(self._lo.to(rows.device), rows.amin(0).float())
+        self._hi = torch.maximum(self._hi.to(rows.device), rows.amax(0).float())
         if self.outliers.abs_sum.device != rows.device:  # the sums stay where the rows are
             self.outliers = self.outliers.to(rows.device)
         self.outliers.update(rows)
