@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 from _reference import spd
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from isotropy.losses import CosRegLoss, IStarLoss
 from isotropy.models.regularized import log_value
@@ -175,22 +176,23 @@ def test_bfloat16_products_on_the_sync_free_route_and_a_warning_on_the_eager_one
         IStarLoss(-1.0, product_dtype="bf16")
 
 
+class Ops(TorchDispatchMode):
+    """Records the operators dispatched inside it (``seen``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
 def test_no_selection_of_the_real_tokens_and_no_host_read():
     """With padding left out, the real tokens are a row mask, not a selection: the forward and
     backward call no ``nonzero`` (a data-dependent size) and read no value on the host
     (``_local_scalar_dense``, behind ``float``, ``bool`` and ``.item()``), as the eager
     route does."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.add(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
     s = torch.as_tensor(spd(16, seed=3), dtype=torch.float32) * 2500.0
     for eager, product in ((False, None), (False, torch.bfloat16), (True, None)):
         hs, mask = _states()
@@ -208,17 +210,6 @@ def test_no_selection_of_the_real_tokens_and_no_host_read():
 def test_cosreg_selects_nothing_and_reads_nothing_on_the_device_route():
     """The padding left out by a row mask: no ``nonzero`` and no host read in the forward and
     backward (an operator record), the same value and gradient as the selection."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.seen = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.seen.add(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
     hs, mask = _states(seed=5)
     mask = mask.bool()
     hs[-1][~mask] = float("nan")  # padding rows take no part, whatever they hold

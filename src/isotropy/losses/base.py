@@ -70,12 +70,8 @@ class Regularizer(torch.nn.Module):
         """The token states of ``layers`` stacked as one cloud: the non-padding ones, or every
         position with ``self.include_padding`` or without an ``attention_mask`` (warned once
         per instance)."""
-        if getattr(self, "include_padding", False):
-            attention_mask = None
-        elif attention_mask is None and not getattr(self, "_warned_no_mask", False):
-            warn_no_attention_mask(type(self).__name__)
-            self._warned_no_mask = True
-        return token_cloud(hidden_states, attention_mask, layers, check_finite=check_finite)
+        return token_cloud(hidden_states, self._counted_mask(attention_mask), layers,
+                           check_finite=check_finite)
 
     def _token_rows(self, hidden_states: Sequence[torch.Tensor],
                     attention_mask: torch.Tensor | None, layers: Layers,
@@ -83,9 +79,15 @@ class Regularizer(torch.nn.Module):
         """:meth:`_token_states` without selecting the rows
         (:func:`~isotropy.clouds.masked_token_rows`): every position's row and whether it
         counts (``None``: all count)."""
+        return masked_token_rows(hidden_states, self._counted_mask(attention_mask), layers)
+
+    def _counted_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The mask of the positions that count as tokens: ``None`` (all) with
+        ``self.include_padding`` or without an ``attention_mask`` (warned once per
+        instance)."""
         if getattr(self, "include_padding", False):
-            attention_mask = None
-        elif attention_mask is None and not getattr(self, "_warned_no_mask", False):
+            return None
+        if attention_mask is None and not getattr(self, "_warned_no_mask", False):
             warn_no_attention_mask(type(self).__name__)
             self._warned_no_mask = True
-        return masked_token_rows(hidden_states, attention_mask, layers)
+        return attention_mask

@@ -165,8 +165,7 @@ class CosRegLoss(Regularizer):
                 keep = real.unsqueeze(1)
                 xa = torch.where(keep, xa, xa.new_zeros(()))
                 norms = torch.linalg.vector_norm(xa, dim=1, keepdim=True)
-                u = torch.where(keep, xa / torch.where(keep, norms, norms.new_ones(())),
-                                xa.new_zeros(()))
+                u = xa / torch.where(keep, norms, norms.new_ones(()))  # padding: 0 / 1
                 m = real.sum().to(xa.dtype)
             s = u.sum(0)
             term = ((s * s).sum() - m) / (m * m)

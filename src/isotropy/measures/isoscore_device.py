@@ -63,8 +63,8 @@ from isotropy._validation import (
 )
 from isotropy.runtime import autocast_off
 
-__all__ = ["PRODUCT_DTYPES", "isoscore_star_device", "same_rows", "shrinkage_exponent",
-           "star_grad", "star_terms"]
+__all__ = ["PRODUCT_DTYPES", "check_product_dtype", "isoscore_star_device", "same_rows",
+           "shrinkage_exponent", "star_grad", "star_terms"]
 
 PRODUCT_DTYPES = (None, torch.bfloat16)  # the operand dtypes the union's products may take
 

@@ -124,13 +124,12 @@ def _found(measure: str, dims: torch.Tensor, per_dim: torch.Tensor, score: str,
 # ------------------------------------------------------------------ variance (Rudman et al.)
 
 
-def _variance_outliers(var: torch.Tensor, factor: float, dtype: torch.dtype,
-                       measure: str = "variance_outliers") -> Outliers:
+def _variance_outliers(var: torch.Tensor, factor: float, dtype: torch.dtype) -> Outliers:
     mean = var.mean()
     if not bool(mean > 0):  # the ratio Var(x_j) / mean variance is 0/0 in every dimension
         raise ValueError("every dimension has zero variance: no dimension stands out")
     dims = _descending(torch.nonzero(var >= factor * mean).flatten(), var)
-    return _found(measure, dims, var, "variance", dtype)
+    return _found("variance_outliers", dims, var, "variance", dtype)
 
 
 def variance_outliers(X: ArrayLike, *, factor: float = VARIANCE_FACTOR,
