@@ -178,7 +178,10 @@ def test_the_rte_learning_rate_spec_holds_out_train_and_never_reads_dev() -> Non
 
 def test_the_entropy_spec_is_phase_bs_on_the_papers_schedule() -> None:
     """runs-entropy.yaml: phase B's cells (docs/results/specs/entropy.yaml) for the paper's 10
-    epochs, evaluated before the first step too, deterministic kernels, seeds 0-4."""
+    epochs, evaluated before the first step too, deterministic kernels, the plan's fresh seeds
+    5-9; the CPU's twin (docs/results/specs/confirm-entropy-cpu.yaml) has the same settings
+    but for the model, checkpoints (kept, so that a stopped CPU run resumes) and the order of
+    its cells."""
     import yaml
 
     phase_b = yaml.safe_load((ROOT / "docs" / "results" / "specs" / "entropy.yaml").read_text())
@@ -187,7 +190,15 @@ def test_the_entropy_spec_is_phase_bs_on_the_papers_schedule() -> None:
              "full_determinism": True, "save_strategy": "no"}
     assert spec["base"] == {**phase_b["base"], **extra}
     assert spec["points"] == phase_b["points"]
-    assert spec["seeds"] == [0, 1, 2, 3, 4] and spec["order"] == phase_b["order"]
+    assert spec["seeds"] == [5, 6, 7, 8, 9] and spec["order"] == phase_b["order"]
+    cpu = yaml.safe_load((ROOT / "docs" / "results" / "specs" / "confirm-entropy-cpu.yaml")
+                         .read_text())
+    gpu_base = {k: v for k, v in spec["base"].items() if k not in ("model", "save_strategy")}
+    assert cpu["base"] == {**gpu_base, "model": "minilm"}
+    key = [(p["task"], p["regularizer"], p.get("select_features")) for p in spec["points"]]
+    assert sorted(cpu["points"], key=lambda p: key.index(
+        (p["task"], p["regularizer"], p.get("select_features")))) == spec["points"]
+    assert cpu["seeds"] == spec["seeds"] and cpu["order"] == spec["order"]
 
 
 # --- option handling and the output folder, on a copy of run.sh in a stand-in checkout (so that

@@ -412,3 +412,28 @@ def test_make_istar_spec_never_replaces_a_spec_that_says_otherwise(tmp_path: Pat
     assert proc.returncode == 1 and "zeta.yaml exists and says otherwise" in proc.stderr
     assert (tmp_path / "specs" / "zeta.yaml").read_text() == "# edited\n"
     assert not out.exists()  # both, or neither
+
+
+def _confirm_guard(spec: str | None, wt: Path) -> subprocess.CompletedProcess:
+    """``run_confirm_cpu.sh`` from this checkout, with worktree ``wt`` (it refuses before any
+    sweep starts in every case below)."""
+    return subprocess.run(["bash", str(SCRIPTS / "run_confirm_cpu.sh"), *([spec] if spec else [])],
+                          env={"WT": str(wt), "RUNS": str(wt / "runs"), "PATH": ENV_PATH},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_confirmatory_guard_takes_only_its_specs(tmp_path: Path) -> None:
+    proc = _confirm_guard("review", tmp_path)
+    assert proc.returncode == 2
+    assert "SPEC is confirm-cpu or confirm-entropy-cpu, not 'review'" in proc.stderr
+
+
+@pytest.mark.parametrize("spec", [None, "confirm-entropy-cpu"])
+def test_the_confirmatory_guard_refuses_a_worktree_without_the_committed_spec(
+        tmp_path: Path, spec: str | None) -> None:
+    proc = _confirm_guard(spec, tmp_path)  # not a git checkout: the spec is not committed there
+    name = spec or "confirm-cpu"
+    assert proc.returncode == 2
+    # this checkout is checked first (an edited spec there is refused the same way)
+    assert f"commit docs/results/specs/{name}.yaml, unchanged, in " in proc.stderr
+    assert not (tmp_path / "runs").exists()
