@@ -1,0 +1,197 @@
+"""``docs/results/confirm_phase.py``: the confirmatory step's CPU phase by the frozen plan of
+``docs/results.md``. The runs it reads are the runs its specs name; the primary test against a
+brute-force enumeration of the sign patterns and statsmodels' Holm; the Holm range while one
+test of the family is missing; the committed runs against their files read directly."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import itertools
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+_spec = importlib.util.spec_from_file_location("confirm_phase", RESULTS / "confirm_phase.py")
+cp = importlib.util.module_from_spec(_spec)
+sys.modules["confirm_phase"] = cp  # its dataclasses look their module up there
+_spec.loader.exec_module(cp)
+run_name = sys.modules["review_verdicts"].run_name  # the name isotropy train gives a run
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(cp).failed == 0
+
+
+@pytest.mark.parametrize("spec", [cp.ISTAR_ROOT, cp.ENTROPY_ROOT])
+def test_every_run_looked_up_is_a_run_its_spec_names(spec: str) -> None:
+    from isotropy.sweeps.points import expand
+    from isotropy.sweeps.spec import load_spec
+    from isotropy.training.settings import args_from_dict
+
+    points = expand(load_spec(RESULTS / "specs" / f"{spec}.yaml"))
+    named = {p.name: args_from_dict(p.settings) for p in points}
+    wanted = [(t, c, s) for root, _, cell, tasks, _ in cp.CELLS if root == spec
+              for t in tasks for c in [cell(t)] for s in cp.SEEDS]
+    # every run of the spec is read, and nothing else
+    assert {run_name(t, c, s) for t, c, s in wanted} == set(named)
+    for task, cell, seed in wanted:
+        iso, train = named[run_name(task, cell, seed)]
+        assert train.seed == seed
+        for key, value in cell.settings:
+            got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+            assert got == value, (task, key, got, value)
+
+
+def test_the_primary_settings_are_the_ones_the_spec_named_before_its_runs() -> None:
+    text = (RESULTS / "specs" / "confirm-cpu.yaml").read_text()
+    named = {task: (float(lam), float(zeta)) for lam, zeta, task in re.findall(
+        r"^#\s+lambda = (-?[\d.]+), zeta = ([\d.]+) on (\w+)$", text, re.M)}
+    assert named == {t: cp.PAPER[t] for t in cp.ISTAR_TASKS}
+    entropy = (RESULTS / "specs" / "confirm-entropy-cpu.yaml").read_text()
+    assert ("selected bars (entropy_weight 1, select_features true) minus that of\n"
+            "# no regularizer") in entropy
+    assert cp.PRIMARY[1].cells("cola") == (cp.entropy_cell(True), cp.entropy_cell(None))
+    assert cp.PRIMARY[1].read is cp.last_30 and cp.PRIMARY[0].read is cp.final_metric
+
+
+def _brute_force(groups: list[list[float]]) -> tuple[float, float]:
+    """S and its two-sided sign-flip p by listing every sign pattern (no code of isotropy)."""
+    t = len(groups)
+    w = [1 / (t * len(g)) for g in groups for _ in g]
+    d = [x for g in groups for x in g]
+    s = sum(wi * di for wi, di in zip(w, d, strict=True))
+    hits = total = 0
+    for signs in itertools.product((1, -1), repeat=len(d)):
+        total += 1
+        hits += abs(sum(e * wi * di for e, wi, di in zip(signs, w, d, strict=True))) \
+            >= abs(s) - 1e-12
+    return s, hits / total
+
+
+class _FakeRun:
+    def __init__(self, majority: float | None) -> None:
+        self.majority = majority
+
+    def value(self, name: str, which: str = "final") -> float | None:
+        return self.majority if name == "majority_fraction" else None
+
+
+def _patch(monkeypatch: pytest.MonkeyPatch, values: dict[tuple[str, str, int], float]) -> None:
+    """``metric`` answers from ``values`` keyed by (run name, seed); absent keys are Missing."""
+    def metric(runs, task, cell, seed):
+        key = (task, run_name(task, cell, seed), seed)
+        if key not in values:
+            raise cp.Missing(key[1])
+        return values[key], _FakeRun(0.6)
+    monkeypatch.setattr(cp, "metric", metric)
+    monkeypatch.setattr(cp, "tail_metric", lambda run: None)  # never read below
+
+
+def _values(c, d: dict[str, list[float]], base: float = 0.5) -> dict:
+    out = {}
+    for task, ds in d.items():
+        cell, ref = c.cells(task)
+        for seed, delta in zip(cp.SEEDS, ds, strict=False):
+            out[(task, run_name(task, ref, seed), seed)] = base
+            out[(task, run_name(task, cell, seed), seed)] = base + delta / 100
+    return out
+
+
+def test_a_complete_primary_test_is_the_enumeration_and_waits_on_holm_only_when_it_must(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    istar = cp.PRIMARY[0]
+    # every pair below 0 on MRPC and STS-B: p = 2 / 2^10, Holm in [p, 2p], both < 0.05
+    d = {"mrpc": [-1.0, -2.0, -0.5, -1.5, -3.0], "stsb": [-0.2, -0.4, -0.1, -0.3, -0.6]}
+    _patch(monkeypatch, _values(istar, d))
+    text = "\n".join(cp.primary_section(Path("unused")))
+    s, p = _brute_force(list(d.values()))
+    assert p == pytest.approx(2 / 1024, abs=1e-15)
+    assert f"S = {s:+.2f} points, exact stratified sign-flip two-sided p = {p:.4g}" in text
+    assert f"between {p:.3g} and {2 * p:.3g} until the other test is complete" in text
+    assert "**contradicted, the paper's effect excluded**" in text
+    assert "Partial: 0 of 10 pairs. No test before all 10 are there" in text  # entropy
+    # mixed signs: p between 0.025 and 0.05 leaves the word to the other test
+    d = {"mrpc": [3.0, 2.0, 2.5, -0.4, 1.5], "stsb": [0.5, 0.4, -0.3, 0.6, 0.2]}
+    _patch(monkeypatch, _values(istar, d))
+    s, p = _brute_force(list(d.values()))
+    assert 0.025 <= p < 0.05
+    text = "\n".join(cp.primary_section(Path("unused")))
+    assert (f"**undecided until the other primary test is complete (its Holm-adjusted p lies "
+            f"between {p:.3g} and {2 * p:.3g})**") in text
+    # one pair missing: no test at all
+    values = _values(istar, d)
+    values.pop(("stsb", run_name("stsb", istar.cells("stsb")[0], 9), 9))
+    _patch(monkeypatch, values)
+    text = "\n".join(cp.primary_section(Path("unused")))
+    assert "Partial: 9 of 10 pairs." in text and "S =" not in text
+
+
+def test_both_tests_complete_take_statsmodels_holm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    d_istar = {"mrpc": [1.0, 2.0, -0.5, 1.5, 3.0], "stsb": [0.2, 0.4, 0.1, -0.3, 0.6]}
+    d_ent = {"cola": [-1.0, -2.0, -0.5, -1.5, -3.0], "mrpc": [-0.2, -0.4, 0.1, -0.3, -0.6]}
+    values = {**_values(cp.PRIMARY[0], d_istar), **_values(cp.PRIMARY[1], d_ent)}
+    _patch(monkeypatch, values)
+    monkeypatch.setattr(cp, "PRIMARY", tuple(
+        cp.Comparison(c.title, c.cells, c.tasks, cp.final_metric, c.what) for c in cp.PRIMARY))
+    text = "\n".join(cp.primary_section(Path("unused")))
+    ps = [_brute_force(list(d.values()))[1] for d in (d_istar, d_ent)]
+    adjusted = multipletests(ps, method="holm")[1]
+    for p, a in zip(ps, adjusted, strict=True):
+        assert f"two-sided p = {p:.4g}, Holm-adjusted (the phase's two primary tests) {a:.3g};" \
+            in text
+    assert "until the other test" not in text
+
+
+def test_holm_range_brackets_every_p_the_other_test_could_give() -> None:
+    def holm_of_first(p: float, q: float) -> float:
+        """Holm's adjusted p of the first of two tests, by its definition."""
+        return min(1.0, 2 * p) if p <= q else min(1.0, max(2 * q, p))
+
+    for p in (0.001, 0.02, 0.03, 0.2, 0.7):
+        low, high = cp.holm_range(p, 1)
+        seen = [holm_of_first(p, q) for q in np.linspace(0, 1, 1001)]
+        assert low == pytest.approx(min(seen), abs=1e-12)
+        assert high == pytest.approx(max(seen), abs=1e-12)
+
+
+def test_the_entropy_comparison_reads_the_last_30_percent(tmp_path: Path) -> None:
+    run = SimpleNamespace(total_steps=100, evaluations=[(0, 0.1), (50, 0.2), (70, 0.5),
+                                                        (100, 0.7)], path=tmp_path)
+    assert cp.last_30(0.7, run) == pytest.approx(0.6)
+    run.evaluations = [(0, 0.1), (50, 0.2)]
+    with pytest.raises(ValueError, match="no evaluation in the last 30%"):
+        cp.last_30(0.2, run)
+
+
+def test_committed_runs_are_their_files_read_directly() -> None:
+    archive = RESULTS / "runs" / ".pending" / f"{cp.ISTAR_ROOT}.tar.xz"
+    if not archive.is_file():
+        archive = RESULTS / "runs" / f"{cp.ISTAR_ROOT}.tar.xz"
+    if not archive.is_file():
+        pytest.skip("no committed confirmatory runs")
+    with tarfile.open(archive, "r:xz") as tar:
+        final = {m.name.split("/")[1]: json.loads(tar.extractfile(m).read())["final"]
+                 for m in tar.getmembers() if m.name.endswith("/results.json")}
+    text = "\n".join(cp.report(RESULTS / "runs"))
+    seen = 0
+    for task in cp.ISTAR_TASKS:
+        key = "eval_pearson" if task == "stsb" else "eval_accuracy"
+        for seed in cp.SEEDS:
+            names = [run_name(task, c, seed) for c in cp.PRIMARY[0].cells(task)]
+            if all(n in final for n in names):
+                a, b = (final[n][key] for n in names)
+                assert f"{100 * (a - b):+.2f}" in text
+                seen += 1
+    assert seen >= 1
+    assert f"`{cp.ISTAR_ROOT}`: {len(final)} of 50" in text
