@@ -501,3 +501,29 @@ def test_early_layers_claim_compares_the_rise_of_layer_1_with_the_last(tmp_path:
             "supported |") in out
     assert _row(out, "C9 early layers").startswith("| C9 early layers |")
     assert "| 2 | 6 of 6 | 0.0156 |" in _row(out, "C9 early layers")
+
+
+def test_the_authors_padding_protocol_is_read_as_the_papers_cells(tmp_path: Path) -> None:
+    # every I-STAR and CosReg cell with padding: the claims compare them, and say so
+    padded, plain = tmp_path / "padded", tmp_path / "plain"
+    for root, pad in ((padded, True), (plain, None)):
+        for seed in range(2):
+            make_run(root, task="mrpc", seed=seed, metric=0.80, padding=pad)
+            make_run(root, task="mrpc", reg="cosreg", seed=seed, metric=0.81, padding=pad)
+            make_run(root, task="mrpc", reg="istar", lam=-1.0, zeta=0.6, seed=seed,
+                     metric=0.78 - 0.01 * seed, padding=pad)
+    out, why = _claims_of(padded)
+    assert why is None
+    assert "Protocol: the authors' padding. Every I-STAR and CosReg cell" in out
+    same, _ = _claims_of(plain)
+    assert "Protocol:" not in same
+    # the same numbers under either protocol: the tables and the summary agree line for line
+    assert [x for x in out.splitlines() if not x.startswith("Protocol:")] == same.splitlines()
+    assert "| mrpc | istar λ=-1 ζ=0.6 |" in out and "with padding" not in out.replace(
+        '"with padding"', "")
+    # both protocols in one report: the cells without padding are the papers', the padded
+    # ones are compared by no claim
+    out, _ = _claims_of(padded, plain)
+    assert "Protocol:" not in out
+    assert "Cells no claim compares: mrpc: cosreg λ=1 with padding; mrpc: istar λ=-1 ζ=0.6 " \
+        "with padding." in out

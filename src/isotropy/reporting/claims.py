@@ -90,10 +90,38 @@ __all__ = [
     "claims_report",
     "mean_interval",
     "paired",
+    "padding_protocol",
     "spearman_permutation_p",
     "sign_test",
     "summary",
 ]
+
+PADDING = " with padding"  # the end of an I-STAR or CosReg part of a method label
+
+
+def padding_protocol(by_label: dict[tuple[str, str], list[Run]]
+                     ) -> tuple[dict[tuple[str, str], list[Run]], bool]:
+    """``(by_label, True)`` with " with padding" left out of every label when every I-STAR and
+    CosReg cell of the report has the authors' padding (``--include_padding``): the claims
+    then read those cells as the papers' (one protocol per report, as the I-STAR authors'
+    code runs it); the cells as they are and ``False`` otherwise (a report with cells of both
+    protocols compares the cells without padding, and lists the others as compared by no
+    claim).
+
+    >>> cells = {("mrpc", "none"): [], ("mrpc", "istar λ=-1 ζ=0.6 with padding"): []}
+    >>> padding_protocol(cells)
+    ({('mrpc', 'none'): [], ('mrpc', 'istar λ=-1 ζ=0.6'): []}, True)
+    >>> padding_protocol({**cells, ("mrpc", "cosreg λ=1"): []})[1]
+    False
+    """
+    regularized = [label for _, label in by_label if "istar" in label or "cosreg" in label]
+    parts = [part for label in regularized for part in label.split(" + ")
+             if part.startswith(("istar", "cosreg"))]
+    if not parts or not all(part.endswith(PADDING) for part in parts):
+        return by_label, False
+    return {(task, label.replace(PADDING, "")): runs
+            for (task, label), runs in by_label.items()}, True
+
 
 def claims_markdown(cells: Sequence[Cell], which: str = "final", spectrum: bool = True,
                     picked: bool = False) -> tuple[list[str], str | None]:
@@ -123,7 +151,7 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
     models = sorted({c.model for c in cells})
     if len(models) > 1:
         return [], None, f"runs of several models ({', '.join(models)}): one model at a time"
-    by_label = {(c.task, c.method.label): list(c.runs) for c in cells}
+    by_label, padded = padding_protocol({(c.task, c.method.label): list(c.runs) for c in cells})
     labels = {task: {lab for (t, lab) in by_label if t == task} for task in {c.task for c in cells}}
     istar_tasks = [t for t in TASKS if "none" in labels.get(t, ())
                    and set(istar_labels(t)) & labels[t]]
@@ -151,6 +179,11 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
     out = [f"Values: {'; '.join(read)}. Seeds per cell: {', '.join(map(str, seeds))}"
            + (" (one seed: every verdict, per task and per claim, is inconclusive)"
               if seeds == [1] else "") + "."]
+    if padded:
+        out.append("Protocol: the authors' padding. Every I-STAR and CosReg cell of these runs "
+                   "puts the padding positions in its clouds (`--include_padding`), so the "
+                   "claims read them as the papers' cells; their labels below leave out "
+                   "\"with padding\".")
     if picked:
         out.append("Each cell holds its own `--pick-best-over` pick (`picks.csv`), chosen on the "
                    "seeds it is then compared on: the comparisons favour the picked cells.")
@@ -202,6 +235,7 @@ def claims_report(cells: Sequence[Cell], which: str = "final", spectrum: bool = 
     papers = ("C" if istar_tasks else "") + ("P" if entropy_tasks else "")
     rows = claim_rows_with_left_out(tally, papers)
     data = claims_json(rows, tally, which=which, seeds_per_cell=seeds,
+                       **({"include_padding": True} if padded else {}),
                        constant_predictors=[f"{t}: {lab}" for t, lab in sorted(constant)])
     return [*out, *summary_markdown(rows), *bounds_markdown(rows), *primary_markdown(rows)], \
         data, None
