@@ -112,7 +112,8 @@ def test_every_committed_metric_claim_carries_the_plans_primary_test(path: Path)
     rows = {r["claim"]: r for r in claims["claims"]}
     for claim, f in found.items():
         primary = rows[claim]["primary"]
-        assert primary["reading"].startswith("exploratory")
+        assert "not the plan's two primary tests: exploratory on runs seen before" in \
+            primary["reading"]
         assert primary["n"] == sum(len(g) for g in f["groups"])  # left-out units counted
         assert primary["statistic"] == pytest.approx(f["s"], abs=1e-9)
         assert primary["p_decide"] == pytest.approx(f["p"], abs=1e-12)

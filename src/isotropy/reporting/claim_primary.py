@@ -32,8 +32,10 @@ __all__ = ["READING", "TEST", "decide", "primary_field", "primary_markdown"]
 TEST = ("stratified sign-flip permutation test of S = the mean over tasks of each task's mean "
         "seed-paired difference (points), exact over all 2^N sign patterns; every unit counted, "
         "constant predictors included; a difference of 0 stays in N and moves S neither way")
-READING = ("exploratory: the confirmatory plan (docs/results.md, 2026-11-28) applied to runs "
-           "seen before it was written; Holm's family is this report's metric claims")
+READING = ("the confirmatory plan's test (docs/results.md, 2026-11-28) with Holm's family this "
+           "report's metric claims, not the plan's two primary tests: exploratory on runs seen "
+           "before the plan was written, and on the plan's own runs a reading beside its "
+           "verdicts (docs/results/confirm_phase.py)")
 
 
 def primary_field(key: str, sign: int, t: Tally) -> dict[str, Any] | None:
@@ -102,7 +104,8 @@ def primary_markdown(rows: Iterable[Any]) -> list[str]:
     rows = [r for r in rows if r.primary is not None]
     if not rows:
         return []
-    out = ["", "## The confirmatory plan's primary test, applied to these runs (exploratory)",
+    out = ["", "## The confirmatory plan's primary test, applied to these runs (not the plan's "
+           "verdicts)",
            "", f"Per metric claim: a {TEST}; two-sided p (for \"does not rise\": the one-sided "
            "p of a rise), Holm-adjusted across the claims below, and the one-sided 95% bounds "
            "on the mean Δ (method minus reference, points) over the same units, beside the "
