@@ -176,6 +176,36 @@ def test_the_rte_learning_rate_spec_holds_out_train_and_never_reads_dev() -> Non
     assert spec["seeds"] == [0, 1, 2] and spec["order"] == main["order"]
 
 
+def test_the_confirmatory_gpu_spec_is_the_cpus_cells_on_four_tasks() -> None:
+    """runs-confirm.yaml: the CPU confirmatory spec's settings and cells (MRPC and STS-B
+    point for point) with the GPU's model and no checkpoints, and the same cells on SST-2 and
+    CoLA at runs.yaml's rates and paper settings; fresh seeds 5-9."""
+    import yaml
+
+    gpu = ROOT / "benchmarks" / "gpu"
+    spec = yaml.safe_load((gpu / "runs-confirm.yaml").read_text())
+    cpu = yaml.safe_load((ROOT / "docs" / "results" / "specs" / "confirm-cpu.yaml").read_text())
+    main = yaml.safe_load((gpu / "runs.yaml").read_text())
+    assert spec["base"] == {**cpu["base"], "model": "@MODEL@", "save_strategy": "no"}
+    assert [p for p in spec["points"] if p["task"] in ("mrpc", "stsb")] == cpu["points"]
+    paper = {p["task"]: p for p in main["points"] if p.get("include_padding")}
+    for task in ("sst2", "cola"):
+        cells = [p for p in spec["points"] if p["task"] == task]
+        first = paper[task]  # runs.yaml's B1 point: the rate, subset and paper's setting
+        fixed = {k: first[k] for k in ("task", "learning_rate", "max_train_samples")
+                 if k in first}
+        assert cells == [
+            {**fixed, "regularizer": "none"},
+            first,
+            {**fixed, "regularizer": "cosreg", "cosreg_tuning": 1, "include_padding": True},
+            {**fixed, "regularizer": "istar", "tuning": 1, "zeta": first["zeta"],
+             "include_padding": True},
+            {**fixed, "regularizer": "istar", "tuning": -0.3, "zeta": first["zeta"],
+             "include_padding": True}]
+    assert [p["task"] for p in spec["points"]][::5] == ["sst2", "mrpc", "cola", "stsb"]
+    assert spec["seeds"] == [5, 6, 7, 8, 9] and spec["order"] == "seed-major"
+
+
 def test_the_entropy_spec_is_phase_bs_on_the_papers_schedule() -> None:
     """runs-entropy.yaml: phase B's cells (docs/results/specs/entropy.yaml) for the paper's 10
     epochs, evaluated before the first step too, deterministic kernels, the plan's fresh seeds
