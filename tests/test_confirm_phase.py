@@ -195,3 +195,11 @@ def test_committed_runs_are_their_files_read_directly() -> None:
                 seen += 1
     assert seen >= 1
     assert f"`{cp.ISTAR_ROOT}`: {len(final)} of 50" in text
+
+
+def test_results_md_shows_what_the_committed_runs_give() -> None:
+    """docs/results.md's confirmatory section is the script's output on the committed runs
+    (regenerate it with ``python docs/results/confirm_phase.py`` after ``sync.sh``)."""
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    made = "\n".join(cp.report(RESULTS / "runs")).rstrip()
+    assert made in text, "docs/results.md's confirmatory section is out of date"
