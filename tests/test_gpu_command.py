@@ -7,6 +7,7 @@ before a GPU is available."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -519,3 +520,78 @@ def test_gpu_command_copies_the_finished_runs_and_fails_only_on_a_failed_sweep(
                      "runs.txt", "runs/r1/config.json", "runs/r1/results.json.gz",
                      "runs/sweep.json"]
     assert sorted(p.name for p in out.iterdir()) == ["gpu-results.tar.gz", "summary.txt"]
+
+
+def _rte_lr_archives(root: Path, accuracy: dict[tuple[float, int], float], call: int = 1,
+                     **override) -> None:
+    """A call's archive of runs-rte-lr.yaml's runs, as run.sh --pack brings them back."""
+    folder = root / str(call)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(folder / "runs-rte.tar.xz", "w:xz") as tar:
+        for (rate, seed), value in accuracy.items():
+            name = f"runs/rte-lr{rate:g}-seed{seed}"
+            iso = {"task": "rte", "regularizer": ["none"], "validation_split_percentage": 10,
+                   **override}
+            files = {"config.json": {"settings": {"isotropy": iso, "training": {
+                         "learning_rate": rate, "seed": seed}}},
+                     "results.json": {"final": {"eval_accuracy": value}}}
+            for fname, data in files.items():
+                blob = json.dumps(data).encode()
+                info = tarfile.TarInfo(f"{name}/{fname}")
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+
+
+def _make_rte(archives: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" /
+                                               "make_rte_confirm_spec.py"), str(archives),
+                           str(out)], capture_output=True, text=True, timeout=120)
+
+
+def test_rtes_confirmatory_spec_takes_the_rate_the_held_out_rule_picks(tmp_path: Path) -> None:
+    from isotropy.sweeps.points import expand
+    from isotropy.sweeps.spec import load_spec
+    from isotropy.training.settings import args_from_dict
+
+    rates, seeds = (1e-5, 3e-5, 5e-5), (0, 1, 2)
+    # 3e-5 and 5e-5 tie on the mean (0.62): the smaller rate wins
+    acc = {(r, s): v for r, vs in zip(rates, ((0.5, 0.6, 0.55), (0.6, 0.62, 0.64),
+                                              (0.66, 0.58, 0.62)), strict=True)
+           for s, v in zip(seeds, vs, strict=True)}
+    archives, out = tmp_path / "archives", tmp_path / "runs-confirm-rte.yaml"
+    missing = dict(acc)
+    missing.pop((5e-5, 2))
+    _rte_lr_archives(archives, missing)
+    proc = _make_rte(archives, out)
+    assert proc.returncode == 1 and "missing: lr 5e-05 seed 2" in proc.stderr
+    assert not out.exists()
+    # the run comes back in a later call; a rerun of a seed in that call does not count
+    _rte_lr_archives(archives, {(5e-5, 2): 0.62, (1e-5, 0): 0.99}, call=2)
+    proc = _make_rte(archives, out)
+    assert proc.returncode == 0, proc.stderr
+    assert "lr 3e-05: mean held-out accuracy 0.6200  <- RTE's rate" in proc.stdout
+    spec = load_spec(out)
+    points = expand(spec)
+    assert len(points) == 25 and spec.seeds == [5, 6, 7, 8, 9]
+    confirm = load_spec(ROOT / "benchmarks" / "gpu" / "runs-confirm.yaml")
+    assert spec.base == confirm.base
+    want = [(p["regularizer"], p.get("tuning"), p.get("zeta"), p.get("include_padding"))
+            for p in confirm.points if p["task"] == "cola"]
+    got = [(p["regularizer"], p.get("tuning"), p.get("zeta"), p.get("include_padding"))
+           for p in spec.points]
+    zeta = {"istar": 0.8}
+    assert got == [(r, t, zeta.get(r) if z is not None else None, i) for r, t, z, i in want]
+    for p in points:
+        iso, train = args_from_dict(p.settings)
+        assert iso.task == "rte" and train.learning_rate == 3e-5
+        assert iso.validation_split_percentage is None  # the whole train split, scored on dev
+    assert _make_rte(archives, out).returncode == 0  # the same spec again: kept
+    # runs that would pick another rate do not replace a spec already written
+    _rte_lr_archives(tmp_path / "other", {k: (0.9 if k[0] == 1e-5 else 0.5) for k in acc})
+    proc = _make_rte(tmp_path / "other", out)
+    assert proc.returncode == 1 and "exists and names other runs" in proc.stderr
+    assert "RTE's rate: 3e-05" in out.read_text()
+    # a run of another grid is refused
+    _rte_lr_archives(tmp_path / "wrong", acc, validation_split_percentage=20)
+    proc = _make_rte(tmp_path / "wrong", tmp_path / "x.yaml")
+    assert proc.returncode == 1 and "not a run of runs-rte-lr.yaml's grid" in proc.stderr
