@@ -93,6 +93,7 @@ def _patch(monkeypatch: pytest.MonkeyPatch, values: dict[tuple[str, str, int], f
             raise cp.Missing(key[1])
         return values[key], _FakeRun(0.6)
     monkeypatch.setattr(cp, "metric", metric)
+    monkeypatch.setattr(cp, "check_same_but_method", lambda a, b: None)  # no settings here
     monkeypatch.setattr(cp, "tail_metric", lambda run: None)  # never read below
 
 
@@ -203,3 +204,25 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     made = "\n".join(cp.report(RESULTS / "runs")).rstrip()
     assert made in text, "docs/results.md's confirmatory section is out of date"
+
+
+@pytest.mark.parametrize(("index", "sweep", "claim", "sign"), [
+    (("primary", 1), "entropy", "P2", 1),
+    (("secondary", 0), "istar", "C7 CosReg no gain", 1),
+    (("secondary", 1), "istar", "C6 λ = +1 hurts", -1),  # oriented: > 0 is "hurts"
+    (("secondary", 3), "entropy", "P4 all bars on par", 1),
+    (("secondary", 4), "entropy", "P3 metric", 1),
+])
+def test_the_exploratory_counterparts_are_the_committed_reports_task_means(
+        index: tuple[str, int], sweep: str, claim: str, sign: int) -> None:
+    """The counterpart's task means, read here from the runs, against the per-task means of
+    the committed claims.json (written by ``isotropy report``, another reader of the runs)."""
+    if not (RESULTS / "runs" / f"{sweep}.tar.xz").is_file():
+        pytest.skip("no committed exploratory runs")
+    c = (cp.PRIMARY if index[0] == "primary" else cp.SECONDARY)[index[1]]
+    units = json.loads((RESULTS / "report" / "sweeps" / sweep / "claims.json").read_text())[
+        "units"]
+    want = {u["task"]: sign * 100 * u["mean"] for u in units if u["claim"] == claim}
+    text = cp.counterpart_text(RESULTS / "runs", c)
+    for task in c.tasks:
+        assert f"{cp.LABEL[task]} {want[task]:+.2f}" in text, (task, text)

@@ -20,6 +20,10 @@ them is complete, its Holm-adjusted p lies between its p (the other's p at 0) an
 on the same side of 0.05, and waits otherwise. Beside the verdict, the one-sided 95% bounds on
 the mean effect in words, and for I-STAR the paper's own gain on the same tasks (Table 1, BERT).
 
+Under each comparison, its exploratory counterpart: the same comparison on the same tasks in
+the runs made before the plan (B1, phase A, phase B with B5; their protocols differ as each
+line says), task means read from the committed runs, for reading the two side by side.
+
 The specs' other cells are compared with the base run beside the primary tests, never in the
 family: seed-paired differences, and once a comparison is complete its exact two-sided
 sign-flip p, unadjusted. Each run's ``config.json`` is checked against the settings its cell
@@ -37,7 +41,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from review_verdicts import LABEL, LR, PAPER, PAPER_GAIN, Cell, Missing, metric  # noqa: E402
+import review_verdicts as rv  # noqa: E402  (a script beside this one, not a package)
+from review_verdicts import (  # noqa: E402
+    LABEL,
+    LR,
+    PAPER,
+    PAPER_GAIN,
+    Cell,
+    Missing,
+    check_same_but_method,
+    metric,
+)
 
 from isotropy.reporting.claim_bounds import bound_words  # noqa: E402
 from isotropy.reporting.claim_stats import ALPHA  # noqa: E402
@@ -145,7 +159,8 @@ def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
             if len(got) < 2:
                 d[task][seed] = None
                 continue
-            (a, run_a), (b, _) = got
+            (a, run_a), (b, run_b) = got
+            check_same_but_method(run_a, run_b)
             d[task][seed] = 100 * (a - b)
             cell_runs.append(run_a)
         constant[task] = len(cell_runs) == len(seeds) and constant_predictor(cell_runs)
@@ -223,6 +238,76 @@ SECONDARY = (
 )
 
 
+def phase_b(select: bool | None) -> Cell:
+    """Phase B's cell (3 epochs, seeds 0-4 with B5): as :func:`entropy_cell`."""
+    reg = (("regularizer", ["none"]),) if select is None else (
+        ("regularizer", ["entropy"]), ("entropy_weight", 1.0), ("select_features", select))
+    return Cell("entropy", (*reg, ("num_train_epochs", 3.0), ("model", "minilm")))
+
+
+@dataclass(frozen=True)
+class Counterpart:
+    """The exploratory runs that made a comparison before the plan, on the same tasks."""
+
+    what: str  # which runs, and how their protocol differs
+    comparison: Comparison
+    seeds: tuple[int, ...]
+
+
+def _old(title: str, cells: Callable[[str], tuple[Cell, Cell]], tasks: tuple[str, ...],
+         read: Read) -> Comparison:
+    return Comparison(title, cells, tasks, read, "")
+
+
+COUNTERPART = {
+    PRIMARY[0].title: Counterpart(
+        "B1 (the review phase's paper setting with padding against phase A's base run, seeds "
+        "0-2, without deterministic kernels)",
+        _old("B1", lambda t: (rv.istar(t, "review", pad=True), rv.base(t, "istar")),
+             ISTAR_TASKS, final_metric), (0, 1, 2)),
+    PRIMARY[1].title: Counterpart(
+        "phase B with B5 (3 epochs instead of 10, seeds 0-4)",
+        _old("P2", lambda t: (phase_b(True), phase_b(None)), ENTROPY_TASKS, last_30),
+        (0, 1, 2, 3, 4)),
+    SECONDARY[0].title: Counterpart(
+        "phase A's CosReg, without padding, seeds 0-2",
+        _old("C7", lambda t: (rv.cosreg(t), rv.base(t, "istar")), ISTAR_TASKS, final_metric),
+        (0, 1, 2)),
+    SECONDARY[1].title: Counterpart(
+        "phase A's λ = +1, without padding, seeds 0-2",
+        _old("C6", lambda t: (rv.istar(t, "istar", 1.0), rv.base(t, "istar")), ISTAR_TASKS,
+             final_metric), (0, 1, 2)),
+    SECONDARY[2].title: Counterpart(
+        "phase A's λ = −0.3, without padding, seeds 0-2",
+        _old("-0.3", lambda t: (rv.istar(t, "istar", -0.3), rv.base(t, "istar")), ISTAR_TASKS,
+             final_metric), (0, 1, 2)),
+    SECONDARY[3].title: Counterpart(
+        "phase B with B5 (3 epochs, seeds 0-4)",
+        _old("P4", lambda t: (phase_b(False), phase_b(None)), ENTROPY_TASKS, last_30),
+        (0, 1, 2, 3, 4)),
+    SECONDARY[4].title: Counterpart(
+        "phase B with B5 (3 epochs, seeds 0-4)",
+        _old("P3", lambda t: (phase_b(True), phase_b(False)), ENTROPY_TASKS, last_30),
+        (0, 1, 2, 3, 4)),
+}
+
+
+def counterpart_text(runs: Path, c: Comparison) -> str:
+    """The exploratory counterpart's task means (points) and their mean over the tasks, read
+    from the committed runs; said so where its runs are not there."""
+    old = COUNTERPART[c.title]
+    p = pairs(runs, old.comparison, old.seeds)
+    groups = p.groups()
+    if not p.complete():
+        there, total = p.count()
+        return f"Exploratory counterpart, {old.what}: {there} of {total} pairs committed."
+    means = ", ".join(f"{LABEL[t]} {sum(g) / len(g):+.2f}" for t, g in zip(p.d, groups,
+                                                                           strict=True))
+    s = sum(sum(g) / len(g) for g in groups) / len(groups)
+    return (f"Exploratory counterpart (seen before the plan), {old.what}: task means {means} "
+            f"points; S = {s:+.2f}.")
+
+
 def _paper(c: Comparison) -> float | None:
     gain = PAPER_EFFECT.get(c.title)
     return None if gain is None else sum(gain[t] for t in c.tasks) / len(c.tasks)
@@ -236,7 +321,8 @@ def primary_section(runs: Path) -> list[str]:
     out = []
     for c, p in found:
         there, total = p.count()
-        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), ""]
+        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), "",
+                counterpart_text(runs, c), ""]
         t = tests.get(c.title)
         if t is None:
             out += [f"Partial: {there} of {total} pairs. No test before all {total} are there "
@@ -266,7 +352,8 @@ def secondary_section(runs: Path) -> list[str]:
     for c in SECONDARY:
         p = pairs(runs, c)
         there, total = p.count()
-        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), ""]
+        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), "",
+                counterpart_text(runs, c), ""]
         if p.complete():
             s, _, _, two = sign_flip_p(p.groups())
             out += [f"All {total} pairs: S = {s:+.2f} points, exact stratified sign-flip "
