@@ -15,7 +15,6 @@ import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,14 +85,16 @@ class _FakeRun:
 
 
 def _patch(monkeypatch: pytest.MonkeyPatch, values: dict[tuple[str, str, int], float]) -> None:
-    """``metric`` answers from ``values`` keyed by (run name, seed); absent keys are Missing."""
+    """``metric`` answers from ``values`` keyed by (sweep, run name, seed); absent keys are
+    Missing."""
     def metric(runs, task, cell, seed):
-        key = (task, run_name(task, cell, seed), seed)
+        key = (cell.root, run_name(task, cell, seed), seed)
         if key not in values:
             raise cp.Missing(key[1])
         return values[key], _FakeRun(0.6)
     monkeypatch.setattr(cp, "metric", metric)
     monkeypatch.setattr(cp, "check_same_but_method", lambda a, b: None)  # no settings here
+    monkeypatch.setattr(cp, "check_spec_point", lambda run, spec: None)
     monkeypatch.setattr(cp, "tail_metric", lambda run: None)  # never read below
 
 
@@ -102,8 +103,8 @@ def _values(c, d: dict[str, list[float]], base: float = 0.5) -> dict:
     for task, ds in d.items():
         cell, ref = c.cells(task)
         for seed, delta in zip(cp.SEEDS, ds, strict=False):
-            out[(task, run_name(task, ref, seed), seed)] = base
-            out[(task, run_name(task, cell, seed), seed)] = base + delta / 100
+            out[(ref.root, run_name(task, ref, seed), seed)] = base
+            out[(cell.root, run_name(task, cell, seed), seed)] = base + delta / 100
     return out
 
 
@@ -117,20 +118,21 @@ def test_a_complete_primary_test_is_the_enumeration_and_waits_on_holm_only_when_
     s, p = _brute_force(list(d.values()))
     assert p == pytest.approx(2 / 1024, abs=1e-15)
     assert f"S = {s:+.2f} points, exact stratified sign-flip two-sided p = {p:.4g}" in text
-    assert f"between {p:.3g} and {2 * p:.3g} until the other test is complete" in text
+    # three tests of the family missing: the adjusted p lies in [p, 4p]
+    assert f"between {p:.3g} and {4 * p:.3g} until the family's other tests are complete" in text
     assert "**contradicted, the paper's effect excluded**" in text
     assert "Partial: 0 of 10 pairs. No test before all 10 are there" in text  # entropy
-    # mixed signs: p between 0.025 and 0.05 leaves the word to the other test
+    # mixed signs: p between 0.0125 and 0.05 (4p above it) leaves the word to the other tests
     d = {"mrpc": [3.0, 2.0, 2.5, -0.4, 1.5], "stsb": [0.5, 0.4, -0.3, 0.6, 0.2]}
     _patch(monkeypatch, _values(istar, d))
     s, p = _brute_force(list(d.values()))
-    assert 0.025 <= p < 0.05
+    assert 0.0125 <= p < 0.05
     text = "\n".join(cp.primary_section(Path("unused")))
-    assert (f"**undecided until the other primary test is complete (its Holm-adjusted p lies "
-            f"between {p:.3g} and {2 * p:.3g})**") in text
+    assert (f"**undecided until the family's other tests are complete (its Holm-adjusted p "
+            f"lies between {p:.3g} and {min(1, 4 * p):.3g})**") in text
     # one pair missing: no test at all
     values = _values(istar, d)
-    values.pop(("stsb", run_name("stsb", istar.cells("stsb")[0], 9), 9))
+    values.pop((cp.ISTAR_ROOT, run_name("stsb", istar.cells("stsb")[0], 9), 9))
     _patch(monkeypatch, values)
     text = "\n".join(cp.primary_section(Path("unused")))
     assert "Partial: 9 of 10 pairs." in text and "S =" not in text
@@ -147,23 +149,57 @@ def test_both_tests_complete_take_statsmodels_holm(monkeypatch: pytest.MonkeyPat
         cp.Comparison(c.title, c.cells, c.tasks, cp.final_metric, c.what) for c in cp.PRIMARY))
     text = "\n".join(cp.primary_section(Path("unused")))
     ps = [_brute_force(list(d.values()))[1] for d in (d_istar, d_ent)]
-    adjusted = multipletests(ps, method="holm")[1]
-    for p, a in zip(ps, adjusted, strict=True):
-        assert f"two-sided p = {p:.4g}, Holm-adjusted (the phase's two primary tests) {a:.3g};" \
-            in text
-    assert "until the other test" not in text
+    # the GPU phase's two tests missing: at 0 and at 1 they give the ends of the range
+    low = multipletests([*ps, 0.0, 0.0], method="holm")[1]
+    high = multipletests([*ps, 1.0, 1.0], method="holm")[1]
+    for i, p in enumerate(ps):
+        assert (f"two-sided p = {p:.4g}, Holm-adjusted (the amendment's family of four) between "
+                f"{low[i]:.3g} and {high[i]:.3g} until the family's other tests are complete"
+                ) in text
 
 
-def test_holm_range_brackets_every_p_the_other_test_could_give() -> None:
-    def holm_of_first(p: float, q: float) -> float:
-        """Holm's adjusted p of the first of two tests, by its definition."""
-        return min(1.0, 2 * p) if p <= q else min(1.0, max(2 * q, p))
+def _holm(ps: list[float]) -> list[float]:
+    """Holm's adjusted p's by their definition: sorted, the i-th (from 0) times m - i, then the
+    running maximum, capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
 
-    for p in (0.001, 0.02, 0.03, 0.2, 0.7):
-        low, high = cp.holm_range(p, 1)
-        seen = [holm_of_first(p, q) for q in np.linspace(0, 1, 1001)]
-        assert low == pytest.approx(min(seen), abs=1e-12)
-        assert high == pytest.approx(max(seen), abs=1e-12)
+
+@pytest.mark.parametrize(("known", "missing"), [([0.001], 1), ([0.02], 3), ([0.2], 3),
+                                                ([0.01, 0.03], 2), ([0.04, 0.001], 2)])
+def test_holm_range_brackets_every_p_the_missing_tests_could_give(known: list[float],
+                                                                  missing: int) -> None:
+    grid = [0.0, 0.0005, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.5, 1.0]
+    seen = [_holm([*known, *rest])[: len(known)]
+            for rest in itertools.product(grid, repeat=missing)]
+    for i, (low, high) in enumerate(cp.holm_range(known, missing)):
+        assert low == pytest.approx(min(s[i] for s in seen), abs=1e-12)
+        assert high == pytest.approx(max(s[i] for s in seen), abs=1e-12)
+
+
+def test_a_run_whose_settings_are_not_its_spec_points_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from isotropy.reporting import packed
+
+    source = RESULTS / "runs" / ".pending" / cp.ISTAR_ROOT
+    if not packed.is_dir(source):
+        pytest.skip("no committed confirmatory runs")
+    base = run_name("mrpc", cp.istar_base("mrpc"), 5)
+    shutil.copytree(packed.real_path(source) / base, tmp_path / cp.ISTAR_ROOT / base)
+    c = cp.PRIMARY[0]
+    assert cp.pairs(tmp_path, c).count() == (0, 10)  # the cell's run is absent: no pair
+    config = tmp_path / cp.ISTAR_ROOT / base / "config.json"
+    data = json.loads(config.read_text())
+    data["settings"]["training"]["num_train_epochs"] = 2.0  # a setting no cell names
+    config.write_text(json.dumps(data))
+    # refused though its pair's other run is missing
+    with pytest.raises(ValueError, match="num_train_epochs"):
+        cp.pairs(tmp_path, c)
 
 
 def test_the_entropy_comparison_reads_the_last_30_percent(tmp_path: Path) -> None:

@@ -531,9 +531,12 @@ def _rte_lr_archives(root: Path, accuracy: dict[tuple[float, int], float], call:
         for (rate, seed), value in accuracy.items():
             name = f"runs/rte-lr{rate:g}-seed{seed}"
             iso = {"task": "rte", "regularizer": ["none"], "validation_split_percentage": 10,
-                   **override}
-            files = {"config.json": {"settings": {"isotropy": iso, "training": {
-                         "learning_rate": rate, "seed": seed}}},
+                   "preset": "istar", "max_seq_length": 128, "subset_seed": 0, **override}
+            training = {"learning_rate": rate, "seed": seed, "num_train_epochs": 3.0,
+                        "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1,
+                        "per_device_eval_batch_size": 64, "bf16": False, "fp16": False,
+                        "full_determinism": True, **override.pop("training", {})}
+            files = {"config.json": {"settings": {"isotropy": iso, "training": training}},
                      "results.json": {"final": {"eval_accuracy": value}}}
             for fname, data in files.items():
                 blob = json.dumps(data).encode()
@@ -543,9 +546,18 @@ def _rte_lr_archives(root: Path, accuracy: dict[tuple[float, int], float], call:
 
 
 def _make_rte(archives: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" /
-                                               "make_rte_confirm_spec.py"), str(archives),
-                           str(out)], capture_output=True, text=True, timeout=120)
+    """make_rte_confirm_spec.py's main, in this process (its exit code and output)."""
+    import contextlib
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "gpu" / "make_rte_confirm_spec.py"
+    spec = importlib.util.spec_from_file_location("make_rte_confirm_spec", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = module.main([str(path), str(archives), str(out)])
+    return subprocess.CompletedProcess([], code, stdout.getvalue(), stderr.getvalue())
 
 
 def test_rtes_confirmatory_spec_takes_the_rate_the_held_out_rule_picks(tmp_path: Path) -> None:
@@ -591,7 +603,16 @@ def test_rtes_confirmatory_spec_takes_the_rate_the_held_out_rule_picks(tmp_path:
     proc = _make_rte(tmp_path / "other", out)
     assert proc.returncode == 1 and "exists and names other runs" in proc.stderr
     assert "RTE's rate: 3e-05" in out.read_text()
-    # a run of another grid is refused
-    _rte_lr_archives(tmp_path / "wrong", acc, validation_split_percentage=20)
-    proc = _make_rte(tmp_path / "wrong", tmp_path / "x.yaml")
-    assert proc.returncode == 1 and "not a run of runs-rte-lr.yaml's grid" in proc.stderr
+    # a run of another grid is refused, whichever setting differs
+    for folder, override, name in (("a", {"validation_split_percentage": 20}, "validation_split"),
+                                   ("b", {"training": {"full_determinism": False}},
+                                    "full_determinism"),
+                                   ("c", {"training": {"num_train_epochs": 2.0}},
+                                    "num_train_epochs")):
+        _rte_lr_archives(tmp_path / folder, {(3e-5, 1): 0.5}, **override)
+        proc = _make_rte(tmp_path / folder, tmp_path / "x.yaml")
+        assert proc.returncode == 1 and "not a run of runs-rte-lr.yaml's grid" in proc.stderr
+        assert name in proc.stderr
+    _rte_lr_archives(tmp_path / "d", {(3e-5, 7): 0.5})  # a seed outside the grid
+    proc = _make_rte(tmp_path / "d", tmp_path / "x.yaml")
+    assert proc.returncode == 1 and "'seed': (7" in proc.stderr

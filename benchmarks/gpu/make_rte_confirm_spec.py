@@ -38,6 +38,30 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
     return {**s["isotropy"], **s["training"]}
 
 
+def grid_settings() -> dict[str, Any]:
+    """The settings every run of ``runs-rte-lr.yaml`` records, as ``config.json`` has them:
+    its base but the model (a path on the GPU machine) and the reporting switches."""
+    from isotropy.training.settings import args_from_dict
+
+    spec = yaml.safe_load((HERE / "runs-rte-lr.yaml").read_text())
+    base = {k: v for k, v in spec["base"].items() if k != "model"}
+    iso, train = args_from_dict({**base, "model": "minilm", "learning_rate": RATES[0],
+                                 "seed": SEEDS[0]})
+    out = {}
+    for key in base:
+        if key in ("report_to", "save_strategy"):
+            continue  # how the run was kept, not what it trained
+        value = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+        out[key] = json.loads(json.dumps(getattr(value, "value", value)))
+    return out
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, int | float) and not isinstance(got, bool):
+        return math.isclose(got, want, rel_tol=1e-9)
+    return got == want
+
+
 def held_out_accuracy(archives: Path) -> dict[tuple[float, int], float]:
     """The final held-out accuracy of each (rate, seed) of the grid, first copy first;
     ``ValueError`` for a run whose settings are not the grid's."""
@@ -57,12 +81,15 @@ def held_out_accuracy(archives: Path) -> dict[tuple[float, int], float]:
                     continue  # unfinished
                 s = _settings(json.loads((run / "config.json").read_text()))
                 rate = float(s["learning_rate"])
-                want = {"task": "rte", "regularizer": ["none"],
-                        "validation_split_percentage": 10}
-                wrong = {k: s.get(k) for k, v in want.items() if s.get(k) != v}
-                if wrong or not any(math.isclose(rate, r) for r in RATES):
+                wrong = {k: (s.get(k), v) for k, v in grid_settings().items()
+                         if not _same(s.get(k), v)}
+                if not any(math.isclose(rate, r) for r in RATES):
+                    wrong["learning_rate"] = (rate, RATES)
+                if s.get("seed") not in SEEDS:
+                    wrong["seed"] = (s.get("seed"), SEEDS)
+                if wrong:
                     raise ValueError(f"{run.name}: not a run of runs-rte-lr.yaml's grid "
-                                     f"({wrong or {'learning_rate': rate}})")
+                                     f"(got, wanted): {wrong}")
                 rate = min(RATES, key=lambda r: abs(r - rate))
                 key = (rate, int(s["seed"]))
                 value = json.loads(results.read_text())["final"]["eval_accuracy"]

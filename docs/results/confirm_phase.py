@@ -14,11 +14,13 @@ The phase's two primary comparisons, named in its specs before any of their runs
 The primary test (:func:`isotropy.reporting.confirmatory.primary_test`: the exact stratified
 sign-flip test of S = the mean over tasks of the task means) runs only once every pair of its
 comparison is there: the plan counts every run. Until then the finished pairs are printed,
-marked partial, with no p. Holm's family is the phase's two primary tests. While only one of
-them is complete, its Holm-adjusted p lies between its p (the other's p at 0) and min(1, 2p)
-(the other's at 1), whatever the other test gives: its verdict is printed when both ends fall
-on the same side of 0.05, and waits otherwise. Beside the verdict, the one-sided 95% bounds on
-the mean effect in words, and for I-STAR the paper's own gain on the same tasks (Table 1, BERT).
+marked partial, with no p. Holm's family is the plan's amendment's (2026-11-29): four tests,
+this phase's two and the GPU phase's two. While a test of the family is not complete, a
+complete test's Holm-adjusted p is the range it takes over every value the missing p's could
+have (:func:`holm_range`): its verdict is printed when the whole range falls on one side of
+0.05, and waits otherwise (the GPU phase's tests are read elsewhere; here they count as
+missing). Beside the verdict, the one-sided 95% bounds on the mean effect in words, and for
+I-STAR the paper's own gain on the same tasks (Table 1, BERT).
 
 Under each comparison, its exploratory counterpart: the same comparison on the same tasks in
 the runs made before the plan (B1, phase A, phase B with B5; their protocols differ as each
@@ -26,19 +28,27 @@ line says), task means read from the committed runs, for reading the two side by
 
 The specs' other cells are compared with the base run beside the primary tests, never in the
 family: seed-paired differences, and once a comparison is complete its exact two-sided
-sign-flip p, unadjusted. Each run's ``config.json`` is checked against the settings its cell
-names before its metric is read (``review_verdicts.metric``); a run under ``runs/.pending/``
-(a sweep still running, ``sync.sh``) is read where ``runs/`` lacks it.
+sign-flip p, unadjusted. Each run's ``config.json`` is checked before its metric is read:
+against the settings its cell names (``review_verdicts.metric``), and every setting of a
+confirmatory run against the point its spec expands to (:func:`check_spec_point`); the two
+runs of a pair must differ in the method only. A run under ``runs/.pending/`` (a sweep still
+running, ``sync.sh``) is read where ``runs/`` lacks it.
 
 Usage: python confirm_phase.py [RUNS_DIR]   (default: docs/results/runs beside this file)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
+import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import review_verdicts as rv  # noqa: E402  (a script beside this one, not a package)
@@ -58,10 +68,18 @@ from isotropy.reporting.claim_stats import ALPHA  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
 from isotropy.reporting.claim_values import tail_metric  # noqa: E402
 from isotropy.reporting.confirmatory import Primary, primary_test, sign_flip_p  # noqa: E402
+from isotropy.reporting.packed import real_path  # noqa: E402
 from isotropy.reporting.runs import Run  # noqa: E402
 
 SEEDS = (5, 6, 7, 8, 9)  # fresh: no earlier run of the study used them
+FAMILY = 4  # Holm's family (the amendment): the CPU phase's two tests and the GPU phase's two
+SPECS = Path(__file__).resolve().parent / "specs"
+# settings a run records that its spec point does not decide: where it was written, whether
+# it resumed, a token placeholder, and an object the point gives unserialised
+NOT_COMPARED = frozenset({"output_dir", "logging_dir", "resume", "hub_token",
+                          "accelerator_config"})
 ISTAR_ROOT, ENTROPY_ROOT = "confirm-cpu", "confirm-entropy-cpu"
+CONFIRMATORY = (ISTAR_ROOT, ENTROPY_ROOT)  # each the name of its spec and of its sweep
 ISTAR_TASKS = ("mrpc", "stsb")
 ENTROPY_TASKS = ("cola", "mrpc")
 
@@ -140,6 +158,52 @@ class Pairs:
         return sum(v is not None for v in values), len(values)
 
 
+@functools.cache
+def spec_points(spec: str) -> dict[str, Any]:
+    """The points of ``specs/<spec>.yaml`` by run name, as ``isotropy sweep`` expands them."""
+    from isotropy.sweeps.points import expand
+    from isotropy.sweeps.spec import load_spec
+
+    return {p.name: p for p in expand(load_spec(SPECS / f"{spec}.yaml"))}
+
+
+def _json(value: Any) -> Any:
+    """A setting as ``config.json`` records it."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return json.loads(json.dumps(value, default=str))
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, int | float) and not isinstance(got, bool):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=0.0)
+    return got == want
+
+
+def check_spec_point(run: Run, spec: str) -> None:
+    """``ValueError`` unless every setting the run recorded is the one its spec's point gives
+    (:data:`NOT_COMPARED` aside): the same schedule, data, model and method, not only the
+    settings its cell names."""
+    from isotropy.training.settings import args_from_dict
+
+    config = json.loads((real_path(Path(run.path)) / "config.json").read_text())
+    point = spec_points(spec).get(Path(run.path).name)
+    if point is None:
+        raise ValueError(f"{run.path}: not a run of specs/{spec}.yaml")
+    wrong = {}
+    for section, args in zip(("isotropy", "training"), args_from_dict(point.settings),
+                             strict=True):
+        saved = config["settings"][section]
+        for f in dataclasses.fields(args):
+            if f.name in saved and f.name not in NOT_COMPARED:
+                want = _json(getattr(args, f.name))
+                if not _same(saved[f.name], want):
+                    wrong[f.name] = (saved[f.name], want)
+    if wrong:
+        raise ValueError(f"{run.path}: settings differ from specs/{spec}.yaml's point "
+                         f"(got, wanted): {wrong}")
+
+
 def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
     """The comparison's seed-paired differences as far as its runs are there (a run with
     other settings than its cell's raises ``ValueError``)."""
@@ -150,11 +214,13 @@ def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
         d[task], cell_runs = {}, []
         for seed in seeds:
             got = []
-            for which in (cell, ref):
+            for which in (cell, ref):  # both read: a wrong run is refused even alone
                 try:
                     value, run = metric(runs, task, which, seed)
                 except Missing:
-                    break
+                    continue
+                if which.root in CONFIRMATORY:
+                    check_spec_point(run, which.root)
                 got.append((c.read(value, run), run))
             if len(got) < 2:
                 d[task][seed] = None
@@ -167,16 +233,19 @@ def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
     return Pairs(d, constant)
 
 
-def holm_range(p: float, others: int) -> tuple[float, float]:
-    """The Holm-adjusted p of a test whose family has ``others`` more tests not yet run: its
-    least (their p at 0) and greatest (their p at 1) values.
+def holm_range(known: Sequence[float], missing: int) -> list[tuple[float, float]]:
+    """The Holm-adjusted p of each test in ``known`` while ``missing`` more tests of the family
+    have no p yet: its least value (the missing p's at 0) and its greatest (at 1); Holm's
+    adjusted p's never fall when another p rises, so every value they could have lies between.
 
-    >>> holm_range(0.02, 1), holm_range(0.3, 1), holm_range(0.02, 0)
-    ((0.02, 0.04), (0.3, 0.6), (0.02, 0.02))
+    >>> holm_range([0.02], 1), holm_range([0.3], 3), holm_range([0.02], 0)
+    ([(0.02, 0.04)], [(0.3, 1.0)], [(0.02, 0.02)])
+    >>> holm_range([0.01, 0.02], 2)  # at most 4 x 0.01 and 3 x 0.02
+    [(0.02, 0.04), (0.02, 0.06)]
     """
-    low = holm([p, *[0.0] * others])[0]
-    high = holm([p, *[1.0] * others])[0]
-    return low, high
+    low = holm([*known, *[0.0] * missing])[: len(known)]
+    high = holm([*known, *[1.0] * missing])[: len(known)]
+    return list(zip(low, high, strict=True))
 
 
 def verdict(t: Primary, p_low: float, p_high: float) -> str:
@@ -186,7 +255,7 @@ def verdict(t: Primary, p_low: float, p_high: float) -> str:
     elif p_low >= ALPHA or t.statistic == 0:
         word = "inconclusive"
     else:
-        return ("undecided until the other primary test is complete (its Holm-adjusted p "
+        return ("undecided until the family's other tests are complete (its Holm-adjusted p "
                 f"lies between {p_low:.3g} and {p_high:.3g})")
     if t.paper is not None and t.upper is not None and t.upper < t.paper:
         word += ", the paper's effect excluded"
@@ -328,13 +397,12 @@ def primary_section(runs: Path) -> list[str]:
             out += [f"Partial: {there} of {total} pairs. No test before all {total} are there "
                     "(the plan counts every run).", ""]
             continue
-        if len(tests) == len(PRIMARY):
-            low = high = dict(zip(tests, holm([x.p for x in tests.values()]), strict=True))[
-                c.title]
-        else:
-            low, high = holm_range(t.p, len(PRIMARY) - len(tests))
+        ranges = dict(zip(tests, holm_range([x.p for x in tests.values()],
+                                            FAMILY - len(tests)), strict=True))
+        low, high = ranges[c.title]
         adjusted = (f"{low:.3g}" if low == high else
-                    f"between {low:.3g} and {high:.3g} until the other test is complete")
+                    f"between {low:.3g} and {high:.3g} until the family's other tests are "
+                    "complete")
         bounds = ("no bounds (a task without a spread)" if t.lower is None else
                   f"one-sided 95% bounds {t.lower:+.2f} and {t.upper:+.2f}: "
                   f"{bound_words(t.lower, t.upper)}")
@@ -342,7 +410,7 @@ def primary_section(runs: Path) -> list[str]:
             f"; the paper's gain on these tasks, {t.paper:+.2f}, is "
             + ("excluded" if t.upper is not None and t.upper < t.paper else "not excluded"))
         out += [f"All {total} pairs: S = {t.statistic:+.2f} points, exact stratified sign-flip "
-                f"two-sided p = {t.p:.4g}, Holm-adjusted (the phase's two primary tests) "
+                f"two-sided p = {t.p:.4g}, Holm-adjusted (the amendment's family of four) "
                 f"{adjusted}; {bounds}{paper}. **{verdict(t, low, high)}**", ""]
     return out
 

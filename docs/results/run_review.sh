@@ -14,7 +14,8 @@
 # readout (specs/readout.yaml: B4; run_readout.sh) or entropy (specs/entropy.yaml, phase B:
 # B5 runs its seeds 3 and 4 with SEEDS="3 4"; run_entropy_seeds.sh) or mpnet (specs/mpnet.yaml:
 # B6's MPNet half; run_mpnet.sh) or confirm-cpu (specs/confirm-cpu.yaml: the confirmatory
-# step's CPU part; run_confirm_cpu.sh). WT, RUNS, WORKERS: as in
+# step's CPU I-STAR part) or confirm-entropy-cpu (specs/confirm-entropy-cpu.yaml: its CPU
+# entropy part; both through run_confirm_cpu.sh). WT, RUNS, WORKERS: as in
 # run.sh; SEEDS: the seeds, in order (default: the spec's own). The runs go under $RUNS/SPEC.
 # Relative paths in WT, RUNS and GLUE_DIR are the caller's.
 set -uo pipefail
