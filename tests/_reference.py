@@ -39,3 +39,14 @@ def skdim_twonn(x: np.ndarray) -> float:
 def spd(d: int, seed: int) -> np.ndarray:
     a = np.random.default_rng(seed).standard_normal((d, 2 * d))
     return a @ a.T / (2 * d)
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p's, written out: sort, scale the i-th (from 0) by m - i,
+    running maximum, capped at 1."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out, running = [0.0] * len(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out

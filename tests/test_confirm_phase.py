@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _reference import holm
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -138,7 +139,7 @@ def test_a_complete_primary_test_is_the_enumeration_and_waits_on_holm_only_when_
     assert "Partial: 9 of 10 pairs." in text and "S =" not in text
 
 
-def test_both_tests_complete_take_statsmodels_holm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_tests_complete_take_statsmodelsholm(monkeypatch: pytest.MonkeyPatch) -> None:
     from statsmodels.stats.multitest import multipletests
 
     d_istar = {"mrpc": [1.0, 2.0, -0.5, 1.5, 3.0], "stsb": [0.2, 0.4, 0.1, -0.3, 0.6]}
@@ -158,23 +159,12 @@ def test_both_tests_complete_take_statsmodels_holm(monkeypatch: pytest.MonkeyPat
                 ) in text
 
 
-def _holm(ps: list[float]) -> list[float]:
-    """Holm's adjusted p's by their definition: sorted, the i-th (from 0) times m - i, then the
-    running maximum, capped at 1."""
-    order = sorted(range(len(ps)), key=lambda i: ps[i])
-    out, running = [0.0] * len(ps), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
-        out[i] = running
-    return out
-
-
 @pytest.mark.parametrize(("known", "missing"), [([0.001], 1), ([0.02], 3), ([0.2], 3),
                                                 ([0.01, 0.03], 2), ([0.04, 0.001], 2)])
 def test_holm_range_brackets_every_p_the_missing_tests_could_give(known: list[float],
                                                                   missing: int) -> None:
     grid = [0.0, 0.0005, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.5, 1.0]
-    seen = [_holm([*known, *rest])[: len(known)]
+    seen = [holm([*known, *rest])[: len(known)]
             for rest in itertools.product(grid, repeat=missing)]
     for i, (low, high) in enumerate(cp.holm_range(known, missing)):
         assert low == pytest.approx(min(s[i] for s in seen), abs=1e-12)

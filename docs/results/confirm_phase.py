@@ -104,13 +104,18 @@ def istar_base(task: str) -> Cell:
                              ("full_determinism", True), ("model", "minilm")))
 
 
-def entropy_cell(select: bool | None) -> Cell:
+def _entropy(root: str, select: bool | None, *settings: tuple[str, object]) -> Cell:
     """The entropy loss (β = 1) with selected bars (``True``), all bars (``False``), or no
-    regularizer (``None``), on the paper's 10 epochs."""
+    regularizer (``None``), with ``settings`` besides."""
     reg = (("regularizer", ["none"]),) if select is None else (
         ("regularizer", ["entropy"]), ("entropy_weight", 1.0), ("select_features", select))
-    return Cell(ENTROPY_ROOT, (*reg, ("num_train_epochs", 10.0), ("eval_on_start", True),
-                               ("full_determinism", True), ("model", "minilm")))
+    return Cell(root, (*reg, *settings, ("model", "minilm")))
+
+
+def entropy_cell(select: bool | None) -> Cell:
+    """The entropy spec's cell (:func:`_entropy`): the paper's 10 epochs, evaluated at step 0."""
+    return _entropy(ENTROPY_ROOT, select, ("num_train_epochs", 10.0), ("eval_on_start", True),
+                    ("full_determinism", True))
 
 
 def final_metric(value: float, run: Run) -> float:
@@ -308,10 +313,8 @@ SECONDARY = (
 
 
 def phase_b(select: bool | None) -> Cell:
-    """Phase B's cell (3 epochs, seeds 0-4 with B5): as :func:`entropy_cell`."""
-    reg = (("regularizer", ["none"]),) if select is None else (
-        ("regularizer", ["entropy"]), ("entropy_weight", 1.0), ("select_features", select))
-    return Cell("entropy", (*reg, ("num_train_epochs", 3.0), ("model", "minilm")))
+    """Phase B's cell (3 epochs, seeds 0-4 with B5; :func:`_entropy`)."""
+    return _entropy("entropy", select, ("num_train_epochs", 3.0))
 
 
 @dataclass(frozen=True)
