@@ -5,7 +5,7 @@
 # persistent entropy on the paper's 10 epochs, CoLA and MRPC, seeds 5-9). Refuses unless
 # docs/results.md holds the confirmatory plan and the spec is committed unchanged, in this
 # checkout and in the pinned worktree WT that runs it, so that what runs is what the plan and
-# the spec fixed before the runs started (sweep.json records the worktree's commit).
+# the spec fixed before the runs started (each run's config.json records the worktree's commit).
 #
 #   WT=/path/to/pinned/worktree RUNS=/work/verdict-runs docs/results/run_confirm_cpu.sh [SPEC]
 set -uo pipefail
