@@ -115,7 +115,7 @@ def test_a_complete_primary_test_is_the_enumeration_and_waits_on_holm_only_when_
     # every pair below 0 on MRPC and STS-B: p = 2 / 2^10, Holm in [p, 2p], both < 0.05
     d = {"mrpc": [-1.0, -2.0, -0.5, -1.5, -3.0], "stsb": [-0.2, -0.4, -0.1, -0.3, -0.6]}
     _patch(monkeypatch, _values(istar, d))
-    text = "\n".join(cp.primary_section(Path("unused")))
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=Path("unused")))
     s, p = _brute_force(list(d.values()))
     assert p == pytest.approx(2 / 1024, abs=1e-15)
     assert f"S = {s:+.2f} points, exact stratified sign-flip two-sided p = {p:.4g}" in text
@@ -128,14 +128,14 @@ def test_a_complete_primary_test_is_the_enumeration_and_waits_on_holm_only_when_
     _patch(monkeypatch, _values(istar, d))
     s, p = _brute_force(list(d.values()))
     assert 0.0125 <= p < 0.05
-    text = "\n".join(cp.primary_section(Path("unused")))
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=Path("unused")))
     assert (f"**undecided until the family's other tests are complete (its Holm-adjusted p "
             f"lies between {p:.3g} and {min(1, 4 * p):.3g})**") in text
     # one pair missing: no test at all
     values = _values(istar, d)
     values.pop((cp.ISTAR_ROOT, run_name("stsb", istar.cells("stsb")[0], 9), 9))
     _patch(monkeypatch, values)
-    text = "\n".join(cp.primary_section(Path("unused")))
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=Path("unused")))
     assert "Partial: 9 of 10 pairs." in text and "S =" not in text
 
 
@@ -146,9 +146,8 @@ def test_both_tests_complete_take_statsmodelsholm(monkeypatch: pytest.MonkeyPatc
     d_ent = {"cola": [-1.0, -2.0, -0.5, -1.5, -3.0], "mrpc": [-0.2, -0.4, 0.1, -0.3, -0.6]}
     values = {**_values(cp.PRIMARY[0], d_istar), **_values(cp.PRIMARY[1], d_ent)}
     _patch(monkeypatch, values)
-    monkeypatch.setattr(cp, "PRIMARY", tuple(
-        cp.Comparison(c.title, c.cells, c.tasks, cp.final_metric, c.what) for c in cp.PRIMARY))
-    text = "\n".join(cp.primary_section(Path("unused")))
+    monkeypatch.setattr(cp, "last_30", cp.final_metric)  # the fakes have no evaluations
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=Path("unused")))
     ps = [_brute_force(list(d.values()))[1] for d in (d_istar, d_ent)]
     # the GPU phase's two tests missing: at 0 and at 1 they give the ends of the range
     low = multipletests([*ps, 0.0, 0.0], method="holm")[1]
@@ -252,3 +251,83 @@ def test_the_exploratory_counterparts_are_the_committed_reports_task_means(
     text = cp.counterpart_text(RESULTS / "runs", c)
     for task in c.tasks:
         assert f"{cp.LABEL[task]} {want[task]:+.2f}" in text, (task, text)
+
+
+def _gpu_run(parent: Path, call: int, root: str, name: str, value: float,
+             **change: object) -> None:
+    """One GPU run as a call brings it back (``runs/<name>/`` in a call's archive), its
+    ``config.json`` written from its spec point as ``isotropy train`` records one, the model
+    a path of the GPU machine's, ``change`` applied to the training settings."""
+    import dataclasses
+    import enum
+    import io
+
+    from isotropy.training.settings import args_from_dict
+
+    point = cp.spec_points(root, gpu=True)[name]
+    sections = {}
+    for section, args in zip(("isotropy", "training"), args_from_dict(point.settings),
+                             strict=True):
+        values = {}
+        for f in dataclasses.fields(args):
+            v = getattr(args, f.name)
+            values[f.name] = json.loads(json.dumps(v.value if isinstance(v, enum.Enum) else v,
+                                                   default=str))
+        sections[section] = values
+    sections["isotropy"]["model"] = "/tmp/isotropy-gpu.AbCd/minilm-fp16"
+    sections["training"] |= change
+    task = sections["isotropy"]["task"]
+    metric = {"stsb": "pearson", "cola": "matthews_correlation"}.get(task, "accuracy")
+    files = {"config.json": {"settings": sections},
+             "results.json": {"main_metric": metric, "task": task,
+                              "final": {f"eval_{metric}": value},
+                              "best": {f"eval_{metric}": value}}}
+    folder = parent / cp.GPU_SWEEPS[root][1] / str(call)
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / f"runs-{task}-{name}.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        for fname, data in files.items():
+            blob = json.dumps(data).encode()
+            info = tarfile.TarInfo(f"runs/{name}/{fname}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+
+
+def test_the_gpu_phase_reads_each_runs_first_copy_and_checks_every_setting(
+        tmp_path: Path) -> None:
+    istar = cp.primary(cp.GPU)[0]
+    cell, ref = istar.cells("sst2")
+    cell_name, ref_name = (run_name("sst2", cp.Cell(c.root, tuple(
+        (k, f"/gpu/{cp.GPU_MODEL}" if k == "model" else v) for k, v in c.settings)), 5)
+        for c in (cell, ref))
+    assert ref_name == "sst2-minilm-fp16-none-seed5"  # as run.sh's sweep names it
+    _gpu_run(tmp_path, 1, cp.ISTAR_ROOT, cell_name, 0.80)
+    _gpu_run(tmp_path, 1, cp.ISTAR_ROOT, ref_name, 0.85)
+    _gpu_run(tmp_path, 2, cp.ISTAR_ROOT, ref_name, 0.10)  # a later copy: not read
+    look = cp.GpuLookup(tmp_path)
+    p = cp.pairs(look, istar)
+    assert p.count() == (1, 20)
+    assert p.d["sst2"][5] == pytest.approx(-5.0)
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=tmp_path))
+    gpu = text[text.index("### GPU phase"):]
+    assert "| confirm-cpu | SST-2 | base run | 0.8500 | – |" in gpu
+    assert "Partial: 1 of 20 pairs. No test before all 20 are there" in gpu
+    # a run whose schedule is not its spec's is refused
+    _gpu_run(tmp_path / "bad", 1, cp.ISTAR_ROOT, ref_name, 0.85, num_train_epochs=2.0)
+    with pytest.raises(ValueError, match="num_train_epochs"):
+        cp.pairs(cp.GpuLookup(tmp_path / "bad"), istar)
+
+
+def test_every_gpu_cell_is_a_run_its_gpu_spec_names() -> None:
+    for ph_cells in cp.cells(cp.GPU):
+        root, _, cell, tasks, _ = ph_cells
+        names = cp.spec_points(root, gpu=True)
+        for task in tasks:
+            c = cell(task)
+            gpu = cp.Cell(c.root, tuple((k, f"/gpu/{cp.GPU_MODEL}" if k == "model" else v)
+                                        for k, v in c.settings))
+            for seed in cp.SEEDS:
+                assert run_name(task, gpu, seed) in names, (task, c)
+    n = sum(len(tasks) for _, _, _, tasks, _ in cp.cells(cp.GPU)) * len(cp.SEEDS)
+    assert n == len(cp.spec_points(cp.ISTAR_ROOT, gpu=True)) + len(
+        cp.spec_points(cp.ENTROPY_ROOT, gpu=True))  # and nothing else

@@ -1,40 +1,43 @@
-"""Print the confirmatory step (``docs/results.md``, "Confirmatory plan (2026-11-28)") from its
-committed runs, one phase at a time (this file: the CPU phase; never pooled with a GPU window's
-runs, another model or another protocol).
+"""Print the confirmatory step (``docs/results.md``, "Confirmatory plan (2026-11-28)" and its
+amendment of 2026-11-29) from its committed runs, phase by phase, never pooled: the CPU phase
+(MiniLM, float32 weights; ``specs/confirm-cpu.yaml`` and ``specs/confirm-entropy-cpu.yaml``, runs
+under ``runs/``) and the GPU phase (the GPU bundle's MiniLM, float16-rounded weights;
+``benchmarks/gpu/runs-confirm.yaml`` and ``runs-entropy.yaml``, runs as the GPU calls brought
+them back, ``docs/gpu-runs-confirm/<n>/`` and ``docs/gpu-runs-entropy/<n>/``, a run that came
+back twice read from its first copy).
 
-The phase's two primary comparisons, named in its specs before any of their runs started:
+Each phase's two primary comparisons, named in its specs before any of their runs started:
 
-- I-STAR (``specs/confirm-cpu.yaml``): Δ = the final dev metric of I-STAR at the paper's best
-  BERT (λ, ζ) with the authors' padding minus that of the base run of the same seed, in points
-  (x 100), on MRPC and STS-B, seeds 5-9;
-- persistent entropy (``specs/confirm-entropy-cpu.yaml``): Δ = the last-30% metric of the
-  entropy loss with selected bars minus that of no regularizer, same seed, in points, on CoLA
-  and MRPC, seeds 5-9, 10 epochs.
+- I-STAR: Δ = the final dev metric of I-STAR at the paper's best BERT (λ, ζ) with the authors'
+  padding minus that of the base run of the same seed, in points (x 100), on the phase's
+  tasks (CPU: MRPC and STS-B; GPU: SST-2, MRPC, CoLA and STS-B), seeds 5-9;
+- persistent entropy: Δ = the last-30% metric of the entropy loss with selected bars minus that
+  of no regularizer, same seed, in points, on CoLA and MRPC, seeds 5-9, 10 epochs.
 
 The primary test (:func:`isotropy.reporting.confirmatory.primary_test`: the exact stratified
 sign-flip test of S = the mean over tasks of the task means) runs only once every pair of its
 comparison is there: the plan counts every run. Until then the finished pairs are printed,
-marked partial, with no p. Holm's family is the plan's amendment's (2026-11-29): four tests,
-this phase's two and the GPU phase's two. While a test of the family is not complete, a
-complete test's Holm-adjusted p is the range it takes over every value the missing p's could
-have (:func:`holm_range`): its verdict is printed when the whole range falls on one side of
-0.05, and waits otherwise (the GPU phase's tests are read elsewhere; here they count as
-missing). Beside the verdict, the one-sided 95% bounds on the mean effect in words, and for
-I-STAR the paper's own gain on the same tasks (Table 1, BERT).
+marked partial, with no p. Holm's family is the amendment's: the four tests of the two phases.
+While a test of the family is not complete, a complete test's Holm-adjusted p is the range it
+takes over every value the missing p's could have (:func:`holm_range`): its verdict is printed
+when the whole range falls on one side of 0.05, and waits otherwise. Beside the verdict, the
+one-sided 95% bounds on the mean effect in words, and for I-STAR the paper's own gain on the
+same tasks (Table 1, BERT).
 
 Under each comparison, its exploratory counterpart: the same comparison on the same tasks in
-the runs made before the plan (B1, phase A, phase B with B5; their protocols differ as each
+the CPU runs made before the plan (B1, phase A, phase B with B5; their protocols differ as each
 line says), task means read from the committed runs, for reading the two side by side.
 
 The specs' other cells are compared with the base run beside the primary tests, never in the
 family: seed-paired differences, and once a comparison is complete its exact two-sided
 sign-flip p, unadjusted. Each run's ``config.json`` is checked before its metric is read:
-against the settings its cell names (``review_verdicts.metric``), and every setting of a
-confirmatory run against the point its spec expands to (:func:`check_spec_point`); the two
-runs of a pair must differ in the method only. A run under ``runs/.pending/`` (a sweep still
-running, ``sync.sh``) is read where ``runs/`` lacks it.
+against the settings its cell names, and every setting against the point its spec expands to
+(:func:`check_spec_point`; on the GPU the model by its folder's name, the path being the
+machine's); the two runs of a pair must differ in the method only. A CPU run under
+``runs/.pending/`` (a sweep still running, ``sync.sh``) is read where ``runs/`` lacks it.
 
-Usage: python confirm_phase.py [RUNS_DIR]   (default: docs/results/runs beside this file)
+Usage: python confirm_phase.py [RUNS_DIR [GPU_RUNS_PARENT]]
+    (defaults: docs/results/runs beside this file, and docs/)
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import functools
 import json
 import math
 import sys
+import tarfile
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,19 +74,25 @@ from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E
 from isotropy.reporting.claim_values import tail_metric  # noqa: E402
 from isotropy.reporting.confirmatory import Primary, primary_test, sign_flip_p  # noqa: E402
 from isotropy.reporting.packed import real_path  # noqa: E402
-from isotropy.reporting.runs import Run  # noqa: E402
+from isotropy.reporting.runs import Run, load_run  # noqa: E402
 
 SEEDS = (5, 6, 7, 8, 9)  # fresh: no earlier run of the study used them
 FAMILY = 4  # Holm's family (the amendment): the CPU phase's two tests and the GPU phase's two
-SPECS = Path(__file__).resolve().parent / "specs"
+HERE = Path(__file__).resolve().parent
+SPECS = HERE / "specs"
+GPU_SPECS = HERE.parents[1] / "benchmarks" / "gpu"
+GPU_MODEL = "minilm-fp16"  # the GPU bundle's model folder, whatever path the machine gave it
 # settings a run records that its spec point does not decide: where it was written, whether
 # it resumed, a token placeholder, and an object the point gives unserialised
 NOT_COMPARED = frozenset({"output_dir", "logging_dir", "resume", "hub_token",
                           "accelerator_config"})
 ISTAR_ROOT, ENTROPY_ROOT = "confirm-cpu", "confirm-entropy-cpu"
 CONFIRMATORY = (ISTAR_ROOT, ENTROPY_ROOT)  # each the name of its spec and of its sweep
-ISTAR_TASKS = ("mrpc", "stsb")
+ISTAR_TASKS = ("mrpc", "stsb")  # the CPU phase's
 ENTROPY_TASKS = ("cola", "mrpc")
+# the GPU phase: per sweep, its spec and the folder its calls' archives are kept in
+GPU_SWEEPS = {ISTAR_ROOT: ("runs-confirm.yaml", "gpu-runs-confirm"),
+              ENTROPY_ROOT: ("runs-entropy.yaml", "gpu-runs-entropy")}
 
 
 def istar_cell(task: str, lam: float | None = None) -> Cell:
@@ -164,12 +175,20 @@ class Pairs:
 
 
 @functools.cache
-def spec_points(spec: str) -> dict[str, Any]:
-    """The points of ``specs/<spec>.yaml`` by run name, as ``isotropy sweep`` expands them."""
+def spec_points(spec: str, gpu: bool = False) -> dict[str, Any]:
+    """The points of a confirmatory spec by run name, as ``isotropy sweep`` expands them: the
+    CPU's ``specs/<spec>.yaml``, or with ``gpu`` the GPU's spec of that sweep
+    (:data:`GPU_SWEEPS`) with its model placeholder as a path ending in :data:`GPU_MODEL`."""
     from isotropy.sweeps.points import expand
     from isotropy.sweeps.spec import load_spec
 
-    return {p.name: p for p in expand(load_spec(SPECS / f"{spec}.yaml"))}
+    if not gpu:
+        return {p.name: p for p in expand(load_spec(SPECS / f"{spec}.yaml"))}
+    text = (GPU_SPECS / GPU_SWEEPS[spec][0]).read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(text.replace("@MODEL@", f"/gpu/{GPU_MODEL}"), encoding="utf-8")
+        return {p.name: p for p in expand(load_spec(path))}
 
 
 def _json(value: Any) -> Any:
@@ -185,33 +204,91 @@ def _same(got: Any, want: Any) -> bool:
     return got == want
 
 
-def check_spec_point(run: Run, spec: str) -> None:
+def check_spec_point(run: Run, spec: str, gpu: bool = False) -> None:
     """``ValueError`` unless every setting the run recorded is the one its spec's point gives
-    (:data:`NOT_COMPARED` aside): the same schedule, data, model and method, not only the
-    settings its cell names."""
+    (:data:`NOT_COMPARED` aside; on the GPU the model by its folder's name): the same schedule,
+    data, model and method, not only the settings its cell names."""
     from isotropy.training.settings import args_from_dict
 
-    config = json.loads((real_path(Path(run.path)) / "config.json").read_text())
-    point = spec_points(spec).get(Path(run.path).name)
+    path = real_path(Path(run.path))
+    config = json.loads((path / "config.json").read_text())
+    point = spec_points(spec, gpu).get(path.name)
     if point is None:
-        raise ValueError(f"{run.path}: not a run of specs/{spec}.yaml")
+        raise ValueError(f"{run.path}: not a run of the {'GPU' if gpu else 'CPU'} spec {spec}")
     wrong = {}
     for section, args in zip(("isotropy", "training"), args_from_dict(point.settings),
                              strict=True):
         saved = config["settings"][section]
         for f in dataclasses.fields(args):
             if f.name in saved and f.name not in NOT_COMPARED:
-                want = _json(getattr(args, f.name))
-                if not _same(saved[f.name], want):
-                    wrong[f.name] = (saved[f.name], want)
+                want, got = _json(getattr(args, f.name)), saved[f.name]
+                if gpu and f.name == "model":
+                    want, got = GPU_MODEL, Path(str(got)).name
+                if not _same(got, want):
+                    wrong[f.name] = (got, want)
     if wrong:
-        raise ValueError(f"{run.path}: settings differ from specs/{spec}.yaml's point "
-                         f"(got, wanted): {wrong}")
+        raise ValueError(f"{run.path}: settings differ from its spec's point (got, wanted): "
+                         f"{wrong}")
 
 
-def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
-    """The comparison's seed-paired differences as far as its runs are there (a run with
-    other settings than its cell's raises ``ValueError``)."""
+Lookup = Callable[[str, Cell, int], tuple[float, Run]]  # (task, cell, seed) -> (metric, run)
+
+
+def cpu_lookup(runs: Path, check: bool = True) -> Lookup:
+    """The CPU runs under ``runs`` (``review_verdicts.metric``), a confirmatory run checked
+    against its spec's point unless ``check`` is false (the exploratory runs)."""
+    def look(task: str, cell: Cell, seed: int) -> tuple[float, Run]:
+        value, run = metric(runs, task, cell, seed)
+        if check and cell.root in CONFIRMATORY:
+            check_spec_point(run, cell.root)
+        return value, run
+    return look
+
+
+class GpuLookup:
+    """The GPU phase's runs: every call's archives of both sweeps unpacked once into a
+    temporary folder (kept while the object lives), a run that came back twice from its first
+    copy (the lowest call number)."""
+
+    def __init__(self, parent: Path) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.runs: dict[str, dict[str, Path]] = {}
+        for root, (_, folder) in GPU_SWEEPS.items():
+            found: dict[str, Path] = {}
+            calls = parent / folder
+            numbered = sorted((p for p in calls.iterdir() if p.is_dir() and p.name.isdigit()),
+                              key=lambda p: int(p.name)) if calls.is_dir() else []
+            for call in numbered:
+                dest = Path(self._tmp.name) / root / call.name
+                for archive in sorted(call.glob("runs-*.tar.xz")):
+                    with tarfile.open(archive) as tar:
+                        tar.extractall(dest, filter="data")
+                for run in sorted((dest / "runs").iterdir()) if (dest / "runs").is_dir() else []:
+                    if (run / "results.json").is_file():
+                        found.setdefault(run.name, run)  # the first call's copy stays
+            self.runs[root] = found
+
+    def __call__(self, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
+        settings = tuple((k, f"/gpu/{GPU_MODEL}" if k == "model" else v)
+                         for k, v in cell.settings)
+        name = rv.run_name(task, Cell(cell.root, settings), seed)
+        path = self.runs.get(cell.root, {}).get(name)
+        if path is None:
+            raise Missing(f"GPU {cell.root}/{name}")
+        run = load_run(path)
+        check_spec_point(run, cell.root, gpu=True)  # every setting, the model by its name
+        value = run.value(run.main_metric)
+        if value is None:
+            raise ValueError(f"{path}: no final eval_{run.main_metric}")
+        return value, run
+
+
+def pairs(look: Lookup | Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
+    """The comparison's seed-paired differences as far as its runs are there (``look``: how
+    runs are found, or the CPU runs' folder; a run with other settings than its cell's and
+    its spec point's raises ``ValueError``)."""
+    if isinstance(look, Path):
+        look = cpu_lookup(look)
     d: dict[str, dict[int, float | None]] = {}
     constant: dict[str, bool] = {}
     for task in c.tasks:
@@ -221,11 +298,9 @@ def pairs(runs: Path, c: Comparison, seeds: Sequence[int] = SEEDS) -> Pairs:
             got = []
             for which in (cell, ref):  # both read: a wrong run is refused even alone
                 try:
-                    value, run = metric(runs, task, which, seed)
+                    value, run = look(task, which, seed)
                 except Missing:
                     continue
-                if which.root in CONFIRMATORY:
-                    check_spec_point(run, which.root)
                 got.append((c.read(value, run), run))
             if len(got) < 2:
                 d[task][seed] = None
@@ -283,33 +358,58 @@ def table(p: Pairs, seeds: Sequence[int] = SEEDS) -> list[str]:
     return out
 
 
-PRIMARY = (
-    Comparison("I-STAR: the paper's (λ, ζ) with padding minus the base run",
-               lambda t: (istar_cell(t), istar_base(t)), ISTAR_TASKS, final_metric,
-               "the final dev metric"),
-    Comparison("Persistent entropy: selected bars minus no regularizer",
-               lambda t: (entropy_cell(True), entropy_cell(None)), ENTROPY_TASKS, last_30,
-               "the dev metric averaged over the last 30% of training"),
-)
-PAPER_EFFECT = {PRIMARY[0].title: PAPER_GAIN}  # the paper's own Δ per task, where it gives one
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the step: its name, heading, and the tasks of its two specs."""
 
-SECONDARY = (
-    Comparison("CosReg (padding) minus the base run (C7: no gain)",
-               lambda t: (cosreg_cell(t), istar_base(t)), ISTAR_TASKS, final_metric,
-               "the final dev metric"),
-    Comparison("I-STAR λ = +1 (padding) minus the base run (C6: hurts)",
-               lambda t: (istar_cell(t, 1.0), istar_base(t)), ISTAR_TASKS, final_metric,
-               "the final dev metric"),
-    Comparison("I-STAR λ = −0.3 (padding) minus the base run",
-               lambda t: (istar_cell(t, -0.3), istar_base(t)), ISTAR_TASKS, final_metric,
-               "the final dev metric"),
-    Comparison("Persistent entropy, all bars minus no regularizer (P4: on par)",
-               lambda t: (entropy_cell(False), entropy_cell(None)), ENTROPY_TASKS, last_30,
-               "the last-30% dev metric"),
-    Comparison("Persistent entropy, selected minus all bars (P3)",
-               lambda t: (entropy_cell(True), entropy_cell(False)), ENTROPY_TASKS, last_30,
-               "the last-30% dev metric"),
-)
+    name: str
+    heading: str
+    istar_tasks: tuple[str, ...]
+    entropy_tasks: tuple[str, ...]
+    where: str  # where its runs are kept, in words
+
+
+CPU = Phase("CPU", "CPU phase: MiniLM-L6-H384, float32 weights, fresh seeds 5-9", ISTAR_TASKS,
+            ENTROPY_TASKS, "`docs/results/runs/` (`.pending/` while a sweep runs)")
+GPU = Phase("GPU", "GPU phase: the GPU bundle's MiniLM, float16-rounded weights, fresh seeds 5-9",
+            ("sst2", "mrpc", "cola", "stsb"), ENTROPY_TASKS,
+            "`docs/gpu-runs-confirm/` and `docs/gpu-runs-entropy/`")
+PHASES = (CPU, GPU)
+
+
+def primary(ph: Phase) -> tuple[Comparison, Comparison]:
+    """A phase's two primary comparisons: I-STAR's and persistent entropy's."""
+    return (
+        Comparison("I-STAR: the paper's (λ, ζ) with padding minus the base run",
+                   lambda t: (istar_cell(t), istar_base(t)), ph.istar_tasks, final_metric,
+                   "the final dev metric"),
+        Comparison("Persistent entropy: selected bars minus no regularizer",
+                   lambda t: (entropy_cell(True), entropy_cell(None)), ph.entropy_tasks,
+                   last_30, "the dev metric averaged over the last 30% of training"))
+
+
+def secondary(ph: Phase) -> tuple[Comparison, ...]:
+    """A phase's other comparisons, reported beside the family."""
+    final, tail = "the final dev metric", "the last-30% dev metric"
+    return (
+        Comparison("CosReg (padding) minus the base run (C7: no gain)",
+                   lambda t: (cosreg_cell(t), istar_base(t)), ph.istar_tasks, final_metric, final),
+        Comparison("I-STAR λ = +1 (padding) minus the base run (C6: hurts)",
+                   lambda t: (istar_cell(t, 1.0), istar_base(t)), ph.istar_tasks, final_metric,
+                   final),
+        Comparison("I-STAR λ = −0.3 (padding) minus the base run",
+                   lambda t: (istar_cell(t, -0.3), istar_base(t)), ph.istar_tasks,
+                   final_metric, final),
+        Comparison("Persistent entropy, all bars minus no regularizer (P4: on par)",
+                   lambda t: (entropy_cell(False), entropy_cell(None)), ph.entropy_tasks,
+                   last_30, tail),
+        Comparison("Persistent entropy, selected minus all bars (P3)",
+                   lambda t: (entropy_cell(True), entropy_cell(False)), ph.entropy_tasks,
+                   last_30, tail))
+
+
+PRIMARY, SECONDARY = primary(CPU), secondary(CPU)
+PAPER_EFFECT = {PRIMARY[0].title: PAPER_GAIN}  # the paper's own Δ per task, where it gives one
 
 
 def phase_b(select: bool | None) -> Cell:
@@ -326,49 +426,45 @@ class Counterpart:
     seeds: tuple[int, ...]
 
 
-def _old(title: str, cells: Callable[[str], tuple[Cell, Cell]], tasks: tuple[str, ...],
-         read: Read) -> Comparison:
-    return Comparison(title, cells, tasks, read, "")
+def _old(title: str, cells: Callable[[str], tuple[Cell, Cell]], read: Read) -> Comparison:
+    return Comparison(title, cells, (), read, "")  # its tasks: the comparison's, at use
 
 
 COUNTERPART = {
     PRIMARY[0].title: Counterpart(
         "B1 (the review phase's paper setting with padding against phase A's base run, seeds "
-        "0-2, without deterministic kernels)",
+        "0-2, CPU, without deterministic kernels)",
         _old("B1", lambda t: (rv.istar(t, "review", pad=True), rv.base(t, "istar")),
-             ISTAR_TASKS, final_metric), (0, 1, 2)),
-    PRIMARY[1].title: Counterpart(
-        "phase B with B5 (3 epochs instead of 10, seeds 0-4)",
-        _old("P2", lambda t: (phase_b(True), phase_b(None)), ENTROPY_TASKS, last_30),
-        (0, 1, 2, 3, 4)),
-    SECONDARY[0].title: Counterpart(
-        "phase A's CosReg, without padding, seeds 0-2",
-        _old("C7", lambda t: (rv.cosreg(t), rv.base(t, "istar")), ISTAR_TASKS, final_metric),
-        (0, 1, 2)),
-    SECONDARY[1].title: Counterpart(
-        "phase A's λ = +1, without padding, seeds 0-2",
-        _old("C6", lambda t: (rv.istar(t, "istar", 1.0), rv.base(t, "istar")), ISTAR_TASKS,
              final_metric), (0, 1, 2)),
+    PRIMARY[1].title: Counterpart(
+        "phase B with B5 (3 epochs instead of 10, seeds 0-4, CPU)",
+        _old("P2", lambda t: (phase_b(True), phase_b(None)), last_30), (0, 1, 2, 3, 4)),
+    SECONDARY[0].title: Counterpart(
+        "phase A's CosReg, without padding, seeds 0-2, CPU",
+        _old("C7", lambda t: (rv.cosreg(t), rv.base(t, "istar")), final_metric), (0, 1, 2)),
+    SECONDARY[1].title: Counterpart(
+        "phase A's λ = +1, without padding, seeds 0-2, CPU",
+        _old("C6", lambda t: (rv.istar(t, "istar", 1.0), rv.base(t, "istar")), final_metric),
+        (0, 1, 2)),
     SECONDARY[2].title: Counterpart(
-        "phase A's λ = −0.3, without padding, seeds 0-2",
-        _old("-0.3", lambda t: (rv.istar(t, "istar", -0.3), rv.base(t, "istar")), ISTAR_TASKS,
+        "phase A's λ = −0.3, without padding, seeds 0-2, CPU",
+        _old("-0.3", lambda t: (rv.istar(t, "istar", -0.3), rv.base(t, "istar")),
              final_metric), (0, 1, 2)),
     SECONDARY[3].title: Counterpart(
-        "phase B with B5 (3 epochs, seeds 0-4)",
-        _old("P4", lambda t: (phase_b(False), phase_b(None)), ENTROPY_TASKS, last_30),
-        (0, 1, 2, 3, 4)),
+        "phase B with B5 (3 epochs, seeds 0-4, CPU)",
+        _old("P4", lambda t: (phase_b(False), phase_b(None)), last_30), (0, 1, 2, 3, 4)),
     SECONDARY[4].title: Counterpart(
-        "phase B with B5 (3 epochs, seeds 0-4)",
-        _old("P3", lambda t: (phase_b(True), phase_b(False)), ENTROPY_TASKS, last_30),
-        (0, 1, 2, 3, 4)),
+        "phase B with B5 (3 epochs, seeds 0-4, CPU)",
+        _old("P3", lambda t: (phase_b(True), phase_b(False)), last_30), (0, 1, 2, 3, 4)),
 }
 
 
 def counterpart_text(runs: Path, c: Comparison) -> str:
-    """The exploratory counterpart's task means (points) and their mean over the tasks, read
-    from the committed runs; said so where its runs are not there."""
+    """The exploratory counterpart's task means (points) on ``c``'s tasks and their mean over
+    the tasks, read from the committed CPU runs; said so where its runs are not there."""
     old = COUNTERPART[c.title]
-    p = pairs(runs, old.comparison, old.seeds)
+    same = dataclasses.replace(old.comparison, tasks=c.tasks)
+    p = pairs(cpu_lookup(runs, check=False), same, old.seeds)
     groups = p.groups()
     if not p.complete():
         there, total = p.count()
@@ -385,46 +481,31 @@ def _paper(c: Comparison) -> float | None:
     return None if gain is None else sum(gain[t] for t in c.tasks) / len(c.tasks)
 
 
-def primary_section(runs: Path) -> list[str]:
-    """The two primary comparisons, each with its test once complete, and the Holm reading."""
-    found = [(c, pairs(runs, c)) for c in PRIMARY]
-    tests = {c.title: primary_test(c.title, p.groups(), _paper(c))
-             for c, p in found if p.complete()}
-    out = []
-    for c, p in found:
-        there, total = p.count()
-        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), "",
-                counterpart_text(runs, c), ""]
-        t = tests.get(c.title)
-        if t is None:
-            out += [f"Partial: {there} of {total} pairs. No test before all {total} are there "
-                    "(the plan counts every run).", ""]
-            continue
-        ranges = dict(zip(tests, holm_range([x.p for x in tests.values()],
-                                            FAMILY - len(tests)), strict=True))
-        low, high = ranges[c.title]
-        adjusted = (f"{low:.3g}" if low == high else
-                    f"between {low:.3g} and {high:.3g} until the family's other tests are "
-                    "complete")
-        bounds = ("no bounds (a task without a spread)" if t.lower is None else
-                  f"one-sided 95% bounds {t.lower:+.2f} and {t.upper:+.2f}: "
-                  f"{bound_words(t.lower, t.upper)}")
-        paper = "" if t.paper is None else (
-            f"; the paper's gain on these tasks, {t.paper:+.2f}, is "
-            + ("excluded" if t.upper is not None and t.upper < t.paper else "not excluded"))
-        out += [f"All {total} pairs: S = {t.statistic:+.2f} points, exact stratified sign-flip "
-                f"two-sided p = {t.p:.4g}, Holm-adjusted (the amendment's family of four) "
-                f"{adjusted}; {bounds}{paper}. **{verdict(t, low, high)}**", ""]
-    return out
+def _test_lines(t: Primary, total: int, low: float, high: float) -> list[str]:
+    adjusted = (f"{low:.3g}" if low == high else
+                f"between {low:.3g} and {high:.3g} until the family's other tests are complete")
+    bounds = ("no bounds (a task without a spread)" if t.lower is None else
+              f"one-sided 95% bounds {t.lower:+.2f} and {t.upper:+.2f}: "
+              f"{bound_words(t.lower, t.upper)}")
+    paper = "" if t.paper is None else (
+        f"; the paper's gain on these tasks, {t.paper:+.2f}, is "
+        + ("excluded" if t.upper is not None and t.upper < t.paper else "not excluded"))
+    return [f"All {total} pairs: S = {t.statistic:+.2f} points, exact stratified sign-flip "
+            f"two-sided p = {t.p:.4g}, Holm-adjusted (the amendment's family of four) "
+            f"{adjusted}; {bounds}{paper}. **{verdict(t, low, high)}**", ""]
 
 
-def secondary_section(runs: Path) -> list[str]:
+def _comparison_head(c: Comparison, p: Pairs, runs: Path) -> list[str]:
+    return [f"##### {c.title} (Δ in points, {c.what})", "", *table(p), "",
+            counterpart_text(runs, c), ""]
+
+
+def secondary_section(look: Lookup, ph: Phase, runs: Path) -> list[str]:
     out = []
-    for c in SECONDARY:
-        p = pairs(runs, c)
+    for c in secondary(ph):
+        p = pairs(look, c)
         there, total = p.count()
-        out += [f"#### {c.title} (Δ in points, {c.what})", "", *table(p), "",
-                counterpart_text(runs, c), ""]
+        out += _comparison_head(c, p, runs)
         if p.complete():
             s, _, _, two = sign_flip_p(p.groups())
             out += [f"All {total} pairs: S = {s:+.2f} points, exact stratified sign-flip "
@@ -434,30 +515,37 @@ def secondary_section(runs: Path) -> list[str]:
     return out
 
 
-CELLS = (  # every cell of the two specs: (spec, label, task -> cell, tasks, value read)
-    *((ISTAR_ROOT, label, cell, ISTAR_TASKS, final_metric) for label, cell in (
-        ("base run", istar_base), ("I-STAR, paper's (λ, ζ), padding", istar_cell),
-        ("CosReg λ = 1, padding", cosreg_cell),
-        ("I-STAR λ = +1, padding", lambda t: istar_cell(t, 1.0)),
-        ("I-STAR λ = −0.3, padding", lambda t: istar_cell(t, -0.3)))),
-    *((ENTROPY_ROOT, label, lambda t, s=select: entropy_cell(s), ENTROPY_TASKS, last_30)
-      for label, select in (("no regularizer", None), ("entropy, selected bars", True),
-                            ("entropy, all bars", False))),
-)
+def cells(ph: Phase) -> tuple[tuple[str, str, Callable[[str], Cell], tuple[str, ...], Read], ...]:
+    """Every cell of a phase's two specs: (sweep, label, task -> cell, tasks, value read)."""
+    return (
+        *((ISTAR_ROOT, label, cell, ph.istar_tasks, final_metric) for label, cell in (
+            ("base run", istar_base), ("I-STAR, paper's (λ, ζ), padding", istar_cell),
+            ("CosReg λ = 1, padding", cosreg_cell),
+            ("I-STAR λ = +1, padding", lambda t: istar_cell(t, 1.0)),
+            ("I-STAR λ = −0.3, padding", lambda t: istar_cell(t, -0.3)))),
+        *((ENTROPY_ROOT, label, lambda t, s=select: entropy_cell(s), ph.entropy_tasks, last_30)
+          for label, select in (("no regularizer", None), ("entropy, selected bars", True),
+                                ("entropy, all bars", False))))
 
 
-def runs_section(runs: Path, seeds: Sequence[int] = SEEDS) -> list[str]:
+CELLS = cells(CPU)
+
+
+def runs_section(look: Lookup | Path, ph: Phase = CPU, seeds: Sequence[int] = SEEDS
+                 ) -> tuple[list[str], int]:
     """Each run's value (I-STAR's spec: the final dev metric; the entropy spec: the last-30%
-    metric), per cell and seed, and how many runs of each spec are there."""
-    out = ["| spec | task | cell | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+    metric), per cell and seed, and how many runs of each spec are there; and that count."""
+    if isinstance(look, Path):
+        look = cpu_lookup(look)
+    out = ["| sweep | task | cell | " + " | ".join(f"seed {s}" for s in seeds) + " |",
            "|---|---|---|" + "---|" * len(seeds)]
     done: dict[str, list[int]] = {}
-    for spec, label, cell, tasks, read in CELLS:
+    for spec, label, cell, tasks, read in cells(ph):
         for task in tasks:
             values = []
             for seed in seeds:
                 try:
-                    values.append(f"{read(*metric(runs, task, cell(task), seed)):.4f}")
+                    values.append(f"{read(*look(task, cell(task), seed)):.4f}")
                 except Missing:
                     values.append("–")
             n = done.setdefault(spec, [0, 0])
@@ -465,20 +553,49 @@ def runs_section(runs: Path, seeds: Sequence[int] = SEEDS) -> list[str]:
             n[1] += len(values)
             out.append(f"| {spec} | {LABEL[task]} | {label} | " + " | ".join(values) + " |")
     counts = "; ".join(f"`{spec}`: {a} of {b}" for spec, (a, b) in done.items())
-    return [f"Runs finished: {counts}.", "", *out]
+    return [f"Runs finished: {counts}.", "", *out], sum(a for a, _ in done.values())
 
 
-def report(runs: Path) -> list[str]:
-    return ["### The runs (MiniLM-L6-H384, float32, CPU, fresh seeds 5-9)", "",
-            *runs_section(runs), "", "### Primary tests (the plan's family)", "",
-            *primary_section(runs), "### Beside them (not in the family)", "",
-            *secondary_section(runs)]
+def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
+    """Both phases: the runs, the primary tests in one Holm family, the other comparisons."""
+    gpu = GpuLookup(HERE.parent if gpu_parent is None else gpu_parent)
+    looks = {CPU.name: cpu_lookup(runs), GPU.name: gpu}
+    found = {(ph.name, c.title): (c, pairs(looks[ph.name], c)) for ph in PHASES
+             for c in primary(ph)}
+    tests = {key: primary_test(c.title, p.groups(), _paper(c))
+             for key, (c, p) in found.items() if p.complete()}
+    ranges = dict(zip(tests, holm_range([t.p for t in tests.values()], FAMILY - len(tests)),
+                      strict=True))
+    out = []
+    for ph in PHASES:
+        table_lines, n = runs_section(looks[ph.name], ph)
+        out += [f"### {ph.heading}", ""]
+        if n == 0 and ph is not CPU:
+            out += [f"No run of this phase has come back yet ({ph.where}): its two tests count "
+                    "as missing in the family.", ""]
+            continue
+        out += ["#### The runs", "", *table_lines, "",
+                "#### Primary tests (in the amendment's family of four)", ""]
+        for c in primary(ph):
+            _, p = found[ph.name, c.title]
+            there, total = p.count()
+            out += _comparison_head(c, p, runs)
+            t = tests.get((ph.name, c.title))
+            if t is None:
+                out += [f"Partial: {there} of {total} pairs. No test before all {total} are "
+                        "there (the plan counts every run).", ""]
+            else:
+                out += _test_lines(t, total, *ranges[ph.name, c.title])
+        out += ["#### Beside them (not in the family)", "",
+                *secondary_section(looks[ph.name], ph, runs)]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    runs = Path(args[0]) if args else Path(__file__).resolve().parent / "runs"
-    print("\n".join(report(runs)).rstrip())
+    runs = Path(args[0]) if args else HERE / "runs"
+    gpu_parent = Path(args[1]) if len(args) > 1 else None
+    print("\n".join(report(runs, gpu_parent)).rstrip())
     return 0
 
 
