@@ -275,6 +275,7 @@ def _gpu_run(parent: Path, call: int, root: str, name: str, value: float,
                                                    default=str))
         sections[section] = values
     sections["isotropy"]["model"] = "/tmp/isotropy-gpu.AbCd/minilm-fp16"
+    sections["training"]["dataloader_pin_memory"] = True  # as a machine with CUDA writes it
     sections["training"] |= change
     task = sections["isotropy"]["task"]
     metric = {"stsb": "pearson", "cola": "matthews_correlation"}.get(task, "accuracy")
@@ -310,7 +311,7 @@ def test_the_gpu_phase_reads_each_runs_first_copy_and_checks_every_setting(
     assert p.d["sst2"][5] == pytest.approx(-5.0)
     text = "\n".join(cp.report(Path("unused"), gpu_parent=tmp_path))
     gpu = text[text.index("### GPU phase"):]
-    assert "| confirm-cpu | SST-2 | base run | 0.8500 | – |" in gpu
+    assert "| runs-confirm.yaml | SST-2 | base run | 0.8500 | – |" in gpu
     assert "Partial: 1 of 20 pairs. No test before all 20 are there" in gpu
     # a run whose schedule is not its spec's is refused
     _gpu_run(tmp_path / "bad", 1, cp.ISTAR_ROOT, ref_name, 0.85, num_train_epochs=2.0)
@@ -331,3 +332,46 @@ def test_every_gpu_cell_is_a_run_its_gpu_spec_names() -> None:
     n = sum(len(tasks) for _, _, _, tasks, _ in cp.cells(cp.GPU)) * len(cp.SEEDS)
     assert n == len(cp.spec_points(cp.ISTAR_ROOT, gpu=True)) + len(
         cp.spec_points(cp.ENTROPY_ROOT, gpu=True))  # and nothing else
+
+
+def test_a_real_gpu_run_passes_the_check_against_its_gpu_spec_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run the GPU machine wrote (the earlier GPU phase's, of runs.yaml) against its point,
+    expanded here on a CPU as the confirmatory GPU specs are: the settings that depend on the
+    machine (the model's path, pinned memory) are read as the GPU machine writes them."""
+    from isotropy.reporting.runs import load_run
+
+    archive = ROOT / "docs" / "gpu-runs" / "7" / "runs-stsb.tar.xz"
+    if not archive.is_file():
+        pytest.skip("no committed GPU runs")
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    monkeypatch.setitem(cp.GPU_SWEEPS, "gpu-phase", ("runs.yaml", "gpu-runs"))
+    runs = sorted(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert runs
+    for path in runs:
+        run = load_run(path)
+        assert json.loads((path / "config.json").read_text())["settings"]["training"][
+            "dataloader_pin_memory"] is True
+        cp.check_spec_point(run, "gpu-phase", gpu=True)  # raises on any other difference
+    config = json.loads((runs[0] / "config.json").read_text())
+    config["settings"]["training"]["learning_rate"] = 1.0
+    (runs[0] / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="learning_rate"):
+        cp.check_spec_point(load_run(runs[0]), "gpu-phase", gpu=True)
+
+
+def test_every_gpu_cells_settings_are_its_points() -> None:
+    from isotropy.training.settings import args_from_dict
+
+    for root, _, cell, tasks, _ in cp.cells(cp.GPU):
+        points = cp.spec_points(root, gpu=True)
+        for task in tasks:
+            c = cell(task)
+            gpu = cp.Cell(c.root, tuple((k, f"/gpu/{cp.GPU_MODEL}" if k == "model" else v)
+                                        for k, v in c.settings))
+            iso, train = args_from_dict(points[run_name(task, gpu, 5)].settings)
+            for key, value in c.settings:
+                if key != "model":
+                    got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+                    assert got == value, (task, key, got, value)

@@ -224,6 +224,8 @@ def check_spec_point(run: Run, spec: str, gpu: bool = False) -> None:
                 want, got = _json(getattr(args, f.name)), saved[f.name]
                 if gpu and f.name == "model":
                     want, got = GPU_MODEL, Path(str(got)).name
+                elif gpu and f.name == "dataloader_pin_memory":
+                    want = True  # Hugging Face's default where CUDA is (this machine has none)
                 if not _same(got, want):
                     wrong[f.name] = (got, want)
     if wrong:
@@ -264,7 +266,7 @@ class GpuLookup:
                     with tarfile.open(archive) as tar:
                         tar.extractall(dest, filter="data")
                 for run in sorted((dest / "runs").iterdir()) if (dest / "runs").is_dir() else []:
-                    if (run / "results.json").is_file():
+                    if any((run / f).is_file() for f in ("results.json", "results.json.gz")):
                         found.setdefault(run.name, run)  # the first call's copy stays
             self.runs[root] = found
 
@@ -277,6 +279,12 @@ class GpuLookup:
             raise Missing(f"GPU {cell.root}/{name}")
         run = load_run(path)
         check_spec_point(run, cell.root, gpu=True)  # every setting, the model by its name
+        saved = json.loads((path / "config.json").read_text())["settings"]
+        merged = {**saved["isotropy"], **saved["training"]}
+        wrong = {k: (merged.get(k), v) for k, v in cell.settings
+                 if k != "model" and not _same(merged.get(k), v)}
+        if wrong:
+            raise ValueError(f"{path}: settings differ from its cell's (got, wanted): {wrong}")
         value = run.value(run.main_metric)
         if value is None:
             raise ValueError(f"{path}: no final eval_{run.main_metric}")
@@ -537,6 +545,10 @@ def runs_section(look: Lookup | Path, ph: Phase = CPU, seeds: Sequence[int] = SE
     metric), per cell and seed, and how many runs of each spec are there; and that count."""
     if isinstance(look, Path):
         look = cpu_lookup(look)
+
+    def name(spec: str) -> str:  # a GPU sweep by its spec's file
+        return GPU_SWEEPS[spec][0] if ph is GPU else spec
+
     out = ["| sweep | task | cell | " + " | ".join(f"seed {s}" for s in seeds) + " |",
            "|---|---|---|" + "---|" * len(seeds)]
     done: dict[str, list[int]] = {}
@@ -551,8 +563,9 @@ def runs_section(look: Lookup | Path, ph: Phase = CPU, seeds: Sequence[int] = SE
             n = done.setdefault(spec, [0, 0])
             n[0] += sum(v != "–" for v in values)
             n[1] += len(values)
-            out.append(f"| {spec} | {LABEL[task]} | {label} | " + " | ".join(values) + " |")
-    counts = "; ".join(f"`{spec}`: {a} of {b}" for spec, (a, b) in done.items())
+            out.append(f"| {name(spec)} | {LABEL[task]} | {label} | " + " | ".join(values)
+                       + " |")
+    counts = "; ".join(f"`{name(spec)}`: {a} of {b}" for spec, (a, b) in done.items())
     return [f"Runs finished: {counts}.", "", *out], sum(a for a, _ in done.values())
 
 
