@@ -46,9 +46,7 @@ import dataclasses
 import enum
 import functools
 import json
-import math
 import sys
-import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import review_verdicts as rv  # noqa: E402  (a script beside this one, not a package)
+from gpu_phase import unpack  # noqa: E402
 from review_verdicts import (  # noqa: E402
     LABEL,
     LR,
@@ -69,10 +68,14 @@ from review_verdicts import (  # noqa: E402
 )
 
 from isotropy.reporting.claim_bounds import bound_words  # noqa: E402
-from isotropy.reporting.claim_stats import ALPHA  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
 from isotropy.reporting.claim_values import tail_metric  # noqa: E402
-from isotropy.reporting.confirmatory import Primary, primary_test, sign_flip_p  # noqa: E402
+from isotropy.reporting.confirmatory import (  # noqa: E402
+    Primary,
+    primary_test,
+    primary_word,
+    sign_flip_p,
+)
 from isotropy.reporting.packed import real_path  # noqa: E402
 from isotropy.reporting.runs import Run, load_run  # noqa: E402
 
@@ -198,16 +201,11 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _same(got: Any, want: Any) -> bool:
-    if isinstance(want, float) and isinstance(got, int | float) and not isinstance(got, bool):
-        return math.isclose(got, want, rel_tol=1e-9, abs_tol=0.0)
-    return got == want
-
-
-def check_spec_point(run: Run, spec: str, gpu: bool = False) -> None:
+def check_spec_point(run: Run, spec: str, gpu: bool = False) -> dict[str, Any]:
     """``ValueError`` unless every setting the run recorded is the one its spec's point gives
     (:data:`NOT_COMPARED` aside; on the GPU the model by its folder's name): the same schedule,
-    data, model and method, not only the settings its cell names."""
+    data, model and method, not only the settings its cell names. Returns the run's settings
+    (``isotropy`` and ``training`` merged)."""
     from isotropy.training.settings import args_from_dict
 
     path = real_path(Path(run.path))
@@ -226,11 +224,12 @@ def check_spec_point(run: Run, spec: str, gpu: bool = False) -> None:
                     want, got = GPU_MODEL, Path(str(got)).name
                 elif gpu and f.name == "dataloader_pin_memory":
                     want = True  # Hugging Face's default where CUDA is (this machine has none)
-                if not _same(got, want):
+                if not rv._same(got, want):
                     wrong[f.name] = (got, want)
     if wrong:
         raise ValueError(f"{run.path}: settings differ from its spec's point (got, wanted): "
                          f"{wrong}")
+    return {**config["settings"]["isotropy"], **config["settings"]["training"]}
 
 
 Lookup = Callable[[str, Cell, int], tuple[float, Run]]  # (task, cell, seed) -> (metric, run)
@@ -258,16 +257,10 @@ class GpuLookup:
         for root, (_, folder) in GPU_SWEEPS.items():
             found: dict[str, Path] = {}
             calls = parent / folder
-            numbered = sorted((p for p in calls.iterdir() if p.is_dir() and p.name.isdigit()),
-                              key=lambda p: int(p.name)) if calls.is_dir() else []
-            for call in numbered:
-                dest = Path(self._tmp.name) / root / call.name
-                for archive in sorted(call.glob("runs-*.tar.xz")):
-                    with tarfile.open(archive) as tar:
-                        tar.extractall(dest, filter="data")
-                for run in sorted((dest / "runs").iterdir()) if (dest / "runs").is_dir() else []:
-                    if any((run / f).is_file() for f in ("results.json", "results.json.gz")):
-                        found.setdefault(run.name, run)  # the first call's copy stays
+            unpacked = unpack(calls, Path(self._tmp.name) / root) if calls.is_dir() else []
+            for _, run in unpacked:  # call numbers ascending: the first copy stays
+                if any((run / f).is_file() for f in ("results.json", "results.json.gz")):
+                    found.setdefault(run.name, run)
             self.runs[root] = found
 
     def __call__(self, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
@@ -278,11 +271,9 @@ class GpuLookup:
         if path is None:
             raise Missing(f"GPU {cell.root}/{name}")
         run = load_run(path)
-        check_spec_point(run, cell.root, gpu=True)  # every setting, the model by its name
-        saved = json.loads((path / "config.json").read_text())["settings"]
-        merged = {**saved["isotropy"], **saved["training"]}
+        merged = check_spec_point(run, cell.root, gpu=True)  # the model by its folder's name
         wrong = {k: (merged.get(k), v) for k, v in cell.settings
-                 if k != "model" and not _same(merged.get(k), v)}
+                 if k != "model" and not rv._same(merged.get(k), v)}
         if wrong:
             raise ValueError(f"{path}: settings differ from its cell's (got, wanted): {wrong}")
         value = run.value(run.main_metric)
@@ -334,20 +325,6 @@ def holm_range(known: Sequence[float], missing: int) -> list[tuple[float, float]
     low = holm([*known, *[0.0] * missing])[: len(known)]
     high = holm([*known, *[1.0] * missing])[: len(known)]
     return list(zip(low, high, strict=True))
-
-
-def verdict(t: Primary, p_low: float, p_high: float) -> str:
-    """The plan's word for a test whose Holm-adjusted p lies in [p_low, p_high]."""
-    if p_high < ALPHA and t.statistic != 0:
-        word = "supported" if t.statistic > 0 else "contradicted"
-    elif p_low >= ALPHA or t.statistic == 0:
-        word = "inconclusive"
-    else:
-        return ("undecided until the family's other tests are complete (its Holm-adjusted p "
-                f"lies between {p_low:.3g} and {p_high:.3g})")
-    if t.paper is not None and t.upper is not None and t.upper < t.paper:
-        word += ", the paper's effect excluded"
-    return word
 
 
 def _cell(v: float | None) -> str:
@@ -500,7 +477,7 @@ def _test_lines(t: Primary, total: int, low: float, high: float) -> list[str]:
         + ("excluded" if t.upper is not None and t.upper < t.paper else "not excluded"))
     return [f"All {total} pairs: S = {t.statistic:+.2f} points, exact stratified sign-flip "
             f"two-sided p = {t.p:.4g}, Holm-adjusted (the amendment's family of four) "
-            f"{adjusted}; {bounds}{paper}. **{verdict(t, low, high)}**", ""]
+            f"{adjusted}; {bounds}{paper}. **{primary_word(t, low, high)}**", ""]
 
 
 def _comparison_head(c: Comparison, p: Pairs, runs: Path) -> list[str]:

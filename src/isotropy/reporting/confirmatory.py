@@ -22,7 +22,8 @@ import numpy as np
 
 from isotropy.reporting.claim_stats import ALPHA, effect_bound
 
-__all__ = ["MAX_VALUES", "Primary", "primary_test", "primary_verdicts", "sign_flip_p"]
+__all__ = ["MAX_VALUES", "Primary", "primary_test", "primary_verdicts", "primary_word",
+           "sign_flip_p"]
 
 MAX_VALUES = 40  # per test: two halves of 2^20 sign patterns
 
@@ -106,12 +107,29 @@ def primary_verdicts(tests: Sequence[Primary]) -> list[tuple[Primary, float, str
     from isotropy.reporting.claim_summary import holm
 
     adjusted = holm([t.p for t in tests])
-    out = []
-    for t, a in zip(tests, adjusted, strict=True):
-        word = ("inconclusive" if a >= ALPHA or t.statistic == 0 else
-                "supported" if t.statistic > 0 else "contradicted")
-        if t.paper is not None and t.upper is not None and not math.isnan(t.upper) \
-                and t.upper < t.paper:
-            word += ", the paper's effect excluded"
-        out.append((t, a, word))
-    return out
+    return [(t, a, primary_word(t, a, a)) for t, a in zip(tests, adjusted, strict=True)]
+
+
+def primary_word(t: Primary, p_low: float, p_high: float) -> str:
+    """The plan's verdict on ``t`` when its Holm-adjusted p is known to lie in
+    [``p_low``, ``p_high``] (equal once every test of the family is in): *supported* /
+    *contradicted* on the side of S where the whole range is below :data:`ALPHA`,
+    *inconclusive* where it is not below, else undecided; with the equivalence reading.
+
+    >>> from isotropy.reporting.confirmatory import Primary as P
+    >>> primary_word(P("a", -1.0, 0.01, -1.5, -0.5, paper=0.3), 0.01, 0.04)
+    "contradicted, the paper's effect excluded"
+    >>> primary_word(P("a", 1.0, 0.02, 0.5, 1.5), 0.02, 0.08)[:9]
+    'undecided'
+    """
+    if p_high < ALPHA and t.statistic != 0:
+        word = "supported" if t.statistic > 0 else "contradicted"
+    elif p_low >= ALPHA or t.statistic == 0:
+        word = "inconclusive"
+    else:
+        return ("undecided until the family's other tests are complete (its Holm-adjusted p "
+                f"lies between {p_low:.3g} and {p_high:.3g})")
+    if t.paper is not None and t.upper is not None and not math.isnan(t.upper) \
+            and t.upper < t.paper:
+        word += ", the paper's effect excluded"
+    return word
