@@ -21,7 +21,8 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
              global_step: int | None = None, em: float | None = None,
              accumulation: str | None = "exact", padding: bool | None = None,
              twonn: float | None = None, iso_last: float | None = None,
-             majority: float | None = None, iso_first: float | None = None) -> Path:
+             majority: float | None = None, iso_first: float | None = None,
+             eval_spectra: list[tuple[int, float | None, float | None]] | None = None) -> Path:
     """A run directory with the files ``isotropy train`` writes, with the given numbers.
 
     ``fmt``: config.json's ``measurement_format`` (absent if ``None``); ``evals``: the
@@ -31,7 +32,9 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
     ``None``, as in runs written before those settings); ``twonn``: the final evaluation's
     ``eval_twonn_cls_last``, ``iso_last`` its ``eval_isoscore_star_last`` and ``majority`` its
     ``eval_majority_fraction``, ``iso_first`` its ``eval_isoscore_star_token_layer1`` (each
-    absent if ``None``)."""
+    absent if ``None``); ``eval_spectra``: ``(step, raw top-1, centred top-1)`` of the
+    evaluation set's [CLS] spectrum, one measurement record each (default: one record at step
+    100 without a spectrum)."""
     name = (f"{task}-{model}-{reg}_l{lam}_z{zeta}_c{cos_lam}_b{beta}_{select}_{istar_layers}"
             + "".join(f"_{k}{v}" for k, v in (training or {}).items())
             + ("" if fmt is None else f"_f{fmt}") + f"_{accumulation}_{padding}-seed{seed}")
@@ -76,7 +79,14 @@ def make_run(root: Path, *, task: str = "rte", model: str = "minilm", reg: str =
     mean = (np.arange(HIDDEN) * 0.1 + layer_shift).tolist()
     meas = {"step": 100, "zeta": measured_zeta, "num_layers": N_LAYERS, "layers": layers,
             "last": {"layer": N_LAYERS, "token_mean": mean, "token_std": [1.0] * HIDDEN}}
-    (d / "measurements.jsonl").write_text(json.dumps(meas) + "\n")
+    records = [meas]
+    if eval_spectra is not None:
+        records = [{**meas, "step": step,
+                    "last": {**meas["last"],
+                             "cls_spectrum_raw": None if raw is None else [raw, 0.01, 0.005],
+                             "cls_spectrum_centred": None if cen is None else [cen, 0.02]}}
+                   for step, raw, cen in eval_spectra]
+    (d / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if finished:
         results: dict[str, Any] = {"task": task, "main_metric": acc, "regularizers": [reg],
                                    "final": final,

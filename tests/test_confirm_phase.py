@@ -78,6 +78,10 @@ def _brute_force(groups: list[list[float]]) -> tuple[float, float]:
 
 
 class _FakeRun:
+    total_steps = None  # no training logs or measurements: P1's growth reads as missing
+    spectrum_logs: list = []
+    measurement_records: list = []
+
     def __init__(self, majority: float | None) -> None:
         self.majority = majority
 
@@ -375,3 +379,47 @@ def test_every_gpu_cells_settings_are_its_points() -> None:
                 if key != "model":
                     got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
                     assert got == value, (task, key, got, value)
+
+
+def test_p1_growth_is_read_from_step_0_and_from_the_first_training_log(tmp_path: Path) -> None:
+    """The entropy spec's runs without a regularizer, hand-made with known spectra: the growth
+    from step 0 (evaluation set) and from the first training log, per seed; with every run
+    there, the brute-force sign-flip p of the mean of the task means."""
+    from _runs import make_run
+
+    from isotropy.reporting.runs import load_run
+
+    # raw growth from step 0 per seed: CoLA +0.1, +0.2, +0.3, +0.4, -0.1; MRPC all +0.05
+    growth = {"cola": [0.1, 0.2, 0.3, 0.4, -0.1], "mrpc": [0.05] * 5}
+    runs = {}
+    for task, gs in growth.items():
+        for seed, g in zip(cp.SEEDS, gs, strict=True):
+            # training logs: first 0.3 raw at step 10, 0.5 in the window: growth +0.2 each
+            spectrum = [(10, [0.3, 0.1, 0.1, 0.2, 0.1, 0.1]), (90, [0.5, 0.1, 0.1, 0.2, 0.1,
+                                                                    0.1])]
+            d = make_run(tmp_path / task, task=task, seed=seed, global_step=100,
+                         spectrum=spectrum, evals=[(0, 0.5), (100, 0.5)],
+                         eval_spectra=[(0, 0.4, 0.1), (100, 0.4 + g, 0.1)])
+            runs[task, seed] = load_run(d)
+
+    def look(task, cell, seed):
+        assert cell == cp.entropy_cell(None)
+        if (task, seed) not in runs:
+            raise cp.Missing(f"{task} {seed}")
+        return 0.5, runs[task, seed]
+
+    text = "\n".join(cp.growth_section(look, cp.CPU, tmp_path / "no-runs"))
+    assert "| CoLA | raw | from step 0 (evaluation set) | +0.100 | +0.200 | +0.300 | +0.400 | " \
+           "-0.100 | +0.180 (5) |" in text
+    assert "| MRPC | raw | from the first training log | +0.200 | +0.200 | +0.200 | +0.200 | " \
+           "+0.200 | +0.200 (5) |" in text
+    s, p = _brute_force(list(growth.values()))
+    assert (f"- Raw, from step 0 (evaluation set): grows in 9 of 10 runs; mean of the task means "
+            f"{s:+.3f}, exact stratified sign-flip two-sided p = {p:.4g}") in text
+    # the centred share does not move from step 0: ten ties, S = 0, p = 1
+    assert "- Centred, from step 0 (evaluation set): grows in 0 of 10 runs; mean of the task " \
+           "means +0.000, exact stratified sign-flip two-sided p = 1" in text
+    assert "Exploratory counterpart (phase B with B5): its runs are not committed." in text
+    del runs["mrpc", 9]
+    text = "\n".join(cp.growth_section(look, cp.CPU, tmp_path / "no-runs"))
+    assert "- Raw, from step 0 (evaluation set): 9 of 10 runs." in text

@@ -69,7 +69,7 @@ from review_verdicts import (  # noqa: E402
 
 from isotropy.reporting.claim_bounds import bound_words  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
-from isotropy.reporting.claim_values import tail_metric  # noqa: E402
+from isotropy.reporting.claim_values import Values, tail_metric  # noqa: E402
 from isotropy.reporting.confirmatory import (  # noqa: E402
     Primary,
     primary_test,
@@ -500,6 +500,76 @@ def secondary_section(look: Lookup, ph: Phase, runs: Path) -> list[str]:
     return out
 
 
+GROWTH_ROUTES = (("from step 0 (evaluation set)", Values().growth_from_start),
+                 ("from the first training log", Values().growth))
+
+
+def growth_section(look: Lookup, ph: Phase, runs: Path, seeds: Sequence[int] = SEEDS
+                   ) -> list[str]:
+    """P1 on the entropy spec's runs without a regularizer: the growth of the top-1 share of
+    the [CLS] spectrum, raw and centred, read from the pre-trained model (the evaluation set,
+    last 30% of evaluations minus step 0; the addendum of 2026-11-30) and, as the exploratory
+    runs read it, from the first training log; per seed, and once every run is there the exact
+    two-sided sign-flip p of the mean growth (unadjusted, not in the family)."""
+    out = ["##### P1: growth of the top-1 [CLS] share without a regularizer (last 30% minus "
+           "the start)", "",
+           "| task | spectrum | start | " + " | ".join(f"seed {s}" for s in seeds)
+           + " | task mean (runs) |", "|---|---|---|" + "---|" * (len(seeds) + 1)]
+    found: dict[tuple[str, str], list[list[float]]] = {}
+    total = 0
+    for task in ph.entropy_tasks:
+        got: dict[int, Run] = {}
+        for seed in seeds:
+            try:
+                got[seed] = look(task, entropy_cell(None), seed)[1]
+            except Missing:
+                continue
+        total += len(seeds)
+        for kind in ("raw", "centred"):
+            for route, read in GROWTH_ROUTES:
+                values = {s: read(r, kind) for s, r in got.items()}
+                there = [v for v in values.values() if v is not None]
+                found.setdefault((kind, route), []).append(there)
+                mean = f"{sum(there) / len(there):+.3f} ({len(there)})" if there else "– (0)"
+                out.append(f"| {LABEL[task]} | {kind} | {route} | " + " | ".join(
+                    "–" if values.get(s) is None else f"{values[s]:+.3f}" for s in seeds)
+                    + f" | {mean} |")
+    out.append("")
+    for (kind, route), groups in found.items():
+        n = sum(map(len, groups))
+        if n < total:
+            out.append(f"- {kind.capitalize()}, {route}: {n} of {total} runs.")
+            continue
+        s, _, _, two = sign_flip_p(groups)
+        up = sum(v > 0 for g in groups for v in g)
+        out.append(f"- {kind.capitalize()}, {route}: grows in {up} of {n} runs; mean of the "
+                   f"task means {s:+.3f}, exact stratified sign-flip two-sided p = {two:.4g} "
+                   "(unadjusted, not in the family).")
+    return [*out, "", growth_counterpart(runs, ph.entropy_tasks), ""]
+
+
+def growth_counterpart(runs: Path, tasks: Sequence[str]) -> str:
+    """P1's growth from the first training log in phase B's runs without a regularizer (3
+    epochs, seeds 0-4 with B5, no evaluation at step 0): task means, raw and centred."""
+    look = cpu_lookup(runs, check=False)
+    parts = []
+    for kind in ("raw", "centred"):
+        means = []
+        for task in tasks:
+            try:
+                g = [Values().growth(look(task, phase_b(None), seed)[1], kind)
+                     for seed in range(5)]
+            except Missing:
+                return "Exploratory counterpart (phase B with B5): its runs are not committed."
+            there = [x for x in g if x is not None]
+            means.append(f"{LABEL[task]} {sum(there) / len(there):+.3f}" if there else
+                         f"{LABEL[task]} –")
+        parts.append(f"{kind} {', '.join(means)}")
+    return ("Exploratory counterpart (seen before the plan), phase B with B5 (3 epochs, seeds "
+            "0-4, CPU, not evaluated at step 0), growth from the first training log, task "
+            f"means: {'; '.join(parts)}.")
+
+
 def cells(ph: Phase) -> tuple[tuple[str, str, Callable[[str], Cell], tuple[str, ...], Read], ...]:
     """Every cell of a phase's two specs: (sweep, label, task -> cell, tasks, value read)."""
     return (
@@ -577,7 +647,8 @@ def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
             else:
                 out += _test_lines(t, total, *ranges[ph.name, c.title])
         out += ["#### Beside them (not in the family)", "",
-                *secondary_section(looks[ph.name], ph, runs)]
+                *secondary_section(looks[ph.name], ph, runs),
+                *growth_section(looks[ph.name], ph, runs)]
     return out
 
 

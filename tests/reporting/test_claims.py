@@ -527,3 +527,33 @@ def test_the_authors_padding_protocol_is_read_as_the_papers_cells(tmp_path: Path
     assert "Protocol:" not in out
     assert "Cells no claim compares: mrpc: cosreg λ=1 with padding; mrpc: istar λ=-1 ζ=0.6 " \
         "with padding." in out
+
+
+def test_p1_from_the_pre_trained_model_is_read_where_step_0_was_evaluated(tmp_path: Path
+                                                                          ) -> None:
+    # Three base runs on MRPC evaluated at steps 0, 80 and 100 of 100: the window (t >= 70)
+    # holds 80 and 100. Raw top-1 share 0.5 at step 0, then 0.6 + s/100 and 0.8 + s/100:
+    # growth 0.2 + s/100 = 0.20, 0.21, 0.22, mean 0.21, sample std 0.01, and the 95% interval
+    # 0.21 ± t₀.₉₇₅(2) · 0.01 / √3 (t₀.₉₇₅(2) = 4.302653, tables). Centred: 0.1 at step 0,
+    # 0.05 both later: -0.05 every seed, no spread.
+    root = tmp_path / "entropy"
+    for seed in range(3):
+        s = seed / 100
+        make_run(root, task="mrpc", seed=seed, global_step=100,
+                 evals=[(0, 0.6), (80, 0.6), (100, 0.6)],
+                 eval_spectra=[(0, 0.5, 0.1), (80, 0.6 + s, 0.05), (100, 0.8 + s, 0.05)])
+        make_run(root, task="mrpc", reg="entropy", seed=seed, global_step=100)  # opens P1-P4
+    out, _ = _claims_of(root)
+    _tables_are_rectangular(out)
+    half = 4.302653 * 0.01 / np.sqrt(3)
+    assert (f"| mrpc | raw | 3 | +0.2100 ± 0.0100 | [{0.21 - half:+.4f}, {0.21 + half:+.4f}] "
+            "| supported |") in out
+    assert "| mrpc | centred | 3 | -0.0500 ± 0.0000 | no spread | inconclusive |" in out
+    # a run not evaluated at step 0 writes no such table
+    plain = tmp_path / "plain"
+    for seed in range(3):
+        make_run(plain, task="mrpc", seed=seed, global_step=100,
+                 eval_spectra=[(80, 0.6, 0.05), (100, 0.8, 0.05)])
+        make_run(plain, task="mrpc", reg="entropy", seed=seed, global_step=100)
+    out = _claims_of(plain)[0]
+    assert "### P1: growth" in out and "P1 from the pre-trained model" not in out

@@ -75,6 +75,7 @@ def entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: Values) -> lis
                 out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
                            f"{d.interval_text()} | "
                            f"{verdict} |")
+    out += _growth_from_start(get, tasks, v)
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
             "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
             "| Δ top-1 raw spectrum, last 30% [95% CI] | verdict (Δ < 0) "
@@ -93,3 +94,26 @@ def entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: Values) -> lis
                        f"{ds.text() if ds else '–'} | {vs} | {dc.text() if dc else '–'} | "
                        f"{vc} |")
     return out
+
+
+def _growth_from_start(get: Get, tasks: Sequence[str], v: Values) -> list[str]:
+    """P1 read from the pre-trained model (:meth:`Values.growth_from_start`), for the base runs
+    evaluated at step 0; nothing where none was."""
+    rows = []
+    for task in tasks:
+        for kind in ("raw", "centred"):
+            g = [x for r in get(task, "none") if (x := v.growth_from_start(r, kind)) is not None]
+            if g:
+                d = mean_interval(g)
+                sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
+                rows.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
+                            f"{d.interval_text()} | {d.verdict(+1)} |")
+    if not rows:
+        return []
+    return ["", "### P1 from the pre-trained model: the evaluation set's top-1 [CLS] share",
+            "", "Base runs evaluated at step 0 (`--eval_on_start`): the mean over the "
+            "evaluations of the last 30% of training minus the evaluation at step 0, one "
+            "measure at both ends (the same examples, in evaluation mode). Read per task (the "
+            "95% Student-t interval over seeds), not in the summary below.", "",
+            "| task | spectrum | runs | growth mean ± std | 95% CI | reading (> 0) |",
+            "|---|---|---|---|---|---|", *rows]

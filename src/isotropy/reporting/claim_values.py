@@ -4,15 +4,16 @@ layer, and the training [CLS] spectrum (:class:`Values`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from isotropy.reporting.runs import Run, mean_std, tail_evaluations
+from isotropy.reporting.runs import LAST_FRACTION, Run, mean_std, tail_evaluations
 from isotropy.reporting.tables import spectrum_tail_means
 
-__all__ = ["Values", "mean_std_text", "measured_zeta", "tail_metric"]
+__all__ = ["Values", "eval_spectrum_growth", "mean_std_text", "measured_zeta", "tail_metric"]
 
 
 def mean_std_text(runs: Sequence[Run], value: Callable[[Run], float | None]) -> str:
@@ -30,6 +31,33 @@ def tail_metric(r: Run) -> float | None:
     total = r.total_steps
     v = tail_evaluations(r.evaluations, total) if total else []
     return float(np.mean(v)) if v else None
+
+
+def eval_spectrum_growth(records: Sequence[Mapping[str, Any]], total_steps: float,
+                         kind: str = "raw", fraction: float = LAST_FRACTION) -> float | None:
+    r"""Growth of the evaluation set's top-1 [CLS] share :math:`\sigma_1^2 / \sum_i
+    \sigma_i^2` (``kind`` ``raw`` or ``centred``) over training: its mean over the
+    measurement ``records`` at steps :math:`t \ge (1-f)\,T` minus its value at step 0
+    (``None`` without a record at step 0, or without one in the window).
+
+    >>> recs = [{"step": s, "last": {"cls_spectrum_raw": [v, 0.1]}}
+    ...         for s, v in ((0, 0.5), (50, 0.9), (80, 0.6), (100, 0.8))]
+    >>> round(eval_spectrum_growth(recs, 100), 6)  # (0.6 + 0.8) / 2 - 0.5
+    0.2
+    >>> eval_spectrum_growth(recs[1:], 100) is None
+    True
+    """
+    def top1(rec: Mapping[str, Any]) -> float | None:
+        spectrum = (rec.get("last") or {}).get(f"cls_spectrum_{kind}")
+        return float(spectrum[0]) if spectrum else None
+
+    start = [top1(rec) for rec in records if rec.get("step") == 0]
+    tail = [top1(rec) for rec in records
+            if isinstance(rec.get("step"), (int, float)) and rec["step"] > 0
+            and rec["step"] >= (1.0 - fraction) * total_steps]
+    if not start or start[0] is None or not tail or any(v is None for v in tail):
+        return None
+    return float(np.mean(tail)) - start[0]
 
 
 def measured_zeta(r: Run) -> float | None:
@@ -105,3 +133,12 @@ class Values:
         if not logs or not tail:
             return None
         return tail[f"cls_spectrum_{kind}_1"] - logs[0][f"cls_spectrum_{kind}_1"]
+
+    def growth_from_start(self, r: Run, kind: str = "raw") -> float | None:
+        """Top-1 share of the ``raw`` or ``centred`` [CLS] spectrum of the evaluation set
+        (``measurements.jsonl``): the mean over the evaluations of the last 30% of training
+        minus the evaluation at step 0, the pre-trained model (``None`` for a run not
+        evaluated at step 0). Unlike :meth:`growth`, one measure at both ends: the same
+        examples, in evaluation mode (:func:`eval_spectrum_growth`)."""
+        total = r.total_steps
+        return eval_spectrum_growth(r.measurement_records, total, kind) if total else None
