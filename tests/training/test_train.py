@@ -149,8 +149,9 @@ def _stsb_pair(glue_dir, index):
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):
     # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
     # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
+    # Evaluated at step 0 too (eval_on_start), which the resume must not repeat at step 3.
     extra = ["--task", "sst2", "--regularizer", "istar", "entropy", "--entropy_window", "2",
-             "--entropy_accumulation", "window",
+             "--entropy_accumulation", "window", "--eval_on_start", "true",
              "--max_train_samples", "32", "--save_strategy", "steps", "--save_steps", "3"]
     full, broken = tmp_path / "full", tmp_path / "broken"
     _run(_argv(tiny_model_dir, glue_dir, full, *extra))
@@ -177,6 +178,16 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
         for d in (full, broken)
     )
     assert sorted(la) == sorted(lb) == [2, 4, 6, 8]
+    # the evaluations of the uninterrupted run, at steps 0, 4 and 8, and no other
+    for d in (full, broken):
+        lines = (d / "metrics.jsonl").read_text().splitlines()
+        assert [r["step"] for r in map(json.loads, lines) if "eval_loss" in r] == [0, 4, 8]
+        lines = (d / "measurements.jsonl").read_text().splitlines()
+        assert [json.loads(x)["step"] for x in lines] == [0, 4, 8]
+    import transformers
+
+    saved = torch.load(broken / "checkpoint-8" / "training_args.bin", weights_only=False)
+    assert isinstance(saved, transformers.TrainingArguments) and saved.eval_on_start
     n_logged = sum('"loss"' in x for x in (broken / "metrics.jsonl").read_text().splitlines())
     assert n_logged == 4  # the crashed run's logs after checkpoint-3 were dropped
     # The log at step 4 averages steps 3-4 in the full run but only step 4 after the resume

@@ -38,7 +38,9 @@ def eval_spectrum_growth(records: Sequence[Mapping[str, Any]], total_steps: floa
     r"""Growth of the evaluation set's top-1 [CLS] share :math:`\sigma_1^2 / \sum_i
     \sigma_i^2` (``kind`` ``raw`` or ``centred``) over training: its mean over the
     measurement ``records`` at steps :math:`t \ge (1-f)\,T` minus its value at step 0
-    (``None`` without a record at step 0, or without one in the window).
+    (``None`` without a record at step 0, or without one in the window, or where one of them
+    has no spectrum: a measurement that failed). One record per step, the first (as
+    :func:`~isotropy.reporting.runs.eval_history` counts evaluations).
 
     >>> recs = [{"step": s, "last": {"cls_spectrum_raw": [v, 0.1]}}
     ...         for s, v in ((0, 0.5), (50, 0.9), (80, 0.6), (100, 0.8))]
@@ -51,13 +53,18 @@ def eval_spectrum_growth(records: Sequence[Mapping[str, Any]], total_steps: floa
         spectrum = (rec.get("last") or {}).get(f"cls_spectrum_{kind}")
         return float(spectrum[0]) if spectrum else None
 
-    start = [top1(rec) for rec in records if rec.get("step") == 0]
-    tail = [top1(rec) for rec in records
-            if isinstance(rec.get("step"), (int, float)) and rec["step"] > 0
-            and rec["step"] >= (1.0 - fraction) * total_steps]
-    if not start or start[0] is None or not tail or any(v is None for v in tail):
+    first: dict[float, Mapping[str, Any]] = {}
+    for rec in records:
+        step = rec.get("step")
+        if isinstance(step, (int, float)) and not isinstance(step, bool):
+            first.setdefault(float(step), rec)
+    start = first.get(0.0)
+    tail = [top1(rec) for step, rec in first.items()
+            if step > 0 and step >= (1.0 - fraction) * total_steps]
+    v0 = None if start is None else top1(start)
+    if v0 is None or not tail or any(v is None for v in tail):
         return None
-    return float(np.mean(tail)) - start[0]
+    return float(np.mean(tail)) - v0
 
 
 def measured_zeta(r: Run) -> float | None:
@@ -139,6 +146,9 @@ class Values:
         (``measurements.jsonl``): the mean over the evaluations of the last 30% of training
         minus the evaluation at step 0, the pre-trained model (``None`` for a run not
         evaluated at step 0). Unlike :meth:`growth`, one measure at both ends: the same
-        examples, in evaluation mode (:func:`eval_spectrum_growth`)."""
+        examples, in evaluation mode (:func:`eval_spectrum_growth`), at the evaluations an
+        uninterrupted run makes (:meth:`Run.uninterrupted`)."""
         total = r.total_steps
-        return eval_spectrum_growth(r.measurement_records, total, kind) if total else None
+        records = [rec for rec in r.measurement_records
+                   if isinstance(rec.get("step"), (int, float)) and r.uninterrupted(rec["step"])]
+        return eval_spectrum_growth(records, total, kind) if total else None

@@ -206,6 +206,9 @@ class Run:
     measurement_format: int = 1
     train_steps: int | None = None  # results.json's train.global_step
     tuned: str = ""  # its values of the --pick-best-over settings (empty without that option)
+    # a run evaluated at step 0 (eval_on_start) every eval_every steps: the grid its
+    # evaluations lie on when uninterrupted (None: not such a run)
+    eval_every: int | None = None
 
     def value(self, name: str, which: str = "final") -> float | None:
         """``results.json``'s ``which`` (final/best) record's ``eval_<name>`` (or ``name``)."""
@@ -240,11 +243,22 @@ class Run:
         recs = self.measurement_records
         return recs[-1] if recs else None
 
+    def uninterrupted(self, step: float) -> bool:
+        """Whether an uninterrupted run evaluates at ``step``. A run evaluated at step 0
+        (``eval_on_start``) by an older isotropy was evaluated again at the step of every
+        checkpoint it resumed from (the Trainer's start evaluation); on its grid of
+        ``eval_every`` steps that is a step no uninterrupted run evaluates at (its last step
+        aside), and it is not counted. Every step counts for other runs."""
+        if self.eval_every is None or step <= 0 or step == self.train_steps:
+            return True
+        return step % self.eval_every == 0
+
     @cached_property
     def evaluations(self) -> list[tuple[float, float]]:
         """``(step, eval_<main metric>)`` of every evaluation in ``metrics.jsonl``
-        (:func:`eval_history`)."""
-        return eval_history(self.metrics_records, self.main_metric)
+        (:func:`eval_history`) that an uninterrupted run makes (:meth:`uninterrupted`)."""
+        return [(t, v) for t, v in eval_history(self.metrics_records, self.main_metric)
+                if self.uninterrupted(t)]
 
     @property
     def total_steps(self) -> float | None:
@@ -377,7 +391,25 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
     steps = train.get("global_step")
     return Run(p, task, model, method, seed, metric, results["final"], results["best"],
                compared, measurement_format=fmt,
-               train_steps=int(steps) if _is_number(steps) and steps > 0 else None)
+               train_steps=int(steps) if _is_number(steps) and steps > 0 else None,
+               eval_every=_start_evaluated_grid(training))
+
+
+def _start_evaluated_grid(training: Mapping[str, Any]) -> int | None:
+    """``eval_steps`` of a run evaluated at step 0 and then every ``eval_steps`` (an integer)
+    steps, else ``None`` (:attr:`Run.eval_every`).
+
+    >>> _start_evaluated_grid({"eval_on_start": True, "eval_strategy": "steps",
+    ...                        "eval_steps": 20})
+    20
+    >>> _start_evaluated_grid({"eval_strategy": "steps", "eval_steps": 20}) is None
+    True
+    """
+    every = training.get("eval_steps")
+    if training.get("eval_on_start") is not True or training.get("eval_strategy") != "steps" \
+            or not _is_number(every) or every < 1 or every != int(every):
+        return None
+    return int(every)
 
 
 def _normal(value: Any) -> Any:

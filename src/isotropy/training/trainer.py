@@ -6,6 +6,7 @@ checkpoints."""
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import time
@@ -138,6 +139,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self.last_measurements: dict[str, Any] | None = None
         self._resumed_loss_sum: float | None = None
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
+        self._start_evaluation_skipped = False  # eval_on_start switched off for a resume
         self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
@@ -166,6 +168,29 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._shrinkage_cache = state.get("measure_shrinkage")
         self.resumed_eval_step = state.get("last_eval_step")
         self._resumed_loss_sum = state.get("loss_sum")
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
+              **kwargs: Any) -> Any:
+        """The Trainer's ``train``, without its start evaluation (``eval_on_start``) when it
+        resumes from a checkpoint: the Trainer would evaluate at the checkpoint's step, which
+        an uninterrupted run never does (and, at an epoch's start, would take that epoch's
+        measurement Sigma_S from the wrong model)."""
+        if not resume_from_checkpoint or not self.args.eval_on_start:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        self.args.eval_on_start, self._start_evaluation_skipped = False, True
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:
+            self.args.eval_on_start, self._start_evaluation_skipped = True, False
+
+    def _args_as_given(self) -> Any:
+        """``self.args`` as the run was given them (``eval_on_start`` restored while
+        :meth:`train` skips it), for a checkpoint's ``training_args.bin``."""
+        if not self._start_evaluation_skipped:
+            return self.args
+        given = copy.copy(self.args)
+        given.eval_on_start = True
+        return given
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
@@ -200,8 +225,8 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
-            if (folder / "training_args.bin").is_file():  # with the real save_total_limit
-                torch.save(self.args, folder / "training_args.bin")
+            if (folder / "training_args.bin").is_file():  # the real save_total_limit
+                torch.save(self._args_as_given(), folder / "training_args.bin")
             _sync_folder(folder)
             # the files written, by size: a resume refuses a checkpoint missing one of them
             payload = {**self._checkpoint_payload(), "files": checkpoint_files(folder)}
