@@ -173,8 +173,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
               **kwargs: Any) -> Any:
         """The Trainer's ``train``, without its start evaluation (``eval_on_start``) when it
         resumes from a checkpoint: the Trainer would evaluate at the checkpoint's step, which
-        an uninterrupted run never does (and, at an epoch's start, would take that epoch's
-        measurement Sigma_S from the wrong model)."""
+        an uninterrupted run never does."""
         if not resume_from_checkpoint or not self.args.eval_on_start:
             return super().train(resume_from_checkpoint, *args, **kwargs)
         self.args.eval_on_start, self._start_evaluation_skipped = False, True
