@@ -546,9 +546,9 @@ def test_p1_from_the_pre_trained_model_is_read_where_step_0_was_evaluated(tmp_pa
     out, _ = _claims_of(root)
     _tables_are_rectangular(out)
     half = 4.302653 * 0.01 / np.sqrt(3)
-    assert (f"| mrpc | raw | 3 | +0.2100 ± 0.0100 | [{0.21 - half:+.4f}, {0.21 + half:+.4f}] "
+    assert (f"| mrpc | raw | 3 of 3 | +0.2100 ± 0.0100 | [{0.21 - half:+.4f}, {0.21 + half:+.4f}] "
             "| supported |") in out
-    assert "| mrpc | centred | 3 | -0.0500 ± 0.0000 | no spread | inconclusive |" in out
+    assert "| mrpc | centred | 3 of 3 | -0.0500 ± 0.0000 | no spread | inconclusive |" in out
     # a run not evaluated at step 0 writes no such table
     plain = tmp_path / "plain"
     for seed in range(3):

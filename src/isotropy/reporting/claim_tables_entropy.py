@@ -102,18 +102,22 @@ def _growth_from_start(get: Get, tasks: Sequence[str], v: Values) -> list[str]:
     rows = []
     for task in tasks:
         for kind in ("raw", "centred"):
-            g = [x for r in get(task, "none") if (x := v.growth_from_start(r, kind)) is not None]
+            base = get(task, "none")
+            g = [x for r in base if (x := v.growth_from_start(r, kind)) is not None]
             if g:
                 d = mean_interval(g)
                 sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                rows.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
+                rows.append(f"| {task} | {kind} | {len(g)} of {len(base)} | "
+                            f"{np.mean(g):+.4f}{sd} | "
                             f"{d.interval_text()} | {d.verdict(+1)} |")
     if not rows:
         return []
     return ["", "### P1 from the pre-trained model: the evaluation set's top-1 [CLS] share",
             "", "Base runs evaluated at step 0 (`--eval_on_start`): the mean over the "
             "evaluations of the last 30% of training minus the evaluation at step 0, one "
-            "measure at both ends (the same examples, in evaluation mode). Read per task (the "
-            "95% Student-t interval over seeds), not in the summary below.", "",
+            "measure at both ends (the same examples, in evaluation mode); a run without an "
+            "evaluation at step 0 or with a failed measurement in the window is left out "
+            "(runs: read, of the base runs). Read per task (the 95% Student-t interval over seeds), "
+            "not in the summary below.", "",
             "| task | spectrum | runs | growth mean ± std | 95% CI | reading (> 0) |",
             "|---|---|---|---|---|---|", *rows]
