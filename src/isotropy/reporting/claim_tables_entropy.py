@@ -117,7 +117,7 @@ def _growth_from_start(get: Get, tasks: Sequence[str], v: Values) -> list[str]:
             "evaluations of the last 30% of training minus the evaluation at step 0, one "
             "measure at both ends (the same examples, in evaluation mode); a run without an "
             "evaluation at step 0 or with a failed measurement in the window is left out "
-            "(runs: read, of the base runs). Read per task (the 95% Student-t interval over seeds), "
-            "not in the summary below.", "",
+            "(runs: read, of the base runs). Read per task (the 95% Student-t interval over "
+            "seeds), not in the summary below.", "",
             "| task | spectrum | runs | growth mean ± std | 95% CI | reading (> 0) |",
             "|---|---|---|---|---|---|", *rows]
