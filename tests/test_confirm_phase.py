@@ -233,6 +233,29 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     made = "\n".join(cp.report(RESULTS / "runs")).rstrip()
     assert made in text, "docs/results.md's confirmatory section is out of date"
+    assert text.endswith(made + "\n")
+    # the README's findings give the same count of finished CPU runs
+    done, total = cp.cpu_runs_done(made)
+    assert total == 80
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.search(rf"are under\s+way: {done} of {total} CPU runs so far", readme), \
+        "the README's count of confirmatory runs is out of date"
+
+
+def test_write_puts_the_text_in_place_and_the_count_in_the_readme(tmp_path: Path) -> None:
+    text = ("### CPU phase: MiniLM-L6-H384, new\n\nRuns finished: `confirm-cpu`: 12 of 50; "
+            "`confirm-entropy-cpu`: 3 of 30.\n\n### GPU phase: x\n\nRuns finished: "
+            "`runs-confirm.yaml`: 7 of 100.")
+    results_md, readme = tmp_path / "results.md", tmp_path / "README.md"
+    results_md.write_text("# Results\n\nkept\n\n### CPU phase: MiniLM-L6-H384, old\n\nold\n")
+    readme.write_text("- Runs are under\nway: 10 of 80 CPU runs so far, no verdict yet\n")
+    cp.write_docs(text, results_md, readme)
+    assert results_md.read_text() == "# Results\n\nkept\n\n" + text + "\n"
+    # the GPU phase's runs are not CPU runs
+    assert readme.read_text() == "- Runs are under\nway: 15 of 80 CPU runs so far, no verdict yet\n"
+    readme.write_text("no count here\n")
+    with pytest.raises(ValueError, match="CPU runs so far"):
+        cp.write_docs(text, results_md, readme)
 
 
 @pytest.mark.parametrize(("index", "sweep", "claim", "sign"), [

@@ -36,8 +36,10 @@ against the settings its cell names, and every setting against the point its spe
 machine's); the two runs of a pair must differ in the method only. A CPU run under
 ``runs/.pending/`` (a sweep still running, ``sync.sh``) is read where ``runs/`` lacks it.
 
-Usage: python confirm_phase.py [RUNS_DIR [GPU_RUNS_PARENT]]
-    (defaults: docs/results/runs beside this file, and docs/)
+Usage: python confirm_phase.py [--write] [RUNS_DIR [GPU_RUNS_PARENT]]
+    (defaults: docs/results/runs beside this file, and docs/). With --write, the text replaces
+    docs/results.md's part from its "### CPU phase" heading to the end, and the README's
+    count of finished CPU runs is set, instead of being printed.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import dataclasses
 import enum
 import functools
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -652,11 +655,42 @@ def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
     return out
 
 
+SECTION = "### CPU phase: MiniLM-L6-H384"  # where docs/results.md's printed part begins
+README_COUNT = re.compile(r"(are under\s+way: )(\d+)( of (\d+) CPU runs so far)")
+
+
+def cpu_runs_done(text: str) -> tuple[int, int]:
+    """(finished, all) CPU runs of the confirmatory specs, from :func:`report`'s text."""
+    counts = re.findall(r"`confirm-[a-z-]+`: (\d+) of (\d+)", text.split("### GPU phase")[0])
+    return sum(int(a) for a, _ in counts), sum(int(b) for _, b in counts)
+
+
+def write_docs(text: str, results_md: Path, readme: Path) -> None:
+    """Put :func:`report`'s ``text`` in place in ``results_md`` (from :data:`SECTION` to the
+    end) and the count of finished CPU runs in ``readme``'s findings (:data:`README_COUNT`)."""
+    doc = results_md.read_text(encoding="utf-8")
+    if SECTION not in doc:
+        raise ValueError(f"{results_md}: no line starting '{SECTION}'")
+    results_md.write_text(doc[:doc.index(SECTION)] + text + "\n", encoding="utf-8")
+    done, total = cpu_runs_done(text)
+    head = readme.read_text(encoding="utf-8")
+    found = README_COUNT.search(head)
+    if found is None or int(found.group(4)) != total:
+        raise ValueError(f"{readme}: no 'are under way: N of {total} CPU runs so far'")
+    readme.write_text(README_COUNT.sub(rf"\g<1>{done}\g<3>", head, count=1), encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    write = "--write" in args
+    args = [a for a in args if a != "--write"]
     runs = Path(args[0]) if args else HERE / "runs"
     gpu_parent = Path(args[1]) if len(args) > 1 else None
-    print("\n".join(report(runs, gpu_parent)).rstrip())
+    text = "\n".join(report(runs, gpu_parent)).rstrip()
+    if write:
+        write_docs(text, HERE.parent / "results.md", HERE.parents[1] / "README.md")
+    else:
+        print(text)
     return 0
 
 
