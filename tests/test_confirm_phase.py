@@ -81,6 +81,7 @@ class _FakeRun:
     total_steps = None  # no training logs or measurements: P1's growth reads as missing
     spectrum_logs: list = []
     measurement_records: list = []
+    uncounted_evaluations: list = []
 
     def __init__(self, majority: float | None) -> None:
         self.majority = majority
@@ -446,3 +447,26 @@ def test_p1_growth_is_read_from_step_0_and_from_the_first_training_log(tmp_path:
     del runs["mrpc", 9]
     text = "\n".join(cp.growth_section(look, cp.CPU, tmp_path / "no-runs"))
     assert "- Raw, from step 0 (evaluation set): 9 of 10 runs." in text
+
+
+def test_a_resumes_uncounted_evaluation_is_named_under_the_runs(tmp_path: Path) -> None:
+    from _runs import make_run
+
+    from isotropy.reporting.runs import load_run
+
+    grid = {"eval_on_start": True, "eval_strategy": "steps", "eval_steps": 20}
+    resumed = load_run(make_run(tmp_path, task="cola", seed=5, global_step=100, training=grid,
+                                evals=[(0, 0.1), (20, 0.2), (67, 0.9), (80, 0.3), (100, 0.4)]))
+
+    def look(task, cell, seed):
+        if (task, seed) != ("cola", 5) or cell != cp.entropy_cell(None):
+            raise cp.Missing(task)
+        return 0.4, resumed
+
+    lines, n = cp.runs_section(look)
+    text = "\n".join(lines)
+    assert n == 1
+    # the last-30% metric (t >= 70): 80 and 100, not the resume's 67
+    assert "| confirm-entropy-cpu | CoLA | no regularizer | 0.3500 | – |" in text
+    assert "Evaluations not counted (a resume's evaluation at its checkpoint's step" in text
+    assert f"{Path(resumed.path).name} (step 67)." in text

@@ -602,20 +602,30 @@ def runs_section(look: Lookup | Path, ph: Phase = CPU, seeds: Sequence[int] = SE
     out = ["| sweep | task | cell | " + " | ".join(f"seed {s}" for s in seeds) + " |",
            "|---|---|---|" + "---|" * len(seeds)]
     done: dict[str, list[int]] = {}
+    uncounted = []
     for spec, label, cell, tasks, read in cells(ph):
         for task in tasks:
             values = []
             for seed in seeds:
                 try:
-                    values.append(f"{read(*look(task, cell(task), seed)):.4f}")
+                    value, run = look(task, cell(task), seed)
                 except Missing:
                     values.append("–")
+                    continue
+                values.append(f"{read(value, run):.4f}")
+                if run.uncounted_evaluations:
+                    steps = ", ".join(f"{t:g}" for t in run.uncounted_evaluations)
+                    uncounted.append(f"{Path(run.path).name} (step {steps})")
             n = done.setdefault(spec, [0, 0])
             n[0] += sum(v != "–" for v in values)
             n[1] += len(values)
             out.append(f"| {name(spec)} | {LABEL[task]} | {label} | " + " | ".join(values)
                        + " |")
     counts = "; ".join(f"`{name(spec)}`: {a} of {b}" for spec, (a, b) in done.items())
+    if uncounted:
+        out += ["", "Evaluations not counted (a resume's evaluation at its checkpoint's step, "
+                "which an uninterrupted run does not make; the addendum of 2026-11-30): "
+                + "; ".join(uncounted) + "."]
     return [f"Runs finished: {counts}.", "", *out], sum(a for a, _ in done.values())
 
 

@@ -260,6 +260,13 @@ class Run:
         return [(t, v) for t, v in eval_history(self.metrics_records, self.main_metric)
                 if self.uninterrupted(t)]
 
+    @cached_property
+    def uncounted_evaluations(self) -> list[float]:
+        """The steps of logged evaluations that :attr:`evaluations` leaves out (a resume's
+        start evaluation, :meth:`uninterrupted`)."""
+        return [t for t, _ in eval_history(self.metrics_records, self.main_metric)
+                if not self.uninterrupted(t)]
+
     @property
     def total_steps(self) -> float | None:
         """Training steps of the run: ``results.json``'s ``train.global_step``, else the largest
