@@ -173,8 +173,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6)
     la, lb = (
-        {r["step"]: r["loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text()
-                                           .splitlines()) if "loss" in r}
+        {r["step"]: r for r in map(json.loads, (d / "metrics.jsonl").read_text()
+                                   .splitlines()) if "loss" in r}
         for d in (full, broken)
     )
     assert sorted(la) == sorted(lb) == [2, 4, 6, 8]
@@ -190,10 +190,21 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
     assert isinstance(saved, transformers.TrainingArguments) and saved.eval_on_start
     n_logged = sum('"loss"' in x for x in (broken / "metrics.jsonl").read_text().splitlines())
     assert n_logged == 4  # the crashed run's logs after checkpoint-3 were dropped
-    # The log at step 4 averages steps 3-4 in the full run but only step 4 after the resume
-    # (the Trainer's own loss interval restarts at the checkpoint); the others must agree.
-    for step in (2, 6, 8):
-        assert lb[step] == pytest.approx(la[step], rel=1e-5)
+    # Every training log equals the uninterrupted run's, the one at step 4 included, which
+    # averages steps 3-4 across the resume at checkpoint-3: the regularizer and spectrum
+    # sums of step 3 come from the checkpoint. Transformers 4 keeps the loss since the last
+    # log in a local variable that no checkpoint restores: there the resumed "loss" at step 4
+    # is step 4's alone.
+    from packaging.version import Version
+
+    loss_continues = Version(transformers.__version__) >= Version("5")
+    for step in (2, 4, 6, 8):
+        assert set(lb[step]) == set(la[step])
+        assert any(k.startswith("cls_spectrum_") for k in la[step]) and "istar/loss" in la[step]
+        for key, value in la[step].items():
+            if key == "loss" and step == 4 and not loss_continues:
+                continue
+            assert lb[step][key] == pytest.approx(value, rel=1e-5), (step, key)
 
 
 @pytest.mark.slow

@@ -138,6 +138,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self.last_eval_step: int | None = None
         self.last_measurements: dict[str, Any] | None = None
         self._resumed_loss_sum: float | None = None
+        self._resumed_interval: dict[str, Any] | None = None
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
         self._start_evaluation_skipped = False  # eval_on_start switched off for a resume
         self.add_callback(_ContinueLossSum(self))
@@ -156,8 +157,16 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         # the summed training loss of every step so far (logged, plus the steps since the
         # last log), which train_loss of the resumed run continues (:meth:`log`)
         unlogged = getattr(self, "_tr_loss", None)
-        payload["loss_sum"] = float(getattr(self, "_total_loss_scalar", 0.0)) + (
-            float(unlogged) if isinstance(unlogged, torch.Tensor) else 0.0)
+        unlogged = float(unlogged) if isinstance(unlogged, torch.Tensor) else None
+        logged = float(getattr(self, "_total_loss_scalar", 0.0))
+        payload["loss_sum"] = logged + (unlogged or 0.0)
+        # the logging interval in progress, so that the resumed run's first log averages the
+        # same steps as the uninterrupted run's (:class:`_ContinueLossSum`)
+        payload["log_interval"] = {
+            "sums": {k: float(v) for k, v in self._log_sums.items()},
+            "counts": dict(self._log_counts), "logged_loss_sum": logged,
+            "unlogged_loss": unlogged,
+            "last_logged_step": getattr(self, "_globalstep_last_logged", None)}
         if self.run_dir is not None:
             payload["records"] = self.run_dir.record_counts()
         return payload
@@ -168,6 +177,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._shrinkage_cache = state.get("measure_shrinkage")
         self.resumed_eval_step = state.get("last_eval_step")
         self._resumed_loss_sum = state.get("loss_sum")
+        self._resumed_interval = state.get("log_interval")
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
               **kwargs: Any) -> Any:
@@ -397,7 +407,11 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
 class _ContinueLossSum(TrainerCallback):
     """At the start of training, the Trainer's running loss sum continues the resumed
     checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
-    order of an uninterrupted run and ``train_loss`` equals it exactly."""
+    order of an uninterrupted run and ``train_loss`` equals it exactly; and the logging
+    interval in progress at the checkpoint continues (``log_interval``): the regularizer and
+    spectrum sums, and where the Trainer keeps it on itself (transformers 5) the loss since
+    the last log and that log's step, so that the first log after the resume averages the
+    same steps as the uninterrupted run's."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
@@ -405,8 +419,18 @@ class _ContinueLossSum(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         t = self.trainer
         resumed, t._resumed_loss_sum = t._resumed_loss_sum, None  # used once
+        interval, t._resumed_interval = t._resumed_interval, None
         if resumed is not None:
             t._total_loss_scalar = resumed
+        if interval is not None and state.global_step > 0:
+            t._log_sums = dict(interval["sums"])
+            t._log_counts = dict(interval["counts"])
+            last, unlogged = interval["last_logged_step"], interval["unlogged_loss"]
+            if resumed is not None and last is not None and unlogged is not None and \
+                    isinstance(getattr(t, "_tr_loss", None), torch.Tensor):
+                t._tr_loss += unlogged
+                t._total_loss_scalar = interval["logged_loss_sum"]
+                t._globalstep_last_logged = last
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
         # that did not restore the state) keeps the Trainer's own train_loss
         t._whole_run_loss = resumed is not None or state.global_step == 0
