@@ -167,6 +167,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
     for key in ("eval_loss", "eval_accuracy", "eval_isoscore_star_union"):
         assert b["final"][key] == pytest.approx(a["final"][key], rel=1e-5, abs=1e-7)
+    # the mean training loss over all 8 steps, step 3's (unlogged at the checkpoint) included
+    assert b["train"]["train_loss"] == pytest.approx(a["train"]["train_loss"], rel=1e-6)
     from safetensors.torch import load_file
 
     wa, wb = (load_file(d / "model" / "model.safetensors") for d in (full, broken))

@@ -6,7 +6,6 @@ checkpoints."""
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import time
@@ -139,8 +138,8 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self.last_measurements: dict[str, Any] | None = None
         self._resumed_loss_sum: float | None = None
         self._resumed_interval: dict[str, Any] | None = None
+        self._unlogged_loss: torch.Tensor | None = None
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
-        self._start_evaluation_skipped = False  # eval_on_start switched off for a resume
         self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
@@ -156,7 +155,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         payload["last_eval_step"] = self.last_eval_step
         # the summed training loss of every step so far (logged, plus the steps since the
         # last log), which train_loss of the resumed run continues (:meth:`log`)
-        unlogged = getattr(self, "_tr_loss", None)
+        unlogged = self._unlogged_loss  # passed by the Trainer in this step's save call
         unlogged = float(unlogged) if isinstance(unlogged, torch.Tensor) else None
         logged = float(getattr(self, "_total_loss_scalar", 0.0))
         payload["loss_sum"] = logged + (unlogged or 0.0)
@@ -179,27 +178,14 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._resumed_loss_sum = state.get("loss_sum")
         self._resumed_interval = state.get("log_interval")
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
-              **kwargs: Any) -> Any:
-        """The Trainer's ``train``, without its start evaluation (``eval_on_start``) when it
-        resumes from a checkpoint: the Trainer would evaluate at the checkpoint's step, which
-        an uninterrupted run never does."""
-        if not resume_from_checkpoint or not self.args.eval_on_start:
-            return super().train(resume_from_checkpoint, *args, **kwargs)
-        self.args.eval_on_start, self._start_evaluation_skipped = False, True
-        try:
-            return super().train(resume_from_checkpoint, *args, **kwargs)
-        finally:
-            self.args.eval_on_start, self._start_evaluation_skipped = True, False
-
-    def _args_as_given(self) -> Any:
-        """``self.args`` as the run was given them (``eval_on_start`` restored while
-        :meth:`train` skips it), for a checkpoint's ``training_args.bin``."""
-        if not self._start_evaluation_skipped:
-            return self.args
-        given = copy.copy(self.args)
-        given.eval_on_start = True
-        return given
+    def _evaluate(self, trial: Any, ignore_keys_for_eval: Any, skip_scheduler: bool = False,
+                  *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's evaluation, except its start evaluation (``eval_on_start``, the one
+        call with ``skip_scheduler``) of a run resumed from a checkpoint: the Trainer makes it
+        at the checkpoint's step, where an uninterrupted run never evaluates."""
+        if skip_scheduler and self.state.global_step > 0:
+            return {}
+        return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
@@ -234,8 +220,8 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
-            if (folder / "training_args.bin").is_file():  # the real save_total_limit
-                torch.save(self._args_as_given(), folder / "training_args.bin")
+            if (folder / "training_args.bin").is_file():  # with the real save_total_limit
+                torch.save(self.args, folder / "training_args.bin")
             _sync_folder(folder)
             # the files written, by size: a resume refuses a checkpoint missing one of them
             payload = {**self._checkpoint_payload(), "files": checkpoint_files(folder)}
@@ -249,6 +235,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
         the same step): a checkpoint then never precedes an evaluation it should hold, so a
         run stopped between the two resumes to the uninterrupted result."""
+        self._unlogged_loss = tr_loss  # the loss since the last log, for a checkpoint's payload
         step, epoch_now = self.state.global_step, self.state.epoch or 0.0
         # the step loop's last call of an epoch (or of training, which then ends the epoch),
         # when that epoch's evaluation will follow in the epoch-end call at the same step
