@@ -396,9 +396,9 @@ class _ContinueLossSum(TrainerCallback):
     checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
     order of an uninterrupted run and ``train_loss`` equals it exactly; and the logging
     interval in progress at the checkpoint continues (``log_interval``): the regularizer and
-    spectrum sums, and where the Trainer keeps it on itself (transformers 5) the loss since
-    the last log and that log's step, so that the first log after the resume averages the
-    same steps as the uninterrupted run's."""
+    spectrum sums, and where the Trainer keeps it on itself (transformers 5) and one process
+    trains, the loss since the last log and that log's step, so that the first log after the
+    resume averages the same steps as the uninterrupted run's."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
@@ -413,8 +413,10 @@ class _ContinueLossSum(TrainerCallback):
             t._log_sums = dict(interval["sums"])
             t._log_counts = dict(interval["counts"])
             last, unlogged = interval["last_logged_step"], interval["unlogged_loss"]
+            # one process only: the checkpoint holds rank 0's loss since the last log, and
+            # under several each rank's own would be needed
             if resumed is not None and last is not None and unlogged is not None and \
-                    isinstance(getattr(t, "_tr_loss", None), torch.Tensor):
+                    args.world_size == 1 and isinstance(getattr(t, "_tr_loss", None), torch.Tensor):
                 t._tr_loss += unlogged
                 t._total_loss_scalar = interval["logged_loss_sum"]
                 t._globalstep_last_logged = last
