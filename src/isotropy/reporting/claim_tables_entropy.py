@@ -71,10 +71,8 @@ def entropy_tables(get: Get, tasks: Sequence[str], note: Note, v: Values) -> lis
                 d = mean_interval(g)
                 verdict = note(f"P1 grows, {kind}", d.verdict(+1), g, task=task,
                                cells=("none",))
-                sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                out.append(f"| {task} | {kind} | {len(g)} | {np.mean(g):+.4f}{sd} | "
-                           f"{d.interval_text()} | "
-                           f"{verdict} |")
+                out.append(f"| {task} | {kind} | {len(g)} | {_growth_text(g)} | "
+                           f"{d.interval_text()} | {verdict} |")
     out += _growth_from_start(get, tasks, v)
     out += ["", "### P3: feature selection: selected bars minus all bars", "",
             "| task | Δ metric, last 30% [95% CI] | verdict (Δ > 0) "
@@ -101,14 +99,12 @@ def _growth_from_start(get: Get, tasks: Sequence[str], v: Values) -> list[str]:
     evaluated at step 0; nothing where none was."""
     rows = []
     for task in tasks:
+        base = get(task, "none")
         for kind in ("raw", "centred"):
-            base = get(task, "none")
             g = [x for r in base if (x := v.growth_from_start(r, kind)) is not None]
             if g:
                 d = mean_interval(g)
-                sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
-                rows.append(f"| {task} | {kind} | {len(g)} of {len(base)} | "
-                            f"{np.mean(g):+.4f}{sd} | "
+                rows.append(f"| {task} | {kind} | {len(g)} of {len(base)} | {_growth_text(g)} | "
                             f"{d.interval_text()} | {d.verdict(+1)} |")
     if not rows:
         return []
@@ -121,3 +117,9 @@ def _growth_from_start(get: Get, tasks: Sequence[str], v: Values) -> list[str]:
             "seeds), not in the summary below.", "",
             "| task | spectrum | runs | growth mean ± std | 95% CI | reading (> 0) |",
             "|---|---|---|---|---|---|", *rows]
+
+
+def _growth_text(g: Sequence[float]) -> str:
+    """``mean ± sample std`` of the per-run growths (the mean alone for one run)."""
+    sd = f" ± {np.std(g, ddof=1):.4f}" if len(g) > 1 else ""
+    return f"{np.mean(g):+.4f}{sd}"
