@@ -42,9 +42,12 @@ import torch
 from _distributed import RunResults, StepError, guarded, require_gloo
 from _models import save_tiny_bert
 from _reference import iota, mean_cosine, skdim_twonn, spd, spectrum
+from _training import Crash
 from transformers import TrainerCallback
 
 from isotropy.probing.eval_measures import OTHER_RANK, EvalMeasures
+from isotropy.training._compat import TRANSFORMERS_VERSION
+from isotropy.training.callbacks import read_checkpoint_state
 from isotropy.training.run import run_training
 from isotropy.training.settings import parse_train_args
 
@@ -171,13 +174,14 @@ class Capture(TrainerCallback):
         return control
 
 
-def _train(argv: list[str]) -> dict:
+def _train(argv: list[str], callbacks: tuple[TrainerCallback, ...] = ()) -> dict:
     """One ``isotropy train`` run: final parameters, step logs, results, run directory."""
     cap = Capture()
     iso_args, train_args = parse_train_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = run_training(iso_args, train_args, callbacks=[cap], echo=lambda s: None)
+        res = run_training(iso_args, train_args, callbacks=[cap, *callbacks],
+                           echo=lambda s: None)
     return {"params": cap.params, "step_logs": cap.step_logs, "results": res.results,
             "status": res.status, "run_dir": str(res.run_dir), "eval_metrics": cap.eval_metrics}
 
@@ -699,3 +703,81 @@ def test_two_processes_accumulate_the_exact_entropy_of_the_global_cycle(two_proc
     logs = [r for r in _jsonl(Path(ddp[0]["run_dir"]) / "metrics.jsonl") if "loss" in r]
     assert logs and all(r["cls_spectrum_points"] == 2 * WORLD * B for r in logs)
     assert all(r["entropy/n_points"] == 2 * WORLD * B for r in logs)
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+RESUME_FLAGS = ["--save_strategy", "steps", "--save_steps", "3", "--logging_steps", "2"]
+
+
+def _resume_argv(model_dir: str, glue: str, out: Path) -> list[str]:
+    """:func:`_argv` without regularizer, checkpointed and logged as ``RESUME_FLAGS`` say,
+    in the default (seeded random) order, which transformers 4 has alone."""
+    argv = _argv(model_dir, glue, out, "none", B, *RESUME_FLAGS)
+    at = argv.index("--train_sampling_strategy")
+    return argv[:at] + argv[at + 2:]
+
+
+def _resume_on_rank(rank: int, model_dir: str, glue: str, root: str) -> dict:
+    """Inside a rank: an uninterrupted run, and the same run crashed at step 4 (after
+    checkpoint-3, before the log at step 4), that checkpoint's state, and its resume."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
+    full, broken = (_resume_argv(model_dir, glue, Path(root) / name) for name in ("full", "broken"))
+    return {"full": guarded("full", _train, full),
+            "crashed": guarded("crashed", _train, broken, (Crash(4),)),
+            "state": guarded("state", read_checkpoint_state,
+                             Path(root) / "broken" / "checkpoint-3"),
+            "resumed": guarded("resumed", _train, [*broken, "--resume"])}
+
+
+@pytest.fixture(scope="module")
+def two_process_resume(tiny_model_dir, glue_dir, tmp_path_factory):
+    """Two processes, 4 optimizer steps logged at steps 2 and 4: uninterrupted, and resumed
+    from checkpoint-3 (between two logs) after a crash at step 4."""
+    require_gloo()
+    root = tmp_path_factory.mktemp("ddp_resume")
+    return RunResults.run(_resume_on_rank, str(tiny_model_dir), str(glue_dir), str(root),
+                          world_size=WORLD, out_dir=root / "ranks", timeout=300)
+
+
+@pytest.mark.floor  # transformers 4 refuses with a clear error (where 5 resumes)
+def test_two_processes_resume_to_the_uninterrupted_records(two_process_resume):
+    """A resume between two logs writes the records of the uninterrupted run: the log at
+    step 4 averages steps 3 and 4 of every rank (the checkpoint holds each rank's loss since
+    the last log, which the Trainer averages over ranks when it logs), and ``train_loss`` is
+    the mean over all 4 steps."""
+    for rank in range(WORLD):
+        crashed = two_process_resume.ranks[rank]["crashed"]
+        assert isinstance(crashed, StepError) and "simulated crash" in crashed.traceback
+    if TRANSFORMERS_VERSION < (5, 0):  # the optimizer state would go to cpu:<rank>
+        for rank in range(WORLD):
+            refused = two_process_resume.ranks[rank]["resumed"]
+            assert isinstance(refused, StepError)
+            assert "ValueError: transformers 4." in refused.traceback
+            assert "cannot resume a run of 2 CPU processes" in refused.traceback
+        return
+    interval = two_process_resume.value(0, "state")["log_interval"]
+    losses = interval["unlogged_losses"]
+    # step 3's loss on each rank: the ranks train on different examples
+    assert len(losses) == WORLD and all(math.isfinite(x) for x in losses)
+    assert losses[0] != losses[1] and interval["last_logged_step"] == 2
+    full, resumed = (two_process_resume.value(0, k) for k in ("full", "resumed"))
+    assert resumed["results"]["train"]["resumed_from"].endswith("checkpoint-3")
+    for rank in range(WORLD):
+        params = two_process_resume.value(rank, "resumed", "params")
+        assert _max_diff(params, full["params"]) < ATOL
+    logs = [{r["step"]: r for r in _jsonl(Path(run["run_dir"]) / "metrics.jsonl") if "loss" in r}
+            for run in (full, resumed)]
+    assert sorted(logs[0]) == sorted(logs[1]) == [2, 4]
+    for step in (2, 4):
+        assert set(logs[1][step]) == set(logs[0][step])
+        for key, value in logs[0][step].items():
+            if key not in ("epoch", "step"):
+                assert logs[1][step][key] == pytest.approx(value, rel=1e-6), (step, key)
+    # rank 0's step-3 loss on both ranks would move step 4's log (the mean over 2 ranks and
+    # 2 steps) by a quarter of the ranks' difference: 10 times the tolerance at least
+    assert abs(losses[0] - losses[1]) / 4 > 10 * 1e-6 * abs(logs[0][4]["loss"])
+    assert resumed["results"]["train"]["train_loss"] == pytest.approx(
+        full["results"]["train"]["train_loss"], rel=1e-6)

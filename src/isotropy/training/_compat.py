@@ -16,6 +16,7 @@ __all__ = [
     "GROUP_BY_LENGTH_IS_A_TRAINING_ARGUMENT",
     "TRANSFORMERS_VERSION",
     "accumulation_steps",
+    "check_resumable_on_these_processes",
     "group_by_length",
     "loss_scaled_for_accumulation",
     "rotate_checkpoints",
@@ -76,3 +77,18 @@ def loss_scaled_for_accumulation(trainer: Any, num_items_in_batch: Any) -> bool:
     counted = num_items_in_batch is not None or TRANSFORMERS_VERSION < (4, 53)
     return bool((trainer.model_accepts_loss_kwargs and counted)
                 or trainer.compute_loss_func is not None)
+
+
+def check_resumable_on_these_processes(train_args: Any, checkpoint: Any) -> None:
+    """Raise ``ValueError`` where this ``transformers`` cannot resume ``checkpoint`` on the
+    processes of ``train_args``: 4.x loads the optimizer state onto ``args.device`` under
+    several processes, which for CPU processes is ``cpu:<index>``, a location ``torch.load``
+    refuses (5.24 loads onto ``"cpu"``)."""
+    device = train_args.device
+    if TRANSFORMERS_VERSION < (5, 0) and train_args.world_size > 1 and \
+            device.type == "cpu" and device.index is not None:
+        raise ValueError(
+            f"transformers {transformers.__version__} cannot resume a run of "
+            f"{train_args.world_size} CPU processes: it loads the optimizer state of {checkpoint} "
+            f"onto {device}, which torch refuses; resume it with transformers >= 5 (the "
+            "checkpoint is kept)")

@@ -58,6 +58,7 @@ from isotropy.rundir import (
     library_versions,
 )
 from isotropy.runtime import fault_point, flush_denormals, stop_point
+from isotropy.training._compat import check_resumable_on_these_processes
 from isotropy.training.callbacks import (
     IsotropyStateCallback,
     MetricsFileCallback,
@@ -416,6 +417,8 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     for note in inputs.notes:
         echo(f"note: {note}")
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
+    if resume_from is not None:
+        check_resumable_on_these_processes(train_args, resume_from)
     resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
 
     set_seed(train_args.seed)

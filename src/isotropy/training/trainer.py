@@ -139,32 +139,46 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._resumed_loss_sum: float | None = None
         self._resumed_interval: dict[str, Any] | None = None
         self._unlogged_loss: torch.Tensor | None = None
+        self._pending_unlogged: tuple[float, float] | None = None  # (this rank's, logged sum)
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
         self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _checkpoint_payload(self) -> dict[str, Any]:
+    def _unlogged_losses(self) -> list[float] | None:
+        """Every rank's training loss summed since the last log (the Trainer's running loss
+        passed to this step's save call), gathered from each process in rank order; None
+        outside that call. Every process calls it (a collective under several)."""
+        unlogged = self._unlogged_loss
+        if not isinstance(unlogged, torch.Tensor):
+            return None
+        mine = unlogged.detach().reshape(1)
+        every = self.accelerator.gather(mine) if self.args.world_size > 1 else mine
+        return [float(x) for x in every.cpu()]
+
+    def _checkpoint_payload(self, unlogged: list[float] | None = None) -> dict[str, Any]:
         """The regularizers' state (:class:`IsotropyStateCallback`) and the measurements'
-        Sigma_S of the current epoch, so that a resumed run measures as an uninterrupted one."""
+        Sigma_S of the current epoch, so that a resumed run measures as an uninterrupted one;
+        the loss sums and the logging interval in progress, with ``unlogged`` (every rank's
+        loss since the last log, :meth:`_unlogged_losses`)."""
         payload: dict[str, Any] = {}
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, IsotropyStateCallback):
                 payload.update(cb.payload())
         payload["measure_shrinkage"] = self._shrinkage_cache
         payload["last_eval_step"] = self.last_eval_step
-        # the summed training loss of every step so far (logged, plus the steps since the
-        # last log), which train_loss of the resumed run continues (:meth:`log`)
-        unlogged = self._unlogged_loss  # passed by the Trainer in this step's save call
-        unlogged = float(unlogged) if isinstance(unlogged, torch.Tensor) else None
+        # the summed training loss of every step so far (logged, plus rank 0's steps since
+        # the last log), which train_loss of the resumed run continues (:meth:`log`)
         logged = float(getattr(self, "_total_loss_scalar", 0.0))
-        payload["loss_sum"] = logged + (unlogged or 0.0)
+        payload["loss_sum"] = logged + (unlogged[0] if unlogged else 0.0)
         # the logging interval in progress, so that the resumed run's first log averages the
-        # same steps as the uninterrupted run's (:class:`_ContinueLossSum`)
+        # same steps as the uninterrupted run's (:class:`_ContinueLossSum`); the loss since the
+        # last log for each rank, which the Trainer averages over ranks when it logs
         payload["log_interval"] = {
             "sums": {k: float(v) for k, v in self._log_sums.items()},
             "counts": dict(self._log_counts), "logged_loss_sum": logged,
-            "unlogged_loss": unlogged,
+            "unlogged_loss": unlogged[0] if unlogged else None,
+            "unlogged_losses": unlogged,
             "last_logged_step": getattr(self, "_globalstep_last_logged", None)}
         if self.run_dir is not None:
             payload["records"] = self.run_dir.record_counts()
@@ -217,6 +231,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             if bar:
                 hf_logging.enable_progress_bar()
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state) are written
+        unlogged = self._unlogged_losses()  # on every rank
         run_dir = Path(self._get_output_dir(trial=trial))
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
@@ -224,7 +239,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
                 torch.save(self.args, folder / "training_args.bin")
             _sync_folder(folder)
             # the files written, by size: a resume refuses a checkpoint missing one of them
-            payload = {**self._checkpoint_payload(), "files": checkpoint_files(folder)}
+            payload = {**self._checkpoint_payload(unlogged), "files": checkpoint_files(folder)}
             _write_checkpoint_state(folder, payload)
             fault_point("checkpoint_written")
             rotate_checkpoints(self, str(run_dir))
@@ -235,6 +250,13 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
         the same step): a checkpoint then never precedes an evaluation it should hold, so a
         run stopped between the two resumes to the uninterrupted result."""
+        if self._pending_unlogged is not None and isinstance(tr_loss, torch.Tensor):
+            # transformers 4, the first call after a resume: the Trainer's running loss (its
+            # local variable, changed in place) gets this rank's loss since the last log
+            mine, logged = self._pending_unlogged
+            self._pending_unlogged = None
+            tr_loss += mine
+            self._total_loss_scalar = logged
         self._unlogged_loss = tr_loss  # the loss since the last log, for a checkpoint's payload
         step, epoch_now = self.state.global_step, self.state.epoch or 0.0
         # the step loop's last call of an epoch (or of training, which then ends the epoch),
@@ -396,9 +418,11 @@ class _ContinueLossSum(TrainerCallback):
     checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
     order of an uninterrupted run and ``train_loss`` equals it exactly; and the logging
     interval in progress at the checkpoint continues (``log_interval``): the regularizer and
-    spectrum sums, and where the Trainer keeps it on itself (transformers 5) and one process
-    trains, the loss since the last log and that log's step, so that the first log after the
-    resume averages the same steps as the uninterrupted run's."""
+    spectrum sums, each rank's own loss since the last log (the Trainer averages them over
+    ranks when it logs) and that log's step, so that the first log after the resume averages
+    the same steps as the uninterrupted run's. Transformers 5 keeps the running loss on the
+    Trainer; transformers 4 in a local variable, which gets it at the first save call
+    (:meth:`IsotropyTrainer._maybe_log_save_evaluate`)."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
@@ -412,17 +436,40 @@ class _ContinueLossSum(TrainerCallback):
         if interval is not None and state.global_step > 0:
             t._log_sums = dict(interval["sums"])
             t._log_counts = dict(interval["counts"])
-            last, unlogged = interval["last_logged_step"], interval["unlogged_loss"]
-            # one process only: the checkpoint holds rank 0's loss since the last log, and
-            # under several each rank's own would be needed
-            if resumed is not None and last is not None and unlogged is not None and \
-                    args.world_size == 1 and isinstance(getattr(t, "_tr_loss", None), torch.Tensor):
-                t._tr_loss += unlogged
-                t._total_loss_scalar = interval["logged_loss_sum"]
+            last = interval["last_logged_step"]
+            mine = _own_unlogged_loss(interval, args.process_index, args.world_size)
+            if resumed is not None and last is not None and mine is not None:
+                t._total_loss_scalar = interval["logged_loss_sum"] + mine
                 t._globalstep_last_logged = last
+                if isinstance(getattr(t, "_tr_loss", None), torch.Tensor):  # transformers 5
+                    t._tr_loss += mine
+                    t._total_loss_scalar = interval["logged_loss_sum"]
+                else:  # transformers 4: a local variable, given at the first save call
+                    t._pending_unlogged = (mine, interval["logged_loss_sum"])
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
         # that did not restore the state) keeps the Trainer's own train_loss
         t._whole_run_loss = resumed is not None or state.global_step == 0
+
+
+def _own_unlogged_loss(interval: Mapping[str, Any], rank: int, world_size: int) -> float | None:
+    """This rank's loss since the last log in a checkpoint's ``log_interval``: its entry of
+    ``unlogged_losses`` (one per rank, in rank order), or ``unlogged_loss`` for a checkpoint
+    of one process written before the list was kept; None where the checkpoint was written by
+    another number of processes (their running losses do not map onto these ranks).
+
+    >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=1, world_size=2)
+    2.5
+    >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=0, world_size=1) is None
+    True
+    >>> _own_unlogged_loss({"unlogged_loss": 0.5}, rank=0, world_size=1)
+    0.5
+    """
+    every = interval.get("unlogged_losses")
+    if every is None and interval.get("unlogged_loss") is not None:
+        every = [interval["unlogged_loss"]]
+    if every is None or len(every) != world_size:
+        return None
+    return float(every[rank])
 
 
 def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
