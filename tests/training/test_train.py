@@ -146,7 +146,7 @@ def _stsb_pair(glue_dir, index):
 @pytest.mark.slow
 @pytest.mark.floor
 @pytest.mark.timeout(900)  # three runs (whole, stopped, resumed): 283 s in one CI run
-def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path):
+def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path, monkeypatch):
     # 32 examples / batch 8 = 4 steps per epoch; checkpoints at steps 3 and 6; crash at 5, so
     # the run resumes mid-epoch 0 from checkpoint-3 (Sigma_S and the entropy window restored).
     # Evaluated at step 0 too (eval_on_start), which the resume must not repeat at step 3.
@@ -154,6 +154,16 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
              "--entropy_accumulation", "window", "--eval_on_start", "true",
              "--max_train_samples", "32", "--save_strategy", "steps", "--save_steps", "3"]
     full, broken = tmp_path / "full", tmp_path / "broken"
+    import isotropy.training.run as run_module
+
+    outputs, train = [], run_module._train  # the Trainer's TrainOutput of each run
+
+    def spy(*args):
+        out, seconds = train(*args)
+        outputs.append(out)
+        return out, seconds
+
+    monkeypatch.setattr(run_module, "_train", spy)
     _run(_argv(tiny_model_dir, glue_dir, full, *extra))
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run(_argv(tiny_model_dir, glue_dir, broken, *extra), callbacks=[_Crash(5)])
@@ -167,8 +177,12 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
     for key in ("eval_loss", "eval_accuracy", "eval_isoscore_star_union"):
         assert b["final"][key] == pytest.approx(a["final"][key], rel=1e-5, abs=1e-7)
-    # the mean training loss over all 8 steps, step 3's (unlogged at the checkpoint) included
+    # the mean training loss over all 8 steps, step 3's (unlogged at the checkpoint) included,
+    # in the records and in what IsotropyTrainer.train returns
     assert b["train"]["train_loss"] == pytest.approx(a["train"]["train_loss"], rel=1e-6)
+    assert [o.global_step for o in outputs] == [8, 8]
+    assert [o.training_loss for o in outputs] == [a["train"]["train_loss"],
+                                                  b["train"]["train_loss"]]
     from safetensors.torch import load_file
 
     wa, wb = (load_file(d / "model" / "model.safetensors") for d in (full, broken))

@@ -725,11 +725,19 @@ def _resume_on_rank(rank: int, model_dir: str, glue: str, root: str) -> dict:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
     full, broken = (_resume_argv(model_dir, glue, Path(root) / name) for name in ("full", "broken"))
-    return {"full": guarded("full", _train, full),
+    done = {"full": guarded("full", _train, full),
             "crashed": guarded("crashed", _train, broken, (Crash(4),)),
             "state": guarded("state", read_checkpoint_state,
                              Path(root) / "broken" / "checkpoint-3"),
-            "resumed": guarded("resumed", _train, [*broken, "--resume"])}
+            "files_before": _files(Path(root) / "broken")}
+    done["resumed"] = guarded("resumed", _train, [*broken, "--resume"])
+    done["files_after"] = _files(Path(root) / "broken")
+    return done
+
+
+def _files(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` (relative path) and its size."""
+    return {str(f.relative_to(folder)): f.stat().st_size for f in folder.rglob("*") if f.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -756,7 +764,10 @@ def test_two_processes_resume_to_the_uninterrupted_records(two_process_resume):
             refused = two_process_resume.ranks[rank]["resumed"]
             assert isinstance(refused, StepError)
             assert "ValueError: transformers 4." in refused.traceback
-            assert "cannot resume a run of 2 CPU processes" in refused.traceback
+            assert "on 2 CPU processes" in refused.traceback
+        # refused before the run directory was changed: its checkpoint and records kept
+        before, after = (two_process_resume.value(0, k) for k in ("files_before", "files_after"))
+        assert after == before and "checkpoint-3/isotropy_state.pt" in after
         return
     interval = two_process_resume.value(0, "state")["log_interval"]
     losses = interval["unlogged_losses"]

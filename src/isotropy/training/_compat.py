@@ -79,16 +79,16 @@ def loss_scaled_for_accumulation(trainer: Any, num_items_in_batch: Any) -> bool:
                 or trainer.compute_loss_func is not None)
 
 
-def check_resumable_on_these_processes(train_args: Any, checkpoint: Any) -> None:
-    """Raise ``ValueError`` where this ``transformers`` cannot resume ``checkpoint`` on the
-    processes of ``train_args``: 4.x loads the optimizer state onto ``args.device`` under
-    several processes, which for CPU processes is ``cpu:<index>``, a location ``torch.load``
-    refuses (5.24 loads onto ``"cpu"``)."""
+def check_resumable_on_these_processes(train_args: Any, run_path: Any) -> None:
+    """Raise ``ValueError`` where this ``transformers`` cannot resume the run at ``run_path``
+    on the processes of ``train_args``: 4.x (4.48.3 and 4.57.6 read) loads a checkpoint's
+    optimizer state onto ``args.device`` under several processes, which for CPU processes is
+    an indexed device (``cpu:0``) that ``torch.load`` refuses; 5.0 on load onto ``"cpu"``."""
     device = train_args.device
     if TRANSFORMERS_VERSION < (5, 0) and train_args.world_size > 1 and \
             device.type == "cpu" and device.index is not None:
         raise ValueError(
-            f"transformers {transformers.__version__} cannot resume a run of "
-            f"{train_args.world_size} CPU processes: it loads the optimizer state of {checkpoint} "
-            f"onto {device}, which torch refuses; resume it with transformers >= 5 (the "
-            "checkpoint is kept)")
+            f"transformers {transformers.__version__} cannot resume {run_path} on "
+            f"{train_args.world_size} CPU processes: it loads the checkpoint's optimizer state "
+            f"onto {device}, which torch refuses; resume it with transformers >= 5 (nothing in "
+            "the run directory was changed)")

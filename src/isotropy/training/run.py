@@ -223,6 +223,7 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
         said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
                     "starting it again")
     if status == "resume":  # every check before resume_point changes anything
+        check_resumable_on_these_processes(train_args, run_dir.path)
         said.extend(_check_resume(run_dir, train_args.resume_from_checkpoint))
         said.extend(resume_point(run_dir, train_args.resume_from_checkpoint))
     if status in ("new", "restart") or not run_dir.file(CONFIG).is_file():
@@ -417,8 +418,6 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     for note in inputs.notes:
         echo(f"note: {note}")
     resume_from = run_dir.last_checkpoint() if status == "resume" else None
-    if resume_from is not None:
-        check_resumable_on_these_processes(train_args, resume_from)
     resume_state = read_checkpoint_state(resume_from) if resume_from is not None else None
 
     set_seed(train_args.seed)

@@ -6,6 +6,7 @@ checkpoints."""
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -140,6 +141,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._resumed_interval: dict[str, Any] | None = None
         self._unlogged_loss: torch.Tensor | None = None
         self._pending_unlogged: tuple[float, float] | None = None  # (this rank's, logged sum)
+        self._ended_before_epoch = False
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
         self.add_callback(_ContinueLossSum(self))
 
@@ -201,6 +203,15 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             return {}
         return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler, *args, **kwargs)
 
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's training; the ``training_loss`` of its ``TrainOutput`` is the
+        ``train_loss`` of its metrics (:meth:`log`: the mean over every step of the run, a
+        resumed one included), where the Trainer's own divides that run's whole loss sum by
+        the steps since the resume."""
+        out = super().train(*args, **kwargs)
+        loss = out.metrics.get("train_loss") if isinstance(out.metrics, Mapping) else None
+        return out if loss is None else out._replace(training_loss=loss)
+
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
         resumed from its final checkpoint mid-epoch would otherwise train one more step)."""
@@ -250,6 +261,12 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         epoch saved after that epoch's evaluation (which the Trainer runs in a second call at
         the same step): a checkpoint then never precedes an evaluation it should hold, so a
         run stopped between the two resumes to the uninterrupted result."""
+        if self._ended_before_epoch:  # the resumed epoch trained nothing (get_batch_samples)
+            self._ended_before_epoch = False
+            _EMPTY_EPOCH_WARNING.detach()
+            self.control.should_log = self.control.should_evaluate = False
+            self.control.should_save = False
+            return
         if self._pending_unlogged is not None and isinstance(tr_loss, torch.Tensor):
             # transformers 4, the first call after a resume: the Trainer's running loss (its
             # local variable, changed in place) gets this rank's loss since the last log
@@ -275,10 +292,19 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         # the mixin checks the regularizer values before anything is logged, saved or evaluated
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, *args, **kwargs)
+        self._unlogged_loss = None
 
     def get_batch_samples(self, epoch_iterator, num_batches, *args):
         """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
-        the cycle's [CLS] rows started afresh."""
+        the cycle's [CLS] rows started afresh; none, and training stopped, once ``max_steps``
+        is reached (transformers 4 asks for them when a run resumes from its final
+        checkpoint in mid-epoch, and would train one more step; 5 never starts that epoch,
+        :meth:`_run_epoch`)."""
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            self._ended_before_epoch = True  # the epoch's end: no log, evaluation or save
+            _EMPTY_EPOCH_WARNING.attach()  # the Trainer would warn of an empty data set
+            return [], None
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, *args)
         self._cycle_cls = []
         return batches, num_items
@@ -416,19 +442,26 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
 class _ContinueLossSum(TrainerCallback):
     """At the start of training, the Trainer's running loss sum continues the resumed
     checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
-    order of an uninterrupted run and ``train_loss`` equals it exactly; and the logging
-    interval in progress at the checkpoint continues (``log_interval``): the regularizer and
-    spectrum sums, each rank's own loss since the last log (the Trainer averages them over
-    ranks when it logs) and that log's step, so that the first log after the resume averages
-    the same steps as the uninterrupted run's. Transformers 5 keeps the running loss on the
-    Trainer; transformers 4 in a local variable, which gets it at the first save call
-    (:meth:`IsotropyTrainer._maybe_log_save_evaluate`)."""
+    order of an uninterrupted run and ``train_loss`` equals it (to the last bit on
+    transformers 5; for 4 see below); and the logging interval in progress at the checkpoint
+    continues (``log_interval``): the regularizer and spectrum sums, each rank's own loss
+    since the last log (the Trainer averages them over ranks when it logs) and that log's
+    step, so that the first log after the resume averages the same steps as the uninterrupted
+    run's.
+
+    Transformers 5 keeps the running loss on the Trainer; transformers 4 in a local variable,
+    which gets it at the first log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`),
+    after that optimizer step's micro-batches. There, with gradient accumulation, the first
+    log's float32 sum may differ from the uninterrupted run's in its last bit (the additions
+    come in another order), and a loss that ``logging_nan_inf_filter`` replaces in the first
+    step after the resume is replaced by a mean without the checkpoint's part."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         t = self.trainer
+        t._pending_unlogged = None  # a train() call before this one left it unused
         resumed, t._resumed_loss_sum = t._resumed_loss_sum, None  # used once
         interval, t._resumed_interval = t._resumed_interval, None
         if resumed is not None:
@@ -451,22 +484,40 @@ class _ContinueLossSum(TrainerCallback):
         t._whole_run_loss = resumed is not None or state.global_step == 0
 
 
+class _DropEmptyEpochWarning(logging.Filter):
+    """Drops the ``Trainer``'s warning of an epoch without a single batch (transformers 4),
+    while attached: :meth:`IsotropyTrainer.get_batch_samples` ends such an epoch on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        return "not to be a single sample" not in record.getMessage()
+
+    def attach(self) -> None:
+        """Drop the warning from the ``Trainer``'s logger."""
+        logging.getLogger("transformers.trainer").addFilter(self)
+
+    def detach(self) -> None:
+        """Let the warning through again."""
+        logging.getLogger("transformers.trainer").removeFilter(self)
+
+
+_EMPTY_EPOCH_WARNING = _DropEmptyEpochWarning()
+
+
 def _own_unlogged_loss(interval: Mapping[str, Any], rank: int, world_size: int) -> float | None:
     """This rank's loss since the last log in a checkpoint's ``log_interval``: its entry of
-    ``unlogged_losses`` (one per rank, in rank order), or ``unlogged_loss`` for a checkpoint
-    of one process written before the list was kept; None where the checkpoint was written by
-    another number of processes (their running losses do not map onto these ranks).
+    ``unlogged_losses`` (one per rank of the run that wrote it, in rank order); None where the
+    checkpoint was written by another number of processes (their running losses do not map
+    onto these ranks) or before the list was kept (``unlogged_loss`` alone, rank 0's, does not
+    say how many processes wrote it).
 
     >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=1, world_size=2)
     2.5
     >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=0, world_size=1) is None
     True
-    >>> _own_unlogged_loss({"unlogged_loss": 0.5}, rank=0, world_size=1)
-    0.5
+    >>> _own_unlogged_loss({"unlogged_loss": 0.5}, rank=0, world_size=1) is None
+    True
     """
     every = interval.get("unlogged_losses")
-    if every is None and interval.get("unlogged_loss") is not None:
-        every = [interval["unlogged_loss"]]
     if every is None or len(every) != world_size:
         return None
     return float(every[rank])
