@@ -184,7 +184,7 @@ def test_a_run_whose_settings_are_not_its_spec_points_is_refused(tmp_path: Path)
     if not packed.is_dir(source):
         pytest.skip("no committed confirmatory runs")
     base = run_name("mrpc", cp.istar_base("mrpc"), 5)
-    shutil.copytree(packed.real_path(source) / base, tmp_path / cp.ISTAR_ROOT / base)
+    shutil.copytree(packed.real_path(source / base), tmp_path / cp.ISTAR_ROOT / base)
     c = cp.PRIMARY[0]
     assert cp.pairs(tmp_path, c).count() == (0, 10)  # the cell's run is absent: no pair
     config = tmp_path / cp.ISTAR_ROOT / base / "config.json"
@@ -206,14 +206,18 @@ def test_the_entropy_comparison_reads_the_last_30_percent(tmp_path: Path) -> Non
 
 
 def test_committed_runs_are_their_files_read_directly() -> None:
-    archive = RESULTS / "runs" / ".pending" / f"{cp.ISTAR_ROOT}.tar.xz"
-    if not archive.is_file():
-        archive = RESULTS / "runs" / f"{cp.ISTAR_ROOT}.tar.xz"
-    if not archive.is_file():
+    # one archive per run while the sweep runs (.pending/<sweep>/<run>.tar.xz), else the
+    # sweep's archive
+    archives = sorted((RESULTS / "runs" / ".pending" / cp.ISTAR_ROOT).glob("*.tar.xz"))
+    if not archives:
+        archives = [a for a in [RESULTS / "runs" / f"{cp.ISTAR_ROOT}.tar.xz"] if a.is_file()]
+    if not archives:
         pytest.skip("no committed confirmatory runs")
-    with tarfile.open(archive, "r:xz") as tar:
-        final = {m.name.split("/")[1]: json.loads(tar.extractfile(m).read())["final"]
-                 for m in tar.getmembers() if m.name.endswith("/results.json")}
+    final = {}
+    for archive in archives:
+        with tarfile.open(archive, "r:xz") as tar:
+            final.update({m.name.split("/")[-2]: json.loads(tar.extractfile(m).read())["final"]
+                          for m in tar.getmembers() if m.name.endswith("/results.json")})
     text = "\n".join(cp.report(RESULTS / "runs"))
     seen = 0
     for task in cp.ISTAR_TASKS:

@@ -12,7 +12,8 @@ first runs; a 10-epoch CoLA run of the entropy sweep packs to about 0.57 MiB, so
 take about 17). The GPU runs travel (``run.sh --archived docs/gpu-runs`` reads them), one
 archive per task (``docs/gpu-runs/``). No tracked file may pass :data:`LARGEST_FILE_MIB` (a
 checkpoint or weights committed by mistake), except a packed sweep of ``docs/results/runs/``
-(or of its ``.pending/``, a sweep still running) that holds only the small files of its runs
+(or a packed run of ``.pending/<sweep>/``, a sweep still running) that holds only the small
+files of its runs
 (:data:`RUN_FILES`), none of them over :data:`RUN_FILE_MIB` (a 10-epoch CoLA run, evaluated
 every 20 steps, writes 1.9 MiB of measurements).
 """
@@ -113,16 +114,22 @@ def test_the_cpu_runs_are_set_aside_for_a_gpu_window_and_back(tmp_path) -> None:
 
 
 def _packed_sweep_problem(name: str) -> str | None:
-    """Why tracked archive ``name`` is not a packed sweep of small run files (None if it is)."""
-    sweep = name.rsplit("/", 1)[1][:-len(PACKED_SUFFIX)]
+    """Why tracked archive ``name`` is not a packed sweep of small run files, or one packed
+    run of a sweep still running (``.pending/<sweep>/<run>.tar.xz``) (None if it is)."""
+    top = name.rsplit("/", 1)[1][:-len(PACKED_SUFFIX)]
+    one_run = name.count("/") == PACKED_RUNS.count("/") + 2  # under .pending/<sweep>/
     with tarfile.open(ROOT / name, "r:xz") as tar:
         for m in tar.getmembers():
             parts = m.name.split("/")
-            if m.isdir() and parts[0] == sweep and len(parts) <= 2:
+            if m.isdir() and parts[0] == top and len(parts) <= (1 if one_run else 2):
                 continue
-            allowed = (parts[0] == sweep and m.isfile()
-                       and (parts[1:] in (["sweep.json"], ["results.csv"])
-                            or (len(parts) == 3 and parts[2] in RUN_FILES)))
+            if one_run:
+                allowed = m.isfile() and len(parts) == 2 and parts[0] == top \
+                    and parts[1] in RUN_FILES
+            else:
+                allowed = (parts[0] == top and m.isfile()
+                           and (parts[1:] in (["sweep.json"], ["results.csv"])
+                                or (len(parts) == 3 and parts[2] in RUN_FILES)))
             if not allowed:
                 return f"holds {m.name}"
             if m.size > RUN_FILE_MIB * 2**20:
@@ -132,8 +139,10 @@ def _packed_sweep_problem(name: str) -> str | None:
 
 def test_no_large_tracked_file() -> None:
     big = {n: s for n, s in _tracked_sizes().items() if s > LARGEST_FILE_MIB * 2**20}
-    packed = {n for n in big if n.endswith(PACKED_SUFFIX) and n.rsplit("/", 1)[0] + "/" in
-              (PACKED_RUNS, PACKED_RUNS + ".pending/")}
+    pending = PACKED_RUNS + ".pending/"
+    packed = {n for n in big if n.endswith(PACKED_SUFFIX) and (
+        n.rsplit("/", 1)[0] + "/" in (PACKED_RUNS, pending)
+        or (n.startswith(pending) and n.count("/") == PACKED_RUNS.count("/") + 2))}
     problems = {n: _packed_sweep_problem(n) for n in sorted(packed)}
     assert not {n: p for n, p in problems.items() if p}, problems
     others = {n: s for n, s in big.items() if n not in packed}

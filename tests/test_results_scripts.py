@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from isotropy.reporting.discovery import expand_inputs
+from isotropy.reporting.packed import real_path
 from isotropy.reporting.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,24 +127,41 @@ def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Pa
     (done / "results.json").write_text('{"final": {}}')
     out = _bash(here / "sync.sh", runs)
     assert "synced 2 finished runs" in out and "1 more of sweeps still running" in out
-    pending = here / "runs" / ".pending" / "dose.tar.xz"
+    pending = here / "runs" / ".pending" / "dose"
     assert _members(archive) == FILES  # the report's runs do not change
-    assert _members(pending) == {"dose/sweep.json": running_json,
-                                 "dose/sst2-seed2/config.json": _config("sst2-seed2"),
-                                 "dose/sst2-seed2/results.json": b'{"final": {}}'}
+    assert sorted(p.name for p in pending.iterdir()) == ["sst2-seed2.tar.xz", "sweep.json"]
+    assert (pending / "sweep.json").read_bytes() == running_json
+    one = pending / "sst2-seed2.tar.xz"
+    assert _members(one) == {"sst2-seed2/config.json": _config("sst2-seed2"),
+                             "sst2-seed2/results.json": b'{"final": {}}'}
+    # the next run to finish leaves the earlier run's archive as it is (written once)
+    stamp, packed = one.stat().st_mtime_ns, one.read_bytes()
+    later = runs / "dose" / "sst2-seed4"
+    later.mkdir()
+    (later / "config.json").write_bytes(_config(later.name))
+    (later / "results.json").write_text('{"final": {"y": 2}}')
+    later_json = _sweep_json({"sst2-seed2": "done", "sst2-seed3": "running",
+                              "sst2-seed4": "done"})
+    (runs / "dose" / "sweep.json").write_bytes(later_json)
+    assert "2 more of sweeps still running" in _bash(here / "sync.sh", runs)
+    assert one.stat().st_mtime_ns == stamp and one.read_bytes() == packed
+    assert (pending / "sweep.json").read_bytes() == later_json
+    # read as the folder sst2-seed4/
+    assert json.loads(real_path(pending / "sst2-seed4" / "results.json").read_text()) == {
+        "final": {"y": 2}}
     assert not (done / "checkpoint-5").exists() and (running / "checkpoint-5").is_dir()
     assert [p.name for p in expand_inputs([str(here / "runs")])] == ["sst2-seed0",
                                                                      "sst2-seed1"]
     # a new machine gets all three finished runs back, and the running sweep's sweep.json
     fresh = tmp_path / "fresh-runs"
     out = _bash(here / "restore.sh", fresh)
-    assert "dose (still running): 1 run(s) restored" in out and "dose: 2 run(s)" in out
-    assert (fresh / "dose" / "sweep.json").read_bytes() == running_json
+    assert "dose (still running): 2 run(s) restored" in out and "dose: 2 run(s)" in out
+    assert (fresh / "dose" / "sweep.json").read_bytes() == later_json
     assert sorted(p.name for p in (fresh / "dose").iterdir() if p.is_dir()) == [
-        "sst2-seed0", "sst2-seed1", "sst2-seed2"]
+        "sst2-seed0", "sst2-seed1", "sst2-seed2", "sst2-seed4"]
     # once every point is done, the pending runs join the others
     (running / "results.json").write_text('{"final": {"x": 1}}')
-    done_json = _sweep_json({"sst2-seed2": "done", "sst2-seed3": "done"})
+    done_json = _sweep_json({"sst2-seed2": "done", "sst2-seed3": "done", "sst2-seed4": "done"})
     (runs / "dose" / "sweep.json").write_bytes(done_json)
     _bash(here / "sync.sh", runs)
     assert not pending.exists() and not (here / "runs" / ".pending").exists()
@@ -151,7 +169,31 @@ def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Pa
                                  "dose/sst2-seed2/config.json": _config("sst2-seed2"),
                                  "dose/sst2-seed2/results.json": b'{"final": {}}',
                                  "dose/sst2-seed3/config.json": _config("sst2-seed3"),
-                                 "dose/sst2-seed3/results.json": b'{"final": {"x": 1}}'}
+                                 "dose/sst2-seed3/results.json": b'{"final": {"x": 1}}',
+                                 "dose/sst2-seed4/config.json": _config("sst2-seed4"),
+                                 "dose/sst2-seed4/results.json": b'{"final": {"y": 2}}'}
+
+
+def test_an_older_pending_archive_becomes_one_archive_per_run(tmp_path: Path) -> None:
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    older = here / "runs" / ".pending" / "wait.tar.xz"  # all of a running sweep in one
+    older.parent.mkdir(parents=True)
+    state = _sweep_json({"sst2-seed0": "done", "sst2-seed1": "running"})
+    with tarfile.open(older, "w:xz") as tar:
+        for name, data in {"wait/sweep.json": state,
+                           "wait/sst2-seed0/config.json": _config("sst2-seed0"),
+                           "wait/sst2-seed0/results.json": b"{}"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    _bash(here / "restore.sh", runs)
+    assert (runs / "wait" / "sst2-seed0" / "results.json").read_bytes() == b"{}"
+    _bash(here / "sync.sh", runs)
+    assert not older.exists()
+    assert _members(older.parent / "wait" / "sst2-seed0.tar.xz") == {
+        "sst2-seed0/config.json": _config("sst2-seed0"), "sst2-seed0/results.json": b"{}"}
+    assert (older.parent / "wait" / "sweep.json").read_bytes() == state
 
 
 def test_sync_removes_a_folder_beside_its_archive(tmp_path: Path) -> None:
@@ -216,11 +258,13 @@ def test_an_earlier_invocations_unfinished_points_keep_a_sweep_pending(tmp_path:
     (runs / "dose" / "sst2-seed2" / "results.json").write_text("{}")
     _bash(here / "sync.sh", runs)
     assert _members(archive) == FILES
-    assert "dose/sst2-seed2/results.json" in _members(here / "runs" / ".pending" / "dose.tar.xz")
-    # a folder unpacked beside the pending archive is removed too
-    (here / "runs" / ".pending" / "dose").mkdir()
+    pending = here / "runs" / ".pending" / "dose"
+    assert "sst2-seed2/results.json" in _members(pending / "sst2-seed2.tar.xz")
+    # a run unpacked beside its pending archive is removed too
+    (pending / "sst2-seed2").mkdir()
+    (pending / "sst2-seed2" / "results.json").write_text("{}")
     _bash(here / "sync.sh", runs)
-    assert not (here / "runs" / ".pending" / "dose").exists()
+    assert not (pending / "sst2-seed2").exists() and (pending / "sst2-seed2.tar.xz").is_file()
 
 
 def test_restore_takes_the_archives_sweep_state_only_where_it_is_newer(tmp_path: Path) -> None:
@@ -229,13 +273,9 @@ def test_restore_takes_the_archives_sweep_state_only_where_it_is_newer(tmp_path:
     (runs / "dose").mkdir(parents=True)
     older = {"updated": "2026-11-25T00:00:00+0000", "points": []}
     newer = {"updated": "2026-11-27T00:00:00+0000", "points": [{"name": "x", "state": "done"}]}
-    pending = here / "runs" / ".pending" / "dose.tar.xz"
-    pending.parent.mkdir(parents=True)
-    with tarfile.open(pending, "w:xz") as tar:
-        data = json.dumps(newer).encode()
-        info = tarfile.TarInfo("dose/sweep.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    pending = here / "runs" / ".pending" / "dose"
+    pending.mkdir(parents=True)
+    (pending / "sweep.json").write_text(json.dumps(newer))
     (runs / "dose" / "sweep.json").write_text(json.dumps(older))
     _bash(here / "restore.sh", runs)  # the pending state is newer than the one left there
     assert json.loads((runs / "dose" / "sweep.json").read_text()) == newer
@@ -253,7 +293,7 @@ def test_a_sweep_that_ended_with_a_failed_point_is_named(tmp_path: Path) -> None
     out = subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
                          "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
     assert "dose has ended with failed points (sst2-seed2)" in out.stderr
-    assert (here / "runs" / ".pending" / "dose.tar.xz").is_file()  # held back, not lost
+    assert (here / "runs" / ".pending" / "dose" / "sweep.json").is_file()  # held back, not lost
 
 
 # --- nothing that is not ours is touched

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Puts the committed runs back under $RUNS on a new machine, so that the sweeps resume where
 # they stopped (the inverse of sync.sh): per packed sweep docs/results/runs/<sweep>.tar.xz (and
-# runs/.pending/<sweep>.tar.xz, the finished runs of a sweep still running, read first: its
-# sweep.json is the newer), its sweep.json and results.csv, and each finished run's files (a
+# runs/.pending/<sweep>/, the finished runs of a sweep still running, one <run>.tar.xz each,
+# read first: its sweep.json is the newer), its sweep.json and results.csv, and each finished run's files (a
 # run directory with a results.json counts as done). What $RUNS already holds is left as it
 # is: it may be newer (an interrupted run's checkpoint); a sweep.json (with its results.csv) is
 # replaced only by one updated later (a sweep that went on elsewhere). Prints, per sweep, the
@@ -19,11 +19,22 @@ newer() {  # whether sweep state $1 was updated after $2 (or $2 is absent)
 a, b = (json.load(open(p, encoding="utf-8")).get("updated") or "" for p in sys.argv[1:])
 sys.exit(0 if a > b else 1)' "$1" "$2"
 }
-for archive in "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
-    [ -f "$archive" ] || continue
-    name="$(basename "$archive" .tar.xz)"
-    rm -rf "${STAGE:?}/$name"
-    xz -dc "$archive" | tar -xf - -C "$STAGE"
+for archive in "$HERE"/runs/.pending/*/ "$HERE"/runs/.pending/*.tar.xz "$HERE"/runs/*.tar.xz; do
+    if [ -d "$archive" ]; then  # a sweep still running: its state and one archive per run
+        name="$(basename "$archive")"
+        rm -rf "${STAGE:?}/$name" && mkdir -p "$STAGE/$name"
+        for f in sweep.json results.csv; do
+            [ -f "$archive/$f" ] && cp "$archive/$f" "$STAGE/$name/"
+        done
+        for one in "$archive"*.tar.xz; do
+            [ -f "$one" ] && xz -dc "$one" | tar -xf - -C "$STAGE/$name"
+        done
+    else
+        [ -f "$archive" ] || continue
+        name="$(basename "$archive" .tar.xz)"
+        rm -rf "${STAGE:?}/$name"
+        xz -dc "$archive" | tar -xf - -C "$STAGE"
+    fi
     src="$STAGE/$name"
     [ -f "$src/sweep.json" ] || continue
     dest="$RUNS/$name"

@@ -7,10 +7,14 @@
 # Where: docs/results/runs/<sweep>.tar.xz once every point the sweep knows is done (sweep.json's
 # "points", its latest invocation's, and "other_points", earlier ones'): isotropy report reads
 # it as the folder runs/<sweep>/, so the committed report regenerates from whole steps only.
-# Until then the finished runs the main archive lacks go to
-# docs/results/runs/.pending/<sweep>.tar.xz (a hidden folder, which isotropy report passes
-# over; restore.sh and review_verdicts.py read it), and move into the main archive when the
-# sweep is complete. A sweep with a failed point stays there until the point is run again.
+# Until then the finished runs the main archive lacks go to docs/results/runs/.pending/<sweep>/
+# (a hidden folder, which isotropy report passes over; restore.sh, review_verdicts.py and
+# confirm_phase.py read it): one <run>.tar.xz per run, read as the folder <run>/, written once
+# (a run's archive is not rewritten when the next run finishes, so the repository's history
+# grows by each run once), beside the sweep's sweep.json and results.csv; they move into the
+# main archive when the sweep is complete. A sweep with a failed point stays there until the
+# point is run again. (An older .pending/<sweep>.tar.xz, all of a sweep's runs in one, is read
+# and replaced by these.)
 #
 # A run synced again replaces its earlier copy whole. An archive is written the same way every
 # time (names sorted, owner 0, time 0, files 644 and folders 755; xz -9e in one thread), and
@@ -85,10 +89,14 @@ for root in "$RUNS"/*/; do
     name="$(basename "$root")"
     [ -f "$root/sweep.json" ] || continue
     archive="$HERE/runs/$name.tar.xz" pending="$HERE/runs/.pending/$name.tar.xz"
+    waiting="$HERE/runs/.pending/$name"  # one archive per run, and the sweep's state
     main="$STAGE/main" wait="$STAGE/pending"
     rm -rf "$main" "$wait" && mkdir -p "$main/$name" "$wait/$name"
     [ -f "$archive" ] && xz -dc "$archive" | tar -xf - -C "$main"
-    [ -f "$pending" ] && xz -dc "$pending" | tar -xf - -C "$wait"
+    [ -f "$pending" ] && xz -dc "$pending" | tar -xf - -C "$wait"  # the older form
+    for one in "$waiting"/*.tar.xz; do
+        [ -f "$one" ] && xz -dc "$one" | tar -xf - -C "$wait/$name"
+    done
     if failed="$(complete "$root/sweep.json")"; then
         cp -r "$wait/$name/." "$main/$name/"  # the pending runs join the others
         rm -rf "${wait:?}/$name" && mkdir -p "$wait/$name"
@@ -119,16 +127,36 @@ for root in "$RUNS"/*/; do
     done
     [ -f "$main/$name/sweep.json" ] && write "$main" "$name" "$archive"
     if [ -n "$(ls -A "$wait/$name")" ]; then
-        write "$wait" "$name" "$pending"
-    else
-        rm -f "$pending"
+        mkdir -p "$waiting"
+        for run in "$wait/$name"/*/; do
+            [ -d "$run" ] && write "$wait/$name" "$(basename "$run")" "$waiting/$(basename "$run").tar.xz"
+        done
+        for f in sweep.json results.csv; do
+            if [ -f "$wait/$name/$f" ] && ! cmp -s "$wait/$name/$f" "$waiting/$f"; then
+                cp "$wait/$name/$f" "$waiting/.$f.tmp" && chmod 644 "$waiting/.$f.tmp"
+                mv -T "$waiting/.$f.tmp" "$waiting/$f"
+            fi
+        done
     fi
-    for beside in "$HERE/runs/$name" "$HERE/runs/.pending/$name"; do  # unpacked beside an archive
-        if [ -d "$beside" ] && [ ! -L "$beside" ]; then unpacked "$beside" "$main/$name" "$wait/$name"; fi
+    for one in "$waiting"/*.tar.xz "$waiting"/sweep.json "$waiting"/results.csv; do
+        # what this script wrote there that the sweep no longer waits with (joined the others)
+        [ -f "$one" ] || continue
+        kept="$wait/$name/$(basename "$one" .tar.xz)"
+        [ -e "$kept" ] || rm -f -- "$one"
     done
+    rm -f "$pending"  # the older form, now held as above
+    if [ -d "$HERE/runs/$name" ] && [ ! -L "$HERE/runs/$name" ]; then  # unpacked beside its archive
+        unpacked "$HERE/runs/$name" "$main/$name" "$wait/$name"
+    fi
+    for beside in "$waiting"/*/; do  # a run unpacked beside its archive
+        if [ -d "$beside" ] && [ ! -L "${beside%/}" ]; then
+            unpacked "${beside%/}" "$main/$name/$(basename "$beside")" "$wait/$name/$(basename "$beside")"
+        fi
+    done
+    rmdir "$waiting" 2>/dev/null || true
 done
 rmdir "$HERE/runs/.pending" 2>/dev/null || true
 count() { for a in "$@"; do [ -f "$a" ] && xz -dc "$a" | tar -tf -; done \
     | grep -c '/results\.json$' || true; }
 echo "synced $(count "$HERE"/runs/*.tar.xz) finished runs into $HERE/runs," \
-    "$(count "$HERE"/runs/.pending/*.tar.xz) more of sweeps still running into runs/.pending"
+    "$(count "$HERE"/runs/.pending/*/*.tar.xz) more of sweeps still running into runs/.pending"
