@@ -477,3 +477,17 @@ def test_the_confirmatory_guard_refuses_a_worktree_without_the_committed_spec(
     # this checkout is checked first (an edited spec there is refused the same way)
     assert f"commit docs/results/specs/{name}.yaml, unchanged, in " in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_git_keeps_the_pending_archives_and_ignores_unpacked_copies() -> None:
+    """What sync.sh writes under runs/.pending/<sweep>/ is committed (a run's archive, the
+    sweep's state); a run unpacked beside its archive, or a sweep beside its, is not."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    pending = "docs/results/runs/.pending/a-sweep"
+    names = [f"{pending}/run-seed0.tar.xz", f"{pending}/sweep.json",
+             f"{pending}/results.csv", "docs/results/runs/a-sweep.tar.xz",
+             f"{pending}/run-seed0/results.json", "docs/results/runs/a-sweep/x/results.json"]
+    out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,
+                         input="\n".join(names), capture_output=True, text=True).stdout
+    assert out.split() == names[4:]
