@@ -491,3 +491,35 @@ def test_git_keeps_the_pending_archives_and_ignores_unpacked_copies() -> None:
     out = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,
                          input="\n".join(names), capture_output=True, text=True).stdout
     assert out.split() == names[4:]
+
+
+def test_a_file_in_pending_that_is_not_one_runs_archive_is_left_alone(tmp_path: Path) -> None:
+    """An archive in .pending/<sweep>/ that does not hold exactly <run>/ (someone's backup) is
+    neither unpacked into the sweep nor deleted; the pending results.csv is carried along."""
+    here, runs = tmp_path / "results", tmp_path / "verdict-runs"
+    _committed(here)
+    _bash(here / "restore.sh", runs)
+    (runs / "dose" / "sweep.json").write_bytes(_sweep_json({"sst2-seed2": "done",
+                                                             "sst2-seed3": "running"}))
+    run = runs / "dose" / "sst2-seed2"
+    run.mkdir()
+    (run / "config.json").write_bytes(_config(run.name))
+    (run / "results.json").write_text("{}")
+    (runs / "dose" / "results.csv").write_text("name\nsst2-seed2\n")
+    _bash(here / "sync.sh", runs)
+    pending = here / "runs" / ".pending" / "dose"
+    (runs / "dose" / "results.csv").unlink()  # RUNS lost it: the committed one is kept
+    backup = pending / "backup.tar.xz"
+    with tarfile.open(backup, "w:xz") as tar:
+        for name, data in {"top.txt": b"mine", "sub/y": b"also mine"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    packed = backup.read_bytes()
+    result = subprocess.run(["bash", str(here / "sync.sh")], env={"RUNS": str(runs),
+                            "PATH": ENV_PATH}, capture_output=True, text=True, check=True)
+    assert "backup.tar.xz is not one run's archive" in result.stderr
+    assert backup.read_bytes() == packed and not (pending / "sub.tar.xz").exists()
+    assert (pending / "results.csv").read_text() == "name\nsst2-seed2\n"
+    assert sorted(p.name for p in pending.iterdir()) == [
+        "backup.tar.xz", "results.csv", "sst2-seed2.tar.xz", "sweep.json"]

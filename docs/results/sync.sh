@@ -94,8 +94,21 @@ for root in "$RUNS"/*/; do
     rm -rf "$main" "$wait" && mkdir -p "$main/$name" "$wait/$name"
     [ -f "$archive" ] && xz -dc "$archive" | tar -xf - -C "$main"
     [ -f "$pending" ] && xz -dc "$pending" | tar -xf - -C "$wait"  # the older form
+    ours_here=" "  # the run archives of .pending/<sweep>/ that are this script's
     for one in "$waiting"/*.tar.xz; do
-        [ -f "$one" ] && xz -dc "$one" | tar -xf - -C "$wait/$name"
+        [ -f "$one" ] && [ ! -L "$one" ] || continue
+        b="$(basename "$one" .tar.xz)" scratch="$STAGE/one"
+        rm -rf "$scratch" && mkdir -p "$scratch"
+        xz -dc "$one" | tar -xf - -C "$scratch"
+        if [ "$(ls -A "$scratch")" = "$b" ] && [ -d "$scratch/$b" ] && [ ! -L "$scratch/$b" ]; then
+            rm -rf "${wait:?}/$name/$b" && mv -T "$scratch/$b" "$wait/$name/$b"  # the newer copy, whole
+            ours_here="$ours_here$b "
+        else
+            echo "sync.sh: $one is not one run's archive (<run>/...): left as it is" >&2
+        fi
+    done
+    for f in sweep.json results.csv; do  # the sweep's state kept with them (RUNS' replaces it)
+        [ -f "$waiting/$f" ] && cp "$waiting/$f" "$wait/$name/"
     done
     if failed="$(complete "$root/sweep.json")"; then
         cp -r "$wait/$name/." "$main/$name/"  # the pending runs join the others
@@ -141,8 +154,12 @@ for root in "$RUNS"/*/; do
     for one in "$waiting"/*.tar.xz "$waiting"/sweep.json "$waiting"/results.csv; do
         # what this script wrote there that the sweep no longer waits with (joined the others)
         [ -f "$one" ] || continue
-        kept="$wait/$name/$(basename "$one" .tar.xz)"
-        [ -e "$kept" ] || rm -f -- "$one"
+        b="$(basename "$one" .tar.xz)"
+        case "$b" in
+        sweep.json | results.csv) ;;
+        *) case "$ours_here" in *" $b "*) ;; *) continue ;; esac ;;
+        esac
+        [ -e "$wait/$name/$b" ] || rm -f -- "$one"
     done
     rm -f "$pending"  # the older form, now held as above
     if [ -d "$HERE/runs/$name" ] && [ ! -L "$HERE/runs/$name" ]; then  # unpacked beside its archive
