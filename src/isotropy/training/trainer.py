@@ -179,7 +179,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         payload["log_interval"] = {
             "sums": {k: float(v) for k, v in self._log_sums.items()},
             "counts": dict(self._log_counts), "logged_loss_sum": logged,
-            "unlogged_loss": unlogged[0] if unlogged else None,
             "unlogged_losses": unlogged,
             "last_logged_step": getattr(self, "_globalstep_last_logged", None)}
         if self.run_dir is not None:
@@ -472,13 +471,14 @@ class _ContinueLossSum(TrainerCallback):
             last = interval["last_logged_step"]
             mine = _own_unlogged_loss(interval, args.process_index, args.world_size)
             if resumed is not None and last is not None and mine is not None:
-                t._total_loss_scalar = interval["logged_loss_sum"] + mine
+                logged = interval["logged_loss_sum"]
                 t._globalstep_last_logged = last
                 if isinstance(getattr(t, "_tr_loss", None), torch.Tensor):  # transformers 5
                     t._tr_loss += mine
-                    t._total_loss_scalar = interval["logged_loss_sum"]
+                    t._total_loss_scalar = logged
                 else:  # transformers 4: a local variable, given at the first save call
-                    t._pending_unlogged = (mine, interval["logged_loss_sum"])
+                    t._total_loss_scalar = logged + mine  # until then (none if no step is left)
+                    t._pending_unlogged = (mine, logged)
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
         # that did not restore the state) keeps the Trainer's own train_loss
         t._whole_run_loss = resumed is not None or state.global_step == 0
