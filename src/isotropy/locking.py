@@ -50,7 +50,8 @@ class FolderInUse(ValueError):
 
 def _me() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            # time.time(), not gmtime()'s own clock (C time(), which may lag it by a tick)
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time())),
             "command": " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:300]}
 
 
