@@ -63,8 +63,10 @@ junit = $(if $(strip $(TEST_REPORT)),--junitxml=$(strip $(TEST_REPORT))/$(1).xml
 
 # After the main suite, lint, the site's build and the floor's two halves run side by side:
 # each is one process that mostly waits on one core (imports, one small model at a time).
+# The tests marked `floor` run in the main suite too, slow or not: the Trainer integration
+# (resumes included) is tested at both ends of the supported transformers range.
 test: $(VENV)/.installed
-	$(PYTEST) -m "not slow" $(call junit,main)
+	$(PYTEST) -m "not slow or floor" $(call junit,main)
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint docs-build min-trainer min-run
 
 # The floor: isotropy installed under .ci/min-versions.txt (pyproject's lower bounds, pinned;

@@ -53,7 +53,7 @@ def _slow_by_time() -> set[str]:
     return {line.split("#", 1)[0].strip() for line in lines} - {""}
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow or floor"`` deselects
 def pytest_collection_modifyitems(config, items):
     """Tests listed in ``slow_by_time.txt`` are marked ``slow``; tests marked ``gpu`` are
     skipped, with the reason, where CUDA is not available."""
