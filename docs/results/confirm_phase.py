@@ -71,7 +71,8 @@ from review_verdicts import (  # noqa: E402
 )
 
 from isotropy.reporting.claim_bounds import bound_words  # noqa: E402
-from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
+from isotropy.reporting.claim_stats import holm  # noqa: E402
+from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
 from isotropy.reporting.claim_values import Values, tail_metric  # noqa: E402
 from isotropy.reporting.confirmatory import (  # noqa: E402
     Primary,

@@ -46,8 +46,8 @@ from review_verdicts import (  # noqa: E402
     sign_p,
 )
 
-from isotropy.reporting.claim_stats import mean_interval  # noqa: E402
-from isotropy.reporting.claim_summary import constant_predictor, holm  # noqa: E402
+from isotropy.reporting.claim_stats import holm, mean_interval  # noqa: E402
+from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
 from isotropy.reporting.confirmatory import sign_flip_p  # noqa: E402
 from isotropy.reporting.runs import Run, load_run  # noqa: E402
 

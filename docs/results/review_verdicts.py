@@ -24,8 +24,8 @@ from typing import Any
 
 from isotropy.reporting.claim_bounds import bound_words
 from isotropy.reporting.claim_registry import PAPER_EFFECT
-from isotropy.reporting.claim_stats import effect_bound, mean_interval
-from isotropy.reporting.claim_summary import constant_predictor, holm
+from isotropy.reporting.claim_stats import effect_bound, holm, mean_interval
+from isotropy.reporting.claim_summary import constant_predictor
 from isotropy.reporting.confirmatory import sign_flip_p
 from isotropy.reporting.packed import real_path
 from isotropy.reporting.runs import Run, load_run

@@ -12,7 +12,8 @@ from scipy import stats
 
 from isotropy.reporting import claim_bounds as cb
 from isotropy.reporting.claim_stats import effect_bound
-from isotropy.reporting.claim_summary import Tally, claim_rows
+from isotropy.reporting.claim_summary import claim_rows
+from isotropy.reporting.claim_tally import Tally
 
 
 @pytest.mark.parametrize("values", [[1.0, 2.0, 3.0], [-0.5, 0.25, 0.1, -0.2, 0.3],

@@ -14,7 +14,8 @@ import pytest
 from _reference import holm
 from scipy import stats
 
-from isotropy.reporting.claim_summary import Tally, claim_rows
+from isotropy.reporting.claim_summary import claim_rows
+from isotropy.reporting.claim_tally import Tally
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = sorted((ROOT / "docs" / "results" / "report" / "sweeps").glob("*/claims.json"))

@@ -1,5 +1,6 @@
-"""The summary's statistics (``isotropy.reporting.claim_summary``): Holm's adjustment against
-statsmodels, the task-level test, constant predictors left out, and ``claims.json``."""
+"""The summary's statistics (``isotropy.reporting.claim_summary``): Holm's adjustment
+(``claim_stats.holm``) against statsmodels, the task-level test, constant predictors left
+out, and ``claims.json``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from _runs import make_run
 
 from isotropy.reporting import claim_summary as cs
 from isotropy.reporting.cells import collect_runs, group_cells
+from isotropy.reporting.claim_stats import holm
+from isotropy.reporting.claim_tally import Tally
 from isotropy.reporting.claims import claims_report
 from isotropy.reporting.discovery import expand_inputs
 
@@ -28,27 +31,27 @@ def test_holm_matches_statsmodels(monkeypatch: pytest.MonkeyPatch) -> None:
             p = rng.uniform(0, 1, m) ** 3  # many small ones
             p[rng.integers(0, m)] = p[0]  # a tie
             expected = multipletests(p, alpha=0.05, method="holm")[1]
-            np.testing.assert_allclose(cs.holm(p.tolist()), expected, rtol=0, atol=1e-14)
+            np.testing.assert_allclose(holm(p.tolist()), expected, rtol=0, atol=1e-14)
 
 
 def test_holm_known_cases() -> None:
     # Holm (1979)'s rule by hand: sorted p₍ᵢ₎ times (m - i + 1), made non-decreasing, capped.
-    assert cs.holm([0.01]) == [0.01]
-    assert cs.holm([0.04, 0.01]) == [0.04, 0.02]  # 2·0.01 = 0.02; 1·0.04
-    assert cs.holm([0.02, 0.03, 0.001, 0.5]) == [0.06, 0.06, 0.004, 0.5]
+    assert holm([0.01]) == [0.01]
+    assert holm([0.04, 0.01]) == [0.04, 0.02]  # 2·0.01 = 0.02; 1·0.04
+    assert holm([0.02, 0.03, 0.001, 0.5]) == [0.06, 0.06, 0.004, 0.5]
     # 15 tests at the smallest p of 6 sign-test values, 1/64: 15/64 = 0.234
-    assert cs.holm([1 / 64] * 15) == [pytest.approx(15 / 64)] * 15
+    assert holm([1 / 64] * 15) == [pytest.approx(15 / 64)] * 15
     with pytest.raises(ValueError, match="p-values in"):
-        cs.holm([0.1, float("nan")])
+        holm([0.1, float("nan")])
     with pytest.raises(ValueError, match="p-values in"):
-        cs.holm([1.5])
+        holm([1.5])
 
 
 def test_task_level_test_takes_one_mean_per_task() -> None:
     # Task A: +0.3, -0.1, -0.1 (mean +0.033); B: -0.2 ×3; C, D, E: +0.1 ×3. Pooled: 10 of 15
     # > 0; per task: 4 of 5 means > 0, p = (C(5,4) + 1) / 32 = 6/32.
     values = [0.3, -0.1, -0.1, *[-0.2] * 3, *[0.1] * 9]
-    t = cs.Tally(["inconclusive"] * 5, values, [3] * 5, list("ABCDE"))
+    t = Tally(["inconclusive"] * 5, values, [3] * 5, list("ABCDE"))
     (row,) = [r for r in cs.claim_rows({"C1 vs none": t}, "C") if r.claim == "C1 vs none"]
     assert (row.k, row.n) == (10, 15)
     assert (row.task_k, row.task_n, row.task_p) == (4, 5, pytest.approx(6 / 32))

@@ -15,7 +15,7 @@ from isotropy.reporting.claim_registry import METRIC_CLAIMS, PAPER_EFFECT
 from isotropy.reporting.claim_stats import CONFIDENCE, Bound, effect_bound
 
 if TYPE_CHECKING:
-    from isotropy.reporting.claim_summary import Tally
+    from isotropy.reporting.claim_tally import Tally
 
 __all__ = ["METHOD", "bound_field", "bound_words", "bounds_markdown", "task_groups"]
 

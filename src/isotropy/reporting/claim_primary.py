@@ -25,7 +25,7 @@ from isotropy.reporting.claim_stats import ALPHA, effect_bound, verdict_word
 from isotropy.reporting.confirmatory import MAX_VALUES, sign_flip_p
 
 if TYPE_CHECKING:
-    from isotropy.reporting.claim_summary import Tally
+    from isotropy.reporting.claim_tally import Tally
 
 __all__ = ["READING", "TEST", "decide", "primary_field", "primary_markdown"]
 

@@ -1,7 +1,8 @@
 r"""The statistics of :mod:`isotropy.reporting.claims` (its module doc states the rules): the
 per-task Student-t interval of a mean per-seed difference (:func:`mean_interval`,
 :func:`paired`), the claim-level one-sided sign test (:func:`sign_test`,
-:func:`claim_verdict`), and C2's per-seed Spearman ρ with its exact permutation test."""
+:func:`claim_verdict`), Holm's adjustment of a family's p-values (:func:`holm`), and C2's
+per-seed Spearman ρ with its exact permutation test."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ __all__ = [
     "claim_verdict",
     "deciding_p",
     "effect_bound",
+    "holm",
     "mean_interval",
     "paired",
     "per_seed_spearman",
@@ -289,3 +291,24 @@ def effect_bound(groups: Sequence[Sequence[float]], confidence: float = CONFIDEN
                                                                            strict=True)))
     half = float(stats.t.ppf(confidence, df)) * se
     return Bound(mean, mean - half, mean + half, df, tasks, sum(a.size for a in arrays))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values: with the m p-values sorted, p₍ᵢ₎ becomes
+    maxⱼ≤ᵢ min(1, (m - j + 1) p₍ⱼ₎); rejecting where the adjusted p < α holds the
+    family-wise error rate at α under any dependence.
+
+    >>> holm([0.01, 0.04, 0.03])  # sorted 0.01, 0.03, 0.04: 3·0.01, 2·0.03, max(0.06, 0.04)
+    [0.03, 0.06, 0.06]
+    >>> holm([0.5, 0.5]), holm([0.001, 0.2]), holm([])
+    ([1.0, 1.0], [0.002, 0.2], [])
+    """
+    p = np.asarray(pvalues, dtype=float)
+    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"holm needs a list of p-values in [0, 1], got {list(pvalues)}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return [round(float(x), 15) for x in adjusted]

@@ -8,9 +8,10 @@ Per claim, three tests of its values, each value oriented so that > 0 is the cla
 - the **task-level sign test** over one value per task, its mean over seeds: the papers'
   "on most tasks". With 5 tasks its smallest p is 1/32, with 4 tasks 1/16: it cannot
   decide a claim of fewer than 5 tasks at 0.05, and is shown, not used for the verdict;
-- **Holm's step-down adjustment** (:func:`holm`) of the pooled tests' deciding p across all
-  the claims of one report that reach a test (the family), which holds the chance of any
-  false verdict among them at 0.05. The verdict word uses the adjusted p.
+- **Holm's step-down adjustment** (:func:`~isotropy.reporting.claim_stats.holm`) of the pooled
+  tests' deciding p across all the claims of one report that reach a test (the family), which
+  holds the chance of any false verdict among them at 0.05. The verdict word uses the
+  adjusted p.
 
 A claim's deciding p is that of a two-sided sign test, twice the smaller of its two one-sided
 pooled p-values (capped at 1), where either verdict can be reached: a claimed direction
@@ -28,10 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
-
-import numpy as np
 
 from isotropy.reporting.claim_bounds import bound_field
 from isotropy.reporting.claim_primary import decide as decide_primary
@@ -42,79 +41,16 @@ from isotropy.reporting.claim_stats import (
     CONFIDENCE,
     MIN_SEEDS,
     deciding_p,
+    holm,
     mean_interval,
     sign_test,
     verdict_word,
 )
+from isotropy.reporting.claim_tally import Tally, task_means
 from isotropy.reporting.runs import Run
 
-__all__ = ["ClaimRow", "Tally", "claim_rows", "claim_rows_with_left_out", "claims_json",
-           "constant_predictor", "holm", "summary", "summary_markdown", "task_means"]
-
-
-@dataclass
-class Tally:
-    """A claim's units, one per task: each one's verdict and its per-seed values, oriented so
-    that > 0 is the claimed direction (for a "no rise" claim: > 0 is a rise).
-
-    ``seeds[i]`` is how many values unit ``i`` gave (its values follow one another in
-    ``values``); ``tasks[i]`` its task, where known; ``left_out``: the units shown but not
-    counted, as ``"task: why"``, and in :attr:`left_out_units` as a Tally of their own."""
-
-    verdicts: list[str]
-    values: list[float]
-    seeds: list[int] = field(default_factory=list)
-    tasks: list[str] = field(default_factory=list)
-    left_out: list[str] = field(default_factory=list)
-    left_out_units: Tally | None = None
-
-    def add(self, verdict: str, values: Sequence[float], task: str) -> None:
-        """Record one task's unit."""
-        self.verdicts.append(verdict)
-        self.values.extend(values)
-        self.seeds.append(len(values))
-        self.tasks.append(task)
-
-    def counting_left_out(self) -> Tally:
-        """This tally with its left-out units counted."""
-        extra = self.left_out_units or Tally([], [])
-        return Tally(self.verdicts + extra.verdicts, self.values + extra.values,
-                     self.seeds + extra.seeds, self.tasks + extra.tasks)
-
-
-def task_means(t: Tally) -> list[float]:
-    """One value per unit that gave any: the mean of its per-seed values.
-
-    >>> task_means(Tally(["a", "b", "c"], [1.0, 2.0, 3.0, -1.0], [3, 0, 1]))
-    [2.0, -1.0]
-    """
-    out, start = [], 0
-    for n in t.seeds:
-        if n:
-            out.append(float(np.mean(t.values[start:start + n])))
-        start += n
-    return out
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values: with the m p-values sorted, p₍ᵢ₎ becomes
-    maxⱼ≤ᵢ min(1, (m - j + 1) p₍ⱼ₎); rejecting where the adjusted p < α holds the
-    family-wise error rate at α under any dependence.
-
-    >>> holm([0.01, 0.04, 0.03])  # sorted 0.01, 0.03, 0.04: 3·0.01, 2·0.03, max(0.06, 0.04)
-    [0.03, 0.06, 0.06]
-    >>> holm([0.5, 0.5]), holm([0.001, 0.2]), holm([])
-    ([1.0, 1.0], [0.002, 0.2], [])
-    """
-    p = np.asarray(pvalues, dtype=float)
-    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
-        raise ValueError(f"holm needs a list of p-values in [0, 1], got {list(pvalues)}")
-    m = p.size
-    order = np.argsort(p, kind="stable")
-    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    adjusted = np.empty(m)
-    adjusted[order] = np.maximum.accumulate(scaled)
-    return [round(float(x), 15) for x in adjusted]
+__all__ = ["ClaimRow", "claim_rows", "claim_rows_with_left_out", "claims_json",
+           "constant_predictor", "summary", "summary_markdown"]
 
 
 def constant_predictor(runs: Sequence[Run]) -> bool:

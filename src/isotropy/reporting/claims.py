@@ -64,7 +64,6 @@ from isotropy.reporting.claim_stats import (
     spearman_permutation_p,
 )
 from isotropy.reporting.claim_summary import (
-    Tally,
     claim_rows_with_left_out,
     claims_json,
     constant_predictor,
@@ -77,6 +76,7 @@ from isotropy.reporting.claim_tables_istar import (
     istar_labels,
     istar_tables,
 )
+from isotropy.reporting.claim_tally import Tally
 from isotropy.reporting.claim_values import Values, measured_zeta
 from isotropy.reporting.runs import Run
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isotropy.reporting.claim_stats import ALPHA, effect_bound
+from isotropy.reporting.claim_stats import ALPHA, effect_bound, holm
 
 __all__ = ["MAX_VALUES", "Primary", "primary_test", "primary_verdicts", "primary_word",
            "sign_flip_p"]
@@ -104,8 +104,6 @@ def primary_verdicts(tests: Sequence[Primary]) -> list[tuple[Primary, float, str
     ...      P("b", -0.2, 0.4, -0.6, 0.1, paper=0.29)])]
     [(0.02, 'supported'), (0.4, "inconclusive, the paper's effect excluded")]
     """
-    from isotropy.reporting.claim_summary import holm
-
     adjusted = holm([t.p for t in tests])
     return [(t, a, primary_word(t, a, a)) for t, a in zip(tests, adjusted, strict=True)]
 
