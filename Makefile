@@ -2,12 +2,13 @@
 #   make demo         create .venv, install isotropy (without its test extras), run `isotropy demo`
 #   make test         create .venv, install isotropy with its test extras, run the test suite
 #                     without its end-to-end runs (marked slow, or listed in
-#                     tests/slow_by_time.txt), in 2 processes
+#                     tests/slow_by_time.txt) except those marked floor (the Trainer
+#                     integration and its resumes), in 2 processes
 #                     (make TEST_WORKERS=0 test runs it in one); then, side by side, ruff and
 #                     lint-imports, the documentation site's strict build (docs-build) and
 #                     test-min
-#   make test-all     the same with the end-to-end runs (training to the end, sweep workers,
-#                     subprocesses)
+#   make test-all     the whole test suite, end-to-end runs included (training to the end,
+#                     sweep workers, subprocesses), in 2 processes, then ruff and lint-imports
 #   make test-min     create .venv-min with the lowest supported versions (.ci/min-versions.txt)
 #                     and run the version-shim and Trainer / `isotropy train` tests there,
 #                     in two processes (min-trainer, min-run)

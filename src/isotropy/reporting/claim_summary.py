@@ -1,5 +1,5 @@
 r"""One verdict per claim (the summary of ``claims.md``, and ``claims.json``), from the per-task
-units the claims' tables record (:class:`Tally`).
+units the claims' tables record (:class:`~isotropy.reporting.claim_tally.Tally`).
 
 Per claim, three tests of its values, each value oriented so that > 0 is the claimed direction:
 

@@ -1,5 +1,5 @@
 """A claim's units, one per task, as the claims' tables record them (:class:`Tally`), and
-the per-task means that the task-level tests and bounds read (:func:`task_means`)."""
+the per-task means that the summary's task-level sign test reads (:func:`task_means`)."""
 
 from __future__ import annotations
 
