@@ -1,16 +1,21 @@
 """Add the tests that took longer than a limit in a JUnit XML report to tests/slow_by_time.txt.
 
     python .ci/slow_tier.py ~/.cache/isotropy-ci/last-ci/main.xml --over 10 [--keep NODEID ...]
-        [--skip-under PATH ...]
+        [--skip-under PATH ...] [--skip-marked floor]
 
 The XML is the per-test report CI keeps (``make TEST_REPORT=DIR test``). Lines already in the
 file stay; a test named by ``--keep``, or under a folder named by ``--skip-under``, is never
-added (an end-to-end test kept in ``make test`` on purpose; the measures' formula tests). The file is rewritten sorted, each node id with the seconds measured.
+added (an end-to-end test kept in ``make test`` on purpose; the measures' formula tests), nor
+one carrying a marker named by ``--skip-marked`` (``floor``: ``make test`` runs those whether
+slow or not; the JUnit XML carries no markers, so pytest collects them). The file is
+rewritten sorted, each node id with the seconds measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -30,6 +35,16 @@ def node_id(classname: str, name: str) -> str | None:
     return None
 
 
+def marked(marker: str) -> set[str]:
+    """The node ids of the tests carrying ``marker``, as pytest collects them."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", "-m", marker], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    # a parametrized test is listed per case; slow_by_time.txt names it either way
+    return {line.strip() for line in out.splitlines() if "::" in line} | {
+        line.strip().split("[", 1)[0] for line in out.splitlines() if "::" in line}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path)
@@ -37,7 +52,10 @@ def main() -> None:
     parser.add_argument("--keep", action="append", default=[], help="a node id never added")
     parser.add_argument("--skip-under", action="append", default=[], metavar="PATH",
                         help="a folder whose tests are never added")
+    parser.add_argument("--skip-marked", action="append", default=[], metavar="MARKER",
+                        help="a marker whose tests are never added")
     args = parser.parse_args()
+    skipped = set().union(*(marked(m) for m in args.skip_marked))
     lines = TIER.read_text(encoding="utf-8").splitlines()
     header = [line for line in lines if line.startswith("#")]
     entries = {line.split("#", 1)[0].strip(): line for line in lines
@@ -46,7 +64,7 @@ def main() -> None:
         seconds = float(case.get("time", 0))
         node = node_id(case.get("classname", ""), case.get("name", ""))
         if (node is None or seconds <= args.over or node in entries or node in args.keep
-                or node.startswith(tuple(args.skip_under))
+                or node.startswith(tuple(args.skip_under)) or node in skipped
                 or case.find("skipped") is not None):
             continue
         entries[node] = f"{node}  # {seconds:.0f} s"

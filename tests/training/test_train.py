@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import random
 import shutil
@@ -214,6 +215,54 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, glue_dir, tmp_path
         assert any(k.startswith("cls_spectrum_") for k in la[step]) and "istar/loss" in la[step]
         for key, value in la[step].items():
             assert lb[step][key] == pytest.approx(value, rel=1e-5), (step, key)
+
+
+@pytest.mark.slow
+@pytest.mark.floor
+def test_a_non_finite_loss_just_after_a_resume_is_replaced_as_in_the_uninterrupted_run(
+        tiny_model_dir, glue_dir, tmp_path, monkeypatch):
+    """The Trainer's ``logging_nan_inf_filter`` replaces a NaN step loss by the mean of the
+    logging interval's losses so far. Here the first step after the resume (step 3, both of
+    its micro-batches NaN) replaces it by the mean of an interval begun before the
+    checkpoint (steps 1-2): the logs, the weights and ``train_loss`` equal the uninterrupted
+    run's exactly, on transformers 4 (whose running loss is a local variable of the loop)
+    as on 5. The NaN is added to the loss as a constant: the gradients stay finite."""
+    from safetensors.torch import load_file
+
+    from isotropy.training.trainer import IsotropyTrainer
+
+    compute = IsotropyTrainer.compute_loss
+
+    def nan_at_step_3(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = compute(self, model, inputs, return_outputs=return_outputs,
+                      num_items_in_batch=num_items_in_batch)
+        if not model.training or self.state.global_step != 2:
+            return out
+        nan = torch.tensor(float("nan"))
+        return (out[0] + nan, *out[1:]) if return_outputs else out + nan
+
+    monkeypatch.setattr(IsotropyTrainer, "compute_loss", nan_at_step_3)
+    extra = ["--task", "sst2", "--max_train_samples", "32", "--per_device_train_batch_size",
+             "4", "--gradient_accumulation_steps", "2", "--logging_steps", "4",
+             "--save_strategy", "steps", "--save_steps", "2", "--eval_strategy", "no"]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    _run(_argv(tiny_model_dir, glue_dir, full, *extra))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(_argv(tiny_model_dir, glue_dir, broken, *extra), callbacks=[_Crash(3)])
+    res = _run(_argv(tiny_model_dir, glue_dir, broken, *extra, "--resume"))
+    assert res.results["train"]["resumed_from"].endswith("checkpoint-2")
+
+    def losses(out):
+        return {r["step"]: r["loss"] for r in map(
+            json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r}
+
+    assert sorted(losses(full)) == [4, 8]
+    assert losses(broken) == losses(full)
+    a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
+    assert math.isfinite(a["train"]["train_loss"])
+    assert b["train"]["train_loss"] == a["train"]["train_loss"]
+    wa, wb = (load_file(d / "model" / "model.safetensors") for d in (full, broken))
+    assert all(torch.equal(wb[k], wa[k]) for k in wa)
 
 
 @pytest.mark.slow

@@ -141,6 +141,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self._resumed_interval: dict[str, Any] | None = None
         self._unlogged_loss: torch.Tensor | None = None
         self._pending_unlogged: tuple[float, float] | None = None  # (this rank's, logged sum)
+        self._losses_since_resume: list[tuple[torch.Tensor, int]] = []  # (loss, its step)
         self._ended_before_epoch = False
         self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
         self.add_callback(_ContinueLossSum(self))
@@ -268,10 +269,10 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             return
         if self._pending_unlogged is not None and isinstance(tr_loss, torch.Tensor):
             # transformers 4, the first call after a resume: the Trainer's running loss (its
-            # local variable, changed in place) gets this rank's loss since the last log
+            # local variable, changed in place) becomes the uninterrupted run's
             mine, logged = self._pending_unlogged
             self._pending_unlogged = None
-            tr_loss += mine
+            tr_loss.copy_(self._running_loss_from(mine, tr_loss))
             self._total_loss_scalar = logged
         self._unlogged_loss = tr_loss  # the loss since the last log, for a checkpoint's payload
         step, epoch_now = self.state.global_step, self.state.epoch or 0.0
@@ -292,6 +293,34 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, *args, **kwargs)
         self._unlogged_loss = None
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """The Trainer's micro-batch step; its loss kept, with the step it belongs to, while
+        transformers 4's running loss waits for the resumed checkpoint's part
+        (:meth:`_running_loss_from`)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._pending_unlogged is not None:
+            self._losses_since_resume.append((loss.detach(), self.state.global_step))
+        return loss
+
+    def _running_loss_from(self, start: float, like: torch.Tensor) -> torch.Tensor:
+        r"""The running loss of the uninterrupted run (transformers 4's loop): ``start``, this
+        rank's loss since the last log kept by the checkpoint, plus the micro-batch losses
+        since the resume, added in the loop's order; with ``logging_nan_inf_filter`` a NaN or
+        infinite one adds instead the interval's mean so far, :math:`t / (1 + s - s_{log})`
+        (:math:`t` the running loss, :math:`s` the step, :math:`s_{log}` the last logged).
+        The resumed loop began from 0 and replaced such a loss by a mean without ``start``."""
+        from transformers.utils import is_torch_xla_available
+
+        total = torch.tensor(start, dtype=like.dtype).to(like.device)
+        filtered = self.args.logging_nan_inf_filter and not is_torch_xla_available()
+        for loss, step in self._losses_since_resume:
+            if filtered and not bool(torch.isfinite(loss)):
+                total = total + total / (1 + step - self._globalstep_last_logged)
+            else:
+                total = total + loss
+        self._losses_since_resume = []
+        return total
 
     def get_batch_samples(self, epoch_iterator, num_batches, *args):
         """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
@@ -441,19 +470,18 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
 class _ContinueLossSum(TrainerCallback):
     """At the start of training, the Trainer's running loss sum continues the resumed
     checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
-    order of an uninterrupted run and ``train_loss`` equals it (to the last bit on
-    transformers 5; for 4 see below); and the logging interval in progress at the checkpoint
+    order of an uninterrupted run and ``train_loss`` equals it to the last bit (on
+    transformers 4 as below); and the logging interval in progress at the checkpoint
     continues (``log_interval``): the regularizer and spectrum sums, each rank's own loss
     since the last log (the Trainer averages them over ranks when it logs) and that log's
     step, so that the first log after the resume averages the same steps as the uninterrupted
     run's.
 
     Transformers 5 keeps the running loss on the Trainer; transformers 4 in a local variable,
-    which gets it at the first log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`),
-    after that optimizer step's micro-batches. There, with gradient accumulation, the first
-    log's float32 sum may differ from the uninterrupted run's in its last bit (the additions
-    come in another order), and a loss that ``logging_nan_inf_filter`` replaces in the first
-    step after the resume is replaced by a mean without the checkpoint's part."""
+    which the first log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`), after
+    that optimizer step's micro-batches, sets to the uninterrupted run's: the checkpoint's
+    part plus the step's micro-batch losses in the loop's order, a non-finite one replaced
+    as ``logging_nan_inf_filter`` replaces it (:meth:`IsotropyTrainer._running_loss_from`)."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
@@ -461,6 +489,7 @@ class _ContinueLossSum(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         t = self.trainer
         t._pending_unlogged = None  # a train() call before this one left it unused
+        t._losses_since_resume = []
         resumed, t._resumed_loss_sum = t._resumed_loss_sum, None  # used once
         interval, t._resumed_interval = t._resumed_interval, None
         if resumed is not None:
