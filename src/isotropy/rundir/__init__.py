@@ -15,6 +15,7 @@ from isotropy.rundir.layout import (
     PREDICTIONS,
     RESULTS,
     TRAINER_STATE,
+    run_record_problem,
     written_by_a_run,
 )
 from isotropy.rundir.provenance import git_commit, library_versions
@@ -24,5 +25,5 @@ __all__ = [
     "CHECKPOINT_STATE", "CONFIG", "LOCK", "MEASUREMENTS", "MEASUREMENT_FORMAT", "METRICS",
     "MODEL", "PREDICTIONS", "RESULTS", "TRAINER_STATE", "RunDirectory", "checkpoint_files",
     "checkpoint_problem", "git_commit", "library_versions", "read_jsonl_whole",
-    "written_by_a_run",
+    "run_record_problem", "written_by_a_run",
 ]

@@ -208,7 +208,10 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         ``train_loss`` of its metrics (:meth:`log`: the mean over every step of the run, a
         resumed one included), where the Trainer's own divides that run's whole loss sum by
         the steps since the resume."""
-        out = super().train(*args, **kwargs)
+        try:
+            out = super().train(*args, **kwargs)
+        finally:  # a train() stopped before its first log leaves nothing to a later call
+            self._pending_unlogged, self._losses_since_resume = None, []
         loss = out.metrics.get("train_loss") if isinstance(out.metrics, Mapping) else None
         return out if loss is None else out._replace(training_loss=loss)
 
@@ -268,11 +271,12 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             self.control.should_save = False
             return
         if self._pending_unlogged is not None and isinstance(tr_loss, torch.Tensor):
-            # transformers 4, the first call after a resume: the Trainer's running loss (its
-            # local variable, changed in place) becomes the uninterrupted run's
+            # the first call after a resume, where the running loss is the loop's local
+            # variable (changed in place): it becomes the uninterrupted run's
             mine, logged = self._pending_unlogged
             self._pending_unlogged = None
             tr_loss.copy_(self._running_loss_from(mine, tr_loss))
+            self._losses_since_resume = []
             self._total_loss_scalar = logged
         self._unlogged_loss = tr_loss  # the loss since the last log, for a checkpoint's payload
         step, epoch_now = self.state.global_step, self.state.epoch or 0.0
@@ -296,7 +300,7 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """The Trainer's micro-batch step; its loss kept, with the step it belongs to, while
-        transformers 4's running loss waits for the resumed checkpoint's part
+        the loop's running loss (a local variable) waits for the resumed checkpoint's part
         (:meth:`_running_loss_from`)."""
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._pending_unlogged is not None:
@@ -304,12 +308,13 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         return loss
 
     def _running_loss_from(self, start: float, like: torch.Tensor) -> torch.Tensor:
-        r"""The running loss of the uninterrupted run (transformers 4's loop): ``start``, this
-        rank's loss since the last log kept by the checkpoint, plus the micro-batch losses
-        since the resume, added in the loop's order; with ``logging_nan_inf_filter`` a NaN or
-        infinite one adds instead the interval's mean so far, :math:`t / (1 + s - s_{log})`
-        (:math:`t` the running loss, :math:`s` the step, :math:`s_{log}` the last logged).
-        The resumed loop began from 0 and replaced such a loss by a mean without ``start``."""
+        r"""The running loss of the uninterrupted run, where the loop keeps it in a local
+        variable (transformers 4, and 5.0): ``start``, this rank's loss since the last log
+        kept by the checkpoint, plus the micro-batch losses since the resume, added in the
+        loop's order; with ``logging_nan_inf_filter`` a NaN or infinite one adds instead the
+        interval's mean so far, :math:`t / (1 + s - s_{log})` (:math:`t` the running loss,
+        :math:`s` the step, :math:`s_{log}` the last logged). The resumed loop began from 0
+        and replaced such a loss by a mean without ``start``."""
         from transformers.utils import is_torch_xla_available
 
         total = torch.tensor(start, dtype=like.dtype).to(like.device)
@@ -319,7 +324,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
                 total = total + total / (1 + step - self._globalstep_last_logged)
             else:
                 total = total + loss
-        self._losses_since_resume = []
         return total
 
     def get_batch_samples(self, epoch_iterator, num_batches, *args):
@@ -468,20 +472,21 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
 
 
 class _ContinueLossSum(TrainerCallback):
-    """At the start of training, the Trainer's running loss sum continues the resumed
-    checkpoint's (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the
-    order of an uninterrupted run and ``train_loss`` equals it to the last bit (on
-    transformers 4 as below); and the logging interval in progress at the checkpoint
-    continues (``log_interval``): the regularizer and spectrum sums, each rank's own loss
-    since the last log (the Trainer averages them over ranks when it logs) and that log's
-    step, so that the first log after the resume averages the same steps as the uninterrupted
-    run's.
+    """At the start of training, the Trainer's running loss sum continues the resumed checkpoint's
+    (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the order of
+    an uninterrupted run and ``train_loss`` equals it to the last bit (where the loop keeps
+    it in a local variable, as below); and the logging interval in progress at the
+    checkpoint continues (``log_interval``): the regularizer and spectrum sums, each rank's
+    own loss since the last log (the Trainer averages them over ranks when it logs) and
+    that log's step, so that the first log after the resume averages the same steps as the
+    uninterrupted run's.
 
-    Transformers 5 keeps the running loss on the Trainer; transformers 4 in a local variable,
-    which the first log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`), after
-    that optimizer step's micro-batches, sets to the uninterrupted run's: the checkpoint's
-    part plus the step's micro-batch losses in the loop's order, a non-finite one replaced
-    as ``logging_nan_inf_filter`` replaces it (:meth:`IsotropyTrainer._running_loss_from`)."""
+    Later transformers 5 releases (5.17 does) keep the running loss on the Trainer
+    (``_tr_loss``); transformers 4 and 5.0 in a local variable of the loop, which the first
+    log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`), after that optimizer
+    step's micro-batches, sets to the uninterrupted run's: the checkpoint's part plus the
+    step's micro-batch losses in the loop's order, a non-finite one replaced as
+    ``logging_nan_inf_filter`` replaces it (:meth:`IsotropyTrainer._running_loss_from`)."""
 
     def __init__(self, trainer: IsotropyTrainer) -> None:
         self.trainer = trainer
@@ -502,10 +507,10 @@ class _ContinueLossSum(TrainerCallback):
             if resumed is not None and last is not None and mine is not None:
                 logged = interval["logged_loss_sum"]
                 t._globalstep_last_logged = last
-                if isinstance(getattr(t, "_tr_loss", None), torch.Tensor):  # transformers 5
+                if isinstance(getattr(t, "_tr_loss", None), torch.Tensor):  # on the Trainer
                     t._tr_loss += mine
                     t._total_loss_scalar = logged
-                else:  # transformers 4: a local variable, given at the first save call
+                else:  # a local variable of the loop, given at the first save call
                     t._total_loss_scalar = logged + mine  # until then (none if no step is left)
                     t._pending_unlogged = (mine, logged)
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
