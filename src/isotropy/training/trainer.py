@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 from transformers.trainer_utils import IntervalStrategy, has_length
 
 from isotropy.clouds import parse_layers
@@ -46,6 +46,7 @@ from isotropy.training.callbacks import (
 )
 from isotropy.training.config import IsotropyArguments
 from isotropy.training.exact_cycle import ExactCycleMixin
+from isotropy.training.resumed_loss import ResumedLossMixin
 
 __all__ = [
     "IsotropyTrainer",
@@ -78,7 +79,7 @@ def build_regularizers(
     return regs
 
 
-class IsotropyTrainer(ExactCycleMixin, Trainer):
+class IsotropyTrainer(ResumedLossMixin, ExactCycleMixin, Trainer):
     r"""``Trainer`` that logs the task loss, the regularizers' logs and the top-3 anisotropy
     spectrum of every optimizer step's last-layer [CLS] cloud (all averaged over the logging
     interval), and measures the evaluation set's representations at every evaluation.
@@ -137,62 +138,32 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         self.last_eval: Any = None
         self.last_eval_step: int | None = None
         self.last_measurements: dict[str, Any] | None = None
-        self._resumed_loss_sum: float | None = None
-        self._resumed_interval: dict[str, Any] | None = None
-        self._unlogged_loss: torch.Tensor | None = None
-        self._pending_unlogged: tuple[float, float] | None = None  # (this rank's, logged sum)
-        self._losses_since_resume: list[tuple[torch.Tensor, int]] = []  # (loss, its step)
         self._ended_before_epoch = False
-        self._whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
-        self.add_callback(_ContinueLossSum(self))
 
     # ------------------------------------------------------------------ checkpoints
-
-    def _unlogged_losses(self) -> list[float] | None:
-        """Every rank's training loss summed since the last log (the Trainer's running loss
-        passed to this step's save call), gathered from each process in rank order; None
-        outside that call. Every process calls it (a collective under several)."""
-        unlogged = self._unlogged_loss
-        if not isinstance(unlogged, torch.Tensor):
-            return None
-        mine = unlogged.detach().reshape(1)
-        every = self.accelerator.gather(mine) if self.args.world_size > 1 else mine
-        return [float(x) for x in every.cpu()]
 
     def _checkpoint_payload(self, unlogged: list[float] | None = None) -> dict[str, Any]:
         """The regularizers' state (:class:`IsotropyStateCallback`) and the measurements'
         Sigma_S of the current epoch, so that a resumed run measures as an uninterrupted one;
         the loss sums and the logging interval in progress, with ``unlogged`` (every rank's
-        loss since the last log, :meth:`_unlogged_losses`)."""
+        loss since the last log, :meth:`_unlogged_losses`; :meth:`_loss_payload`)."""
         payload: dict[str, Any] = {}
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, IsotropyStateCallback):
                 payload.update(cb.payload())
         payload["measure_shrinkage"] = self._shrinkage_cache
         payload["last_eval_step"] = self.last_eval_step
-        # the summed training loss of every step so far (logged, plus rank 0's steps since
-        # the last log), which train_loss of the resumed run continues (:meth:`log`)
-        logged = float(getattr(self, "_total_loss_scalar", 0.0))
-        payload["loss_sum"] = logged + (unlogged[0] if unlogged else 0.0)
-        # the logging interval in progress, so that the resumed run's first log averages the
-        # same steps as the uninterrupted run's (:class:`_ContinueLossSum`); the loss since the
-        # last log for each rank, which the Trainer averages over ranks when it logs
-        payload["log_interval"] = {
-            "sums": {k: float(v) for k, v in self._log_sums.items()},
-            "counts": dict(self._log_counts), "logged_loss_sum": logged,
-            "unlogged_losses": unlogged,
-            "last_logged_step": getattr(self, "_globalstep_last_logged", None)}
+        payload.update(self._loss_payload(unlogged))
         if self.run_dir is not None:
             payload["records"] = self.run_dir.record_counts()
         return payload
 
     def restore_checkpoint_state(self, state: Mapping[str, Any]) -> None:
-        """Take the measurements' Sigma_S and last evaluation step of a resumed checkpoint's
-        ``isotropy_state.pt`` (:func:`read_checkpoint_state`)."""
+        """Take the measurements' Sigma_S, the last evaluation step and the loss sums of a
+        resumed checkpoint's ``isotropy_state.pt`` (:func:`read_checkpoint_state`)."""
         self._shrinkage_cache = state.get("measure_shrinkage")
         self.resumed_eval_step = state.get("last_eval_step")
-        self._resumed_loss_sum = state.get("loss_sum")
-        self._resumed_interval = state.get("log_interval")
+        self._restore_loss_state(state)
 
     def _evaluate(self, trial: Any, ignore_keys_for_eval: Any, skip_scheduler: bool = False,
                   *args: Any, **kwargs: Any) -> Any:
@@ -202,18 +173,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         if skip_scheduler and self.state.global_step > 0:
             return {}
         return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler, *args, **kwargs)
-
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        """The Trainer's training; the ``training_loss`` of its ``TrainOutput`` is the
-        ``train_loss`` of its metrics (:meth:`log`: the mean over every step of the run, a
-        resumed one included), where the Trainer's own divides that run's whole loss sum by
-        the steps since the resume."""
-        try:
-            out = super().train(*args, **kwargs)
-        finally:  # a train() stopped before its first log leaves nothing to a later call
-            self._pending_unlogged, self._losses_since_resume = None, []
-        loss = out.metrics.get("train_loss") if isinstance(out.metrics, Mapping) else None
-        return out if loss is None else out._replace(training_loss=loss)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's epoch, not started when ``max_steps`` is already reached (a run
@@ -270,15 +229,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
             self.control.should_log = self.control.should_evaluate = False
             self.control.should_save = False
             return
-        if self._pending_unlogged is not None and isinstance(tr_loss, torch.Tensor):
-            # the first call after a resume, where the running loss is the loop's local
-            # variable (changed in place): it becomes the uninterrupted run's
-            mine, logged = self._pending_unlogged
-            self._pending_unlogged = None
-            tr_loss.copy_(self._running_loss_from(mine, tr_loss))
-            self._losses_since_resume = []
-            self._total_loss_scalar = logged
-        self._unlogged_loss = tr_loss  # the loss since the last log, for a checkpoint's payload
         step, epoch_now = self.state.global_step, self.state.epoch or 0.0
         # the step loop's last call of an epoch (or of training, which then ends the epoch),
         # when that epoch's evaluation will follow in the epoch-end call at the same step
@@ -293,38 +243,10 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         elif self._deferred_save_step == step:  # the epoch-end call: evaluate, then save
             self.control.should_save = True
             self._deferred_save_step = None
-        # the mixin checks the regularizer values before anything is logged, saved or evaluated
+        # the mixins: the running loss continued after a resume (ResumedLossMixin), the
+        # regularizer values checked before anything is logged, saved or evaluated
         super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch,
                                          ignore_keys_for_eval, *args, **kwargs)
-        self._unlogged_loss = None
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """The Trainer's micro-batch step; its loss kept, with the step it belongs to, while
-        the loop's running loss (a local variable) waits for the resumed checkpoint's part
-        (:meth:`_running_loss_from`)."""
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self._pending_unlogged is not None:
-            self._losses_since_resume.append((loss.detach(), self.state.global_step))
-        return loss
-
-    def _running_loss_from(self, start: float, like: torch.Tensor) -> torch.Tensor:
-        r"""The running loss of the uninterrupted run, where the loop keeps it in a local
-        variable (transformers 4, and 5.0): ``start``, this rank's loss since the last log
-        kept by the checkpoint, plus the micro-batch losses since the resume, added in the
-        loop's order; with ``logging_nan_inf_filter`` a NaN or infinite one adds instead the
-        interval's mean so far, :math:`t / (1 + s - s_{log})` (:math:`t` the running loss,
-        :math:`s` the step, :math:`s_{log}` the last logged). The resumed loop began from 0
-        and replaced such a loss by a mean without ``start``."""
-        from transformers.utils import is_torch_xla_available
-
-        total = torch.tensor(start, dtype=like.dtype).to(like.device)
-        filtered = self.args.logging_nan_inf_filter and not is_torch_xla_available()
-        for loss, step in self._losses_since_resume:
-            if filtered and not bool(torch.isfinite(loss)):
-                total = total + total / (1 + step - self._globalstep_last_logged)
-            else:
-                total = total + loss
-        return total
 
     def get_batch_samples(self, epoch_iterator, num_batches, *args):
         """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
@@ -362,16 +284,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
                 self._add_logs({**cls_spectrum_logs(cloud, k=3),
                                 "cls_spectrum_points": float(cloud.shape[0])})
         return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """A training log gets the interval means of the regularizer and spectrum logs (the
-        mixin); in the final summary, ``train_loss`` is the mean over every step of the run, a
-        resumed one included, wherever the checkpoint kept the loss sum (the Trainer's own is
-        the mean over the steps of this process). The dict is changed in place, so the
-        Trainer's ``TrainOutput.metrics`` says the same."""
-        if "train_loss" in logs and self.state.global_step > 0 and self._whole_run_loss:
-            logs["train_loss"] = self._total_loss_scalar / self.state.global_step
-        super().log(logs, start_time)
 
     def _inner(self) -> torch.nn.Module:
         return self.model.model if isinstance(self.model, RegularizedModel) else self.model
@@ -471,53 +383,6 @@ class IsotropyTrainer(ExactCycleMixin, Trainer):
         return record
 
 
-class _ContinueLossSum(TrainerCallback):
-    """At the start of training, the Trainer's running loss sum continues the resumed checkpoint's
-    (``loss_sum`` of ``isotropy_state.pt``), so that its additions happen in the order of
-    an uninterrupted run and ``train_loss`` equals it to the last bit (where the loop keeps
-    it in a local variable, as below); and the logging interval in progress at the
-    checkpoint continues (``log_interval``): the regularizer and spectrum sums, each rank's
-    own loss since the last log (the Trainer averages them over ranks when it logs) and
-    that log's step, so that the first log after the resume averages the same steps as the
-    uninterrupted run's.
-
-    Later transformers 5 releases (5.17 does) keep the running loss on the Trainer
-    (``_tr_loss``); transformers 4 and 5.0 in a local variable of the loop, which the first
-    log/save call (:meth:`IsotropyTrainer._maybe_log_save_evaluate`), after that optimizer
-    step's micro-batches, sets to the uninterrupted run's: the checkpoint's part plus the
-    step's micro-batch losses in the loop's order, a non-finite one replaced as
-    ``logging_nan_inf_filter`` replaces it (:meth:`IsotropyTrainer._running_loss_from`)."""
-
-    def __init__(self, trainer: IsotropyTrainer) -> None:
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
-        t = self.trainer
-        t._pending_unlogged = None  # a train() call before this one left it unused
-        t._losses_since_resume = []
-        resumed, t._resumed_loss_sum = t._resumed_loss_sum, None  # used once
-        interval, t._resumed_interval = t._resumed_interval, None
-        if resumed is not None:
-            t._total_loss_scalar = resumed
-        if interval is not None and state.global_step > 0:
-            t._log_sums = dict(interval["sums"])
-            t._log_counts = dict(interval["counts"])
-            last = interval["last_logged_step"]
-            mine = _own_unlogged_loss(interval, args.process_index, args.world_size)
-            if resumed is not None and last is not None and mine is not None:
-                logged = interval["logged_loss_sum"]
-                t._globalstep_last_logged = last
-                if isinstance(getattr(t, "_tr_loss", None), torch.Tensor):  # on the Trainer
-                    t._tr_loss += mine
-                    t._total_loss_scalar = logged
-                else:  # a local variable of the loop, given at the first save call
-                    t._total_loss_scalar = logged + mine  # until then (none if no step is left)
-                    t._pending_unlogged = (mine, logged)
-        # a run resumed without the sum (a checkpoint written before it was kept, or a caller
-        # that did not restore the state) keeps the Trainer's own train_loss
-        t._whole_run_loss = resumed is not None or state.global_step == 0
-
-
 class _DropEmptyEpochWarning(logging.Filter):
     """Drops the ``Trainer``'s warning of an epoch without a single batch (transformers 4),
     while attached: :meth:`IsotropyTrainer.get_batch_samples` ends such an epoch on purpose."""
@@ -535,26 +400,6 @@ class _DropEmptyEpochWarning(logging.Filter):
 
 
 _EMPTY_EPOCH_WARNING = _DropEmptyEpochWarning()
-
-
-def _own_unlogged_loss(interval: Mapping[str, Any], rank: int, world_size: int) -> float | None:
-    """This rank's loss since the last log in a checkpoint's ``log_interval``: its entry of
-    ``unlogged_losses`` (one per rank of the run that wrote it, in rank order); None where the
-    checkpoint was written by another number of processes (their running losses do not map
-    onto these ranks) or before the list was kept (``unlogged_loss`` alone, rank 0's, does not
-    say how many processes wrote it).
-
-    >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=1, world_size=2)
-    2.5
-    >>> _own_unlogged_loss({"unlogged_losses": [1.5, 2.5]}, rank=0, world_size=1) is None
-    True
-    >>> _own_unlogged_loss({"unlogged_loss": 0.5}, rank=0, world_size=1) is None
-    True
-    """
-    every = interval.get("unlogged_losses")
-    if every is None or len(every) != world_size:
-        return None
-    return float(every[rank])
 
 
 def _hidden_states(output: Any) -> tuple[torch.Tensor, ...] | None:
