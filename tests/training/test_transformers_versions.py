@@ -146,10 +146,9 @@ def test_the_isotropy_trainer_passes_an_older_trainers_arguments_on(monkeypatch)
     trainer.control = SimpleNamespace(should_save=False, should_evaluate=False,
                                       should_log=False, should_training_stop=False)
     trainer._deferred_save_step, trainer._ended_before_epoch = None, False
-    trainer._pending_unlogged = None
     assert trainer.get_batch_samples(iter([1, 2, 3]), 2) == ([1, 2], None)
     trainer._maybe_log_save_evaluate(0.0, None, None, None, 0, None, 12.5)
-    assert calls == [12.5]
+    assert calls == [12.5] and trainer._unlogged_loss is None
 
 
 def test_group_by_length_is_one_flag_that_reaches_the_trainers_sampler(tmp_path):

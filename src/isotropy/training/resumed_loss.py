@@ -21,8 +21,11 @@ __all__ = ["ResumedLossMixin"]
 
 class ResumedLossMixin:
     """A ``Trainer`` mixin (before ``Trainer`` in the bases) whose checkpoints keep the loss
-    sums (:meth:`_loss_payload`) and whose resumed runs continue them
-    (:meth:`_restore_loss_state`, :class:`_ContinueLossSum`)."""
+    sums and whose resumed runs continue them. The host writes and reads the checkpoint's
+    state: it puts :meth:`_loss_payload` (given :meth:`_unlogged_losses`, called in its
+    save) into it and hands a resumed one to :meth:`_restore_loss_state`; and it keeps the
+    interval sums of the regularizer logs (``_log_sums``, ``_log_counts``:
+    :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`)."""
 
     _resumed_loss_sum: float | None = None
     _resumed_interval: dict[str, Any] | None = None
@@ -30,6 +33,7 @@ class ResumedLossMixin:
     _pending_unlogged: tuple[float, float] | None = None  # (this rank's, logged sum)
     _losses_since_resume: Sequence[tuple[torch.Tensor, int]] = ()  # (loss, its step)
     _whole_run_loss = False  # whether _total_loss_scalar sums every step of the run
+    _first_step = 0  # the step this train() call began at
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -73,8 +77,8 @@ class ResumedLossMixin:
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """The Trainer's training; the ``training_loss`` of its ``TrainOutput`` is the
         ``train_loss`` of its metrics (:meth:`log`: the mean over every step of the run, a
-        resumed one included), where the Trainer's own divides that run's whole loss sum by
-        the steps since the resume."""
+        resumed one included), where the Trainer's own is the loss summed since the resume
+        over the steps since the resume (transformers 5) or over every step (4)."""
         try:
             out = super().train(*args, **kwargs)  # type: ignore[misc]
         finally:  # a train() stopped before its first log leaves nothing to a later call
@@ -84,12 +88,15 @@ class ResumedLossMixin:
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """In the final summary, ``train_loss`` is the mean over every step of the run, a
-        resumed one included, wherever the checkpoint kept the loss sum (the Trainer's own is
-        the mean over the steps of this process). The dict is changed in place, so the
-        Trainer's ``TrainOutput.metrics`` says the same."""
-        step = self.state.global_step  # type: ignore[attr-defined]
-        if "train_loss" in logs and step > 0 and self._whole_run_loss:
-            logs["train_loss"] = self._total_loss_scalar / step  # type: ignore[attr-defined]
+        resumed one included, wherever the checkpoint kept the loss sum; else the mean over
+        the steps of this process, never its sum divided by every step of the run (as
+        transformers 4's own). The dict is changed in place, so the Trainer's
+        ``TrainOutput.metrics`` says the same."""
+        if "train_loss" in logs and self.state.global_step > 0:  # type: ignore[attr-defined]
+            step = self.state.global_step  # type: ignore[attr-defined]
+            total = self._total_loss_scalar  # type: ignore[attr-defined]
+            steps = step if self._whole_run_loss else max(step - self._first_step, 0.001)
+            logs["train_loss"] = total / steps
         super().log(logs, start_time)  # type: ignore[misc]
 
     def _maybe_log_save_evaluate(self, tr_loss, *args, **kwargs):
@@ -186,6 +193,7 @@ class _ContinueLossSum(TrainerCallback):
         # a run resumed without the sum (a checkpoint written before it was kept, or a caller
         # that did not restore the state) keeps the Trainer's own train_loss
         t._whole_run_loss = resumed is not None or state.global_step == 0
+        t._first_step = state.global_step
 
 
 def _own_unlogged_loss(interval: Mapping[str, Any], rank: int, world_size: int) -> float | None:

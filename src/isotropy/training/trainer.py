@@ -249,7 +249,7 @@ class IsotropyTrainer(ResumedLossMixin, ExactCycleMixin, Trainer):
                                          ignore_keys_for_eval, *args, **kwargs)
 
     def get_batch_samples(self, epoch_iterator, num_batches, *args):
-        """The Trainer's micro-batches of one accumulation cycle (the mixin keeps them), with
+        """The Trainer's micro-batches of one accumulation cycle (ExactCycleMixin keeps them), with
         the cycle's [CLS] rows started afresh; none, and training stopped, once ``max_steps``
         is reached (transformers 4 asks for them when a run resumes from its final
         checkpoint in mid-epoch, and would train one more step; 5 never starts that epoch,
@@ -272,7 +272,7 @@ class IsotropyTrainer(ResumedLossMixin, ExactCycleMixin, Trainer):
         loss, outputs = super().compute_loss(
             model, {**inputs, "output_hidden_states": True}, return_outputs=True,
             num_items_in_batch=num_items_in_batch)
-        hs = _hidden_states(outputs)  # (the mixin added the regularizers' logs)
+        hs = _hidden_states(outputs)  # (RegularizerLogMixin added the regularizers' logs)
         if hs:
             self._cycle_cls.append(pooled_rows(hs[-1], inputs.get("attention_mask"),
                                                self.measure_pooling))
