@@ -46,10 +46,9 @@ def marked(marker: str) -> set[str]:
     if res.returncode != 0:  # 5: no test carries the marker
         raise SystemExit(f"collecting the tests marked {marker!r} failed (pytest exit "
                          f"{res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    out = res.stdout
+    ids = {line.strip() for line in res.stdout.splitlines() if "::" in line}
     # a parametrized test is listed per case; slow_by_time.txt names it either way
-    return {line.strip() for line in out.splitlines() if "::" in line} | {
-        line.strip().split("[", 1)[0] for line in out.splitlines() if "::" in line}
+    return ids | {node.split("[", 1)[0] for node in ids}
 
 
 def main() -> None:

@@ -81,3 +81,16 @@ class Crash(TrainerCallback):
         if state.global_step == self.at:
             raise RuntimeError("simulated crash")
         return control
+
+
+def crash_and_resume(model_dir, glue, root: Path, extra: Sequence[str], at: int):
+    """``isotropy train`` twice with ``extra``: whole into ``root/full``, and into
+    ``root/broken`` stopped after step ``at`` (:class:`Crash`) then resumed; returns the two
+    folders and the resumed run's result."""
+    import pytest
+
+    full, broken = root / "full", root / "broken"
+    run_train(train_argv(model_dir, glue, full, *extra))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_train(train_argv(model_dir, glue, broken, *extra), callbacks=[Crash(at)])
+    return full, broken, run_train(train_argv(model_dir, glue, broken, *extra, "--resume"))

@@ -218,17 +218,13 @@ def test_classifier_pooling_is_checked_before_any_work(tiny, tmp_path):
 
 
 def test_a_resumed_mean_readout_run_equals_the_uninterrupted_run(tiny, tmp_path):
-    from _training import Crash
+    from _training import crash_and_resume
     from safetensors.torch import load_file
 
     model, glue = tiny
     extra = ["--task", "sst2", "--classifier_pooling", "mean", "--save_strategy", "steps",
              "--save_steps", "3"]
-    full, broken = tmp_path / "full", tmp_path / "broken"
-    _run(_argv(model, glue, full, *extra))
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _run(_argv(model, glue, broken, *extra), callbacks=[Crash(5)])
-    res = _run(_argv(model, glue, broken, *extra, "--resume"))
+    full, broken, res = crash_and_resume(model, glue, tmp_path, extra, at=5)
     assert res.results["train"]["resumed_from"].endswith("checkpoint-3")
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, broken))
     for key in ("eval_loss", "eval_accuracy"):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from _models import save_tiny_bert
-from _training import WORDS
+from _training import WORDS, crash_and_resume
 from _training import Crash as _Crash
 from _training import run_train as _run
 from _training import sentence as _sentence
@@ -246,11 +246,7 @@ def test_a_non_finite_loss_just_after_a_resume_is_replaced_as_in_the_uninterrupt
     extra = ["--task", "sst2", "--max_train_samples", "32", "--per_device_train_batch_size",
              "4", "--gradient_accumulation_steps", "2", "--logging_steps", "4",
              "--save_strategy", "steps", "--save_steps", "2", "--eval_strategy", "no"]
-    full, broken = tmp_path / "full", tmp_path / "broken"
-    _run(_argv(tiny_model_dir, glue_dir, full, *extra))
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _run(_argv(tiny_model_dir, glue_dir, broken, *extra), callbacks=[_Crash(3)])
-    res = _run(_argv(tiny_model_dir, glue_dir, broken, *extra, "--resume"))
+    full, broken, res = crash_and_resume(tiny_model_dir, glue_dir, tmp_path, extra, at=3)
     assert res.results["train"]["resumed_from"].endswith("checkpoint-2")
 
     def losses(out):
