@@ -17,7 +17,6 @@ on the output (``outputs.task_loss``, ``outputs.regularizer_logs``) and on the w
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -30,6 +29,12 @@ from isotropy._validation import check_flag
 from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
+from isotropy.models.trainer_guard import (
+    _calling_trainer,
+    _fix,
+    _keeps_terms,
+    check_trainer,
+)
 from isotropy.models.wrapping import ReadsWrappedAttributes
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
@@ -414,59 +419,6 @@ class RegularizedModel(ReadsWrappedAttributes, PreTrainedModel):
             return cls(loss=total, **fields)
         except TypeError:
             return _Output({"loss": total, **fields} if total is not None else fields)
-
-
-def _trainer_class() -> type | None:
-    """``transformers.Trainer`` if it was imported (else no ``Trainer`` is running)."""
-    return getattr(sys.modules.get("transformers.trainer"), "Trainer", None)
-
-
-def _calling_trainer(method: str) -> tuple[Any, Any, type] | None:
-    """The ``transformers.Trainer`` one of whose methods named ``method`` is on the call stack
-    (the innermost such frame), that frame's code and ``transformers.Trainer``; ``None``
-    outside a ``Trainer``."""
-    trainer_cls = _trainer_class()
-    if trainer_cls is None:
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == method:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, trainer_cls):
-                return owner, frame.f_code, trainer_cls
-        frame = frame.f_back
-    return None
-
-
-def _fix(trainer: Any) -> str:
-    return ("train with isotropy.RegularizedTrainer, or put isotropy.RegularizerLogMixin "
-            f"before Trainer in the bases of {type(trainer).__name__}")
-
-
-def _keeps_terms(trainer: Any) -> bool:
-    """Whether ``trainer`` says it adds the regularizers' terms to its loss (the class
-    attribute ``keeps_regularizer_terms``, which ``RegularizerLogMixin`` sets: the model layer
-    reads it without importing the training layer)."""
-    return bool(getattr(type(trainer), "keeps_regularizer_terms", False))
-
-
-def check_trainer(trainer: Any) -> None:
-    """Raise ``ValueError`` when ``trainer`` (a ``transformers.Trainer`` training a
-    :class:`RegularizedModel`) would drop the regularizers' terms: ``Trainer.compute_loss``
-    with ``label_smoothing_factor`` or a ``compute_loss_func`` computes the loss from the
-    logits alone. A :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin` (e.g.
-    ``RegularizedTrainer``) keeps them: it passes."""
-    if _keeps_terms(trainer):
-        return
-    options = [name for name, on in (
-        ("label_smoothing_factor", getattr(trainer, "label_smoother", None) is not None),
-        ("compute_loss_func", getattr(trainer, "compute_loss_func", None) is not None),
-    ) if on]
-    if options:
-        raise ValueError(
-            f"{type(trainer).__name__} with {' and '.join(options)} computes the loss from the "
-            "logits and drops the regularizers' terms of RegularizedModel (it would train "
-            f"without them): {_fix(trainer)}, which keep them")
 
 
 class _Output(dict):

@@ -429,7 +429,7 @@ class ShrinkageRefreshCallback(TrainerCallback):
         ``output_dir/checkpoint-<step>``; taken only if it was saved with the weights the model
         now holds, and, under several processes, only if every rank has it. First, a
         ``Trainer`` that would drop the regularizers' terms is refused
-        (:func:`~isotropy.models.regularized.check_trainer`), before the first refresh."""
+        (:func:`~isotropy.models.trainer_guard.check_trainer`), before the first refresh."""
         _refuse_a_trainer_dropping_terms(kwargs.get("model"))
         self._saved = None
         if state.global_step > 0:
@@ -546,10 +546,11 @@ def istar_losses(model: torch.nn.Module, losses: Iterable[IStarLoss] | IStarLoss
 
 
 def _refuse_a_trainer_dropping_terms(model: Any) -> None:
-    """:func:`~isotropy.models.regularized.check_trainer` of the ``Trainer`` running this
+    """:func:`~isotropy.models.trainer_guard.check_trainer` of the ``Trainer`` running this
     callback's ``on_train_begin`` (found on the call stack), when it trains a
     ``RegularizedModel`` with its own ``Trainer.compute_loss``."""
-    from isotropy.models.regularized import _calling_trainer, check_trainer, find_regularized
+    from isotropy.models.regularized import find_regularized
+    from isotropy.models.trainer_guard import _calling_trainer, check_trainer
 
     found = _calling_trainer("_inner_training_loop")
     if found is None or find_regularized(model) is None:

@@ -40,7 +40,7 @@ class RegularizerLogMixin:
     """Adds the interval means of ``RegularizedModel.last_logs`` to the ``Trainer``'s
     training logs (module docstring). Put it before ``Trainer`` in the bases."""
 
-    keeps_regularizer_terms = True  # read by isotropy.models.regularized.check_trainer
+    keeps_regularizer_terms = True  # read by isotropy.models.trainer_guard.check_trainer
     _log_sums: dict[str, Any]
     _log_counts: dict[str, int]
 
