@@ -28,16 +28,16 @@ from isotropy._validation import check_flag
 from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
+from isotropy.models.pretrained_wrapper import WrappedPreTrainedModel
 from isotropy.models.trainer_guard import (
     _calling_trainer,
     _fix,
     _keeps_terms,
     check_trainer,
 )
-from isotropy.models.wrapping import WrappedPreTrainedModel
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
-__all__ = ["RegularizedModel", "check_trainer", "exact_cycle_losses", "find_regularized",
+__all__ = ["RegularizedModel", "exact_cycle_losses", "find_regularized",
            "prepare_exact_cycle"]
 
 
@@ -120,10 +120,11 @@ class RegularizedModel(WrappedPreTrainedModel):
     caller asked for it. ``last_logs`` holds the floats of the latest call.
 
     The wrapper is a ``transformers.PreTrainedModel`` that a plain ``Trainer`` saves as the
-    wrapped model alone (:class:`~isotropy.models.wrapping.WrappedPreTrainedModel`); other
-    attributes it lacks come from the wrapped model too. For the ``Trainer`` the wrapper declares no
-    loss kwargs (the Trainer scales the loss for gradient accumulation itself); question
-    answering needs ``TrainingArguments(label_names=["start_positions", "end_positions"])``.
+    wrapped model alone, and whose other attributes are the wrapped model's
+    (:class:`~isotropy.models.pretrained_wrapper.WrappedPreTrainedModel`). For the
+    ``Trainer`` the wrapper declares no loss kwargs (the Trainer scales the loss for gradient
+    accumulation itself); question answering needs
+    ``TrainingArguments(label_names=["start_positions", "end_positions"])``.
 
     >>> from types import SimpleNamespace
     >>> from isotropy.losses.cosreg import CosRegLoss
