@@ -1,5 +1,6 @@
 """The top-level package: every name of ``__all__`` is reachable, and ``dir(isotropy)``
-lists the lazily loaded ones (tab completion), before and after their first use."""
+lists the lazily loaded ones (tab completion), before and after their first use; the
+measures and losses load without ``transformers``."""
 
 from __future__ import annotations
 
@@ -22,3 +23,13 @@ def test_lazy_names_are_listed_before_they_are_loaded():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["True", "False"]
+
+
+def test_measures_and_losses_load_without_transformers():
+    names = ("isoscore", "isoscore_star", "twonn", "persistent_entropy", "IStarLoss",
+             "CosRegLoss", "PersistentEntropyLoss", "OutlierStats")
+    code = (f"import sys, isotropy; [getattr(isotropy, n) for n in {names!r}]; "
+            "print('transformers' in sys.modules, 'isotropy.models.regularized' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["False", "False"]

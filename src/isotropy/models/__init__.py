@@ -1,4 +1,5 @@
 """Hugging Face models: loading (hub id, local path, ``minilm``), hidden states -> point
 clouds, :class:`~isotropy.models.regularized.RegularizedModel` and the I-STAR shrinkage
-covariance refresh. Modules here import ``transformers`` lazily or not at all, so
-``import isotropy`` stays light."""
+covariance refresh. ``import isotropy`` loads none of them until a name is first used
+(``isotropy.RegularizedModel``, ...); the measures and the losses never import them, nor
+``transformers``."""
