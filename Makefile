@@ -74,10 +74,11 @@ test: $(VENV)/.installed
 # torch at TORCH_PIN) with the test runner only, and the tests marked `floor` in MIN_TESTS:
 # the version shims, and the Trainer / `isotropy train` integration (a RegularizedTrainer
 # with the Sigma_S refresh, `isotropy train` checkpointed and resumed to the end, resumed from
-# its final checkpoint in mid-epoch, with a NaN loss just after the resume, from a checkpoint
-# without the loss sum, and refused on two CPU processes, the regularizers' logs and loss
-# under label smoothing, a compute_loss_func under gradient accumulation, a plain Trainer
-# that would drop the regularizers refused).
+# its final checkpoint in mid-epoch, stopped by SIGUSR1 after a checkpoint off the schedule
+# (on one process, and on one of two), with a NaN loss just after the resume, from a
+# checkpoint without the loss sum, and refused on two CPU processes, the regularizers' logs
+# and loss under label smoothing, a compute_loss_func under gradient accumulation, a plain
+# Trainer that would drop the regularizers refused).
 VENV_MIN ?= .venv-min
 # In two halves (two processes, run side by side): the RegularizedTrainer's tests, and the
 # rest (the shims, and `isotropy train` resumed).
@@ -87,7 +88,9 @@ MIN_TESTS_RUN := tests/test_min_versions.py tests/training/test_transformers_ver
 	tests/training/test_train.py::test_a_non_finite_loss_just_after_a_resume_is_replaced_as_in_the_uninterrupted_run \
 	tests/training/test_train.py::test_a_resume_without_the_kept_loss_sum_gives_the_mean_over_the_steps_it_trained \
 	tests/training/test_crash_resume.py::test_a_run_ending_mid_epoch_resumes_from_its_final_checkpoint \
-	tests/training/test_train_distributed.py::test_two_processes_resume_to_the_uninterrupted_records
+	tests/training/test_crash_resume.py::test_sigusr1_stops_after_a_checkpoint_that_resumes_to_the_uninterrupted_result \
+	tests/training/test_train_distributed.py::test_two_processes_resume_to_the_uninterrupted_records \
+	tests/training/test_train_distributed.py::test_sigusr1_on_one_process_checkpoints_every_rank_at_the_same_step
 
 $(VENV_MIN)/.installed: pyproject.toml Makefile .ci/min-versions.txt
 	python3 -m venv $(VENV_MIN)

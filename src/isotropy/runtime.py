@@ -1,5 +1,6 @@
 """Process-wide settings: numerics (flush-to-zero), random states, the CPU's bf16 support,
-and the fault-injection points of the crash tests."""
+stopping on a signal (at once, or after a checkpoint) and the fault-injection points of the
+crash tests."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["FAULT_ENV", "RngState", "autocast_off", "cpu_has_native_bf16", "fault_point",
-           "flush_denormals", "flushing_denormals", "get_rng_state", "set_rng_state",
-           "stop_on_signals", "stop_point", "stop_requested"]
+__all__ = ["CHECKPOINT_SIGNAL", "FAULT_ENV", "RngState", "StoppedAtCheckpoint", "autocast_off",
+           "checkpoint_on_signal", "checkpoint_requested", "cpu_has_native_bf16",
+           "fault_point", "flush_denormals", "flushing_denormals", "get_rng_state",
+           "set_rng_state", "stop_on_signals", "stop_point", "stop_requested"]
 
 FAULT_ENV = "ISOTROPY_FAULT"
 _fault_hits: dict[str, int] = {}
@@ -27,7 +29,8 @@ def fault_point(name: str) -> None:
     at all, as a killed process), raise ``KeyboardInterrupt`` right here (``int``: what Ctrl-C
     does when Python gets the signal at this point; raised, not signalled, so that it lands
     exactly here), send ``SIGSTOP`` (``stop``: paused mid-run until ``SIGCONT``), ``SIGINT``
-    or ``SIGTERM`` (``sigint``, ``sigterm``: the signal, handled wherever it lands), or
+    ``SIGTERM`` or ``SIGUSR1`` (``sigint``, ``sigterm``, ``sigusr1``: the signal, handled
+    wherever it lands), or
     ``SIGINT`` from inside a finalizer (``sigint-in-finalizer``: a Ctrl-C that Python would
     drop). Used by the
     crash tests to stop a real run at a named place; without the
@@ -47,8 +50,8 @@ def fault_point(name: str) -> None:
         return
     if how == "int":
         raise KeyboardInterrupt(f"{FAULT_ENV}={spec}")
-    if how in ("sigint", "sigterm"):  # the signal itself, handled wherever it lands
-        os.kill(os.getpid(), signal.SIGINT if how == "sigint" else signal.SIGTERM)
+    if how in ("sigint", "sigterm", "sigusr1"):  # the signal itself, handled wherever it lands
+        os.kill(os.getpid(), getattr(signal, how.upper()))
         return
     if how == "sigint-in-finalizer":  # Ctrl-C landing while a finalizer (__del__) runs
         _Finalized()
@@ -123,6 +126,59 @@ def stop_point() -> None:
     """
     if _stops:
         raise KeyboardInterrupt(signal.Signals(_stops[-1]).name)
+
+CHECKPOINT_SIGNAL = getattr(signal, "SIGUSR1", None)  # None where the platform has none
+_checkpoint_requests: list[int] = []  # the signals received by checkpoint_on_signal's handler
+
+
+class StoppedAtCheckpoint(KeyboardInterrupt):
+    """A training run stopped, as asked (:func:`checkpoint_on_signal`), right after writing a
+    complete checkpoint at ``step``: resuming from it continues the run to the records of an
+    uninterrupted one."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        super().__init__(f"stopped at step {step} after its checkpoint")
+        self.step, self.signum = step, signum
+
+
+def _request_checkpoint(signum: int, frame: object) -> None:
+    _checkpoint_requests.append(signum)
+
+
+@contextmanager
+def checkpoint_on_signal(signals: tuple[int, ...] | None = None) -> Iterator[None]:
+    """Inside the block, ``SIGUSR1`` (a cluster's warning before it preempts a job, e.g.
+    Slurm's ``--signal=USR1@120``) asks a training run to write a checkpoint at the end of the
+    optimizer step in progress and then stop (:class:`StoppedAtCheckpoint`); the handler only
+    records the request (:func:`checkpoint_requested`), so the step in progress is never cut.
+    Main thread only (elsewhere, and where the platform has no ``SIGUSR1``, nothing is
+    installed); the previous handlers are back, and the record empty, on exit.
+
+    >>> with checkpoint_on_signal():
+    ...     checkpoint_requested()
+    False
+    """
+    import threading
+
+    chosen = signals if signals is not None else tuple(
+        s for s in (CHECKPOINT_SIGNAL,) if s is not None)
+    if not chosen or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _request_checkpoint) for sig in chosen}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _checkpoint_requests.clear()
+
+
+def checkpoint_requested() -> int | None:
+    """The signal that asked for a checkpoint and a stop (:func:`checkpoint_on_signal`), or
+    ``None``."""
+    return _checkpoint_requests[-1] if _checkpoint_requests else None
+
 
 RngState = tuple[torch.Tensor, dict[str, torch.Tensor]]
 

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import signal
 import warnings
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from _training import Crash
 from transformers import TrainerCallback
 
 from isotropy.probing.eval_measures import OTHER_RANK, EvalMeasures
+from isotropy.runtime import StoppedAtCheckpoint, checkpoint_on_signal
 from isotropy.training._compat import TRANSFORMERS_VERSION
 from isotropy.training.callbacks import read_checkpoint_state
 from isotropy.training.run import run_training
@@ -732,7 +734,33 @@ def _resume_on_rank(rank: int, model_dir: str, glue: str, root: str) -> dict:
             "files_before": _files(Path(root) / "broken")}
     done["resumed"] = guarded("resumed", _train, [*broken, "--resume"])
     done["files_after"] = _files(Path(root) / "broken")
+    asked = _resume_argv(model_dir, glue, Path(root) / "asked")
+    done["asked"] = guarded("asked", _asked_on_rank_1, asked, rank)
+    done["asked_files"] = _files(Path(root) / "asked")
+    done["asked_resumed"] = guarded("asked_resumed", _train, [*asked, "--resume"])
     return done
+
+
+class _AskForCheckpoint(TrainerCallback):
+    """SIGUSR1 to this process as optimizer step ``step`` (counted from 1) begins."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return control
+
+
+def _asked_on_rank_1(argv: list[str], rank: int) -> dict:
+    """The run with SIGUSR1 sent to rank 1 alone during step 1: where each rank stopped."""
+    with checkpoint_on_signal():
+        try:
+            _train(argv, (_AskForCheckpoint(1),) if rank == 1 else ())
+        except StoppedAtCheckpoint as stop:
+            return {"stopped_at": stop.step, "signum": stop.signum}
+    return {"stopped_at": None}
 
 
 def _files(folder: Path) -> dict[str, int]:
@@ -790,5 +818,35 @@ def test_two_processes_resume_to_the_uninterrupted_records(two_process_resume):
     # rank 0's step-3 loss on both ranks would move step 4's log (the mean over 2 ranks and
     # 2 steps) by a quarter of the ranks' difference: 10 times the tolerance at least
     assert abs(losses[0] - losses[1]) / 4 > 10 * 1e-6 * abs(logs[0][4]["loss"])
+    assert resumed["results"]["train"]["train_loss"] == pytest.approx(
+        full["results"]["train"]["train_loss"], rel=1e-6)
+
+
+@pytest.mark.floor  # the request all-reduced over the ranks on transformers 4 too
+def test_sigusr1_on_one_process_checkpoints_every_rank_at_the_same_step(two_process_resume):
+    """SIGUSR1 reaching rank 1 alone during step 1 (off the checkpoint and log schedules):
+    both ranks save checkpoint-1 and stop; resumed (transformers 5: 4 refuses a resume on
+    several CPU processes, with a clear error), the run writes the uninterrupted records."""
+    for rank in range(WORLD):
+        assert two_process_resume.value(rank, "asked") == {"stopped_at": 1,
+                                                           "signum": signal.SIGUSR1}
+    files = two_process_resume.value(0, "asked_files")
+    assert "checkpoint-1/isotropy_state.pt" in files and "results.json" not in files
+    if TRANSFORMERS_VERSION < (5, 0):
+        refused = two_process_resume.ranks[0]["asked_resumed"]
+        assert isinstance(refused, StepError) and "on 2 CPU processes" in refused.traceback
+        return
+    full, resumed = (two_process_resume.value(0, k) for k in ("full", "asked_resumed"))
+    assert resumed["results"]["train"]["resumed_from"].endswith("checkpoint-1")
+    for rank in range(WORLD):
+        params = two_process_resume.value(rank, "asked_resumed", "params")
+        assert _max_diff(params, full["params"]) < ATOL
+    logs = [{r["step"]: r for r in _jsonl(Path(run["run_dir"]) / "metrics.jsonl") if "loss" in r}
+            for run in (full, resumed)]
+    assert sorted(logs[0]) == sorted(logs[1]) == [2, 4]
+    for step in (2, 4):
+        for key, value in logs[0][step].items():
+            if key not in ("epoch", "step"):
+                assert logs[1][step][key] == pytest.approx(value, rel=1e-6), (step, key)
     assert resumed["results"]["train"]["train_loss"] == pytest.approx(
         full["results"]["train"]["train_loss"], rel=1e-6)

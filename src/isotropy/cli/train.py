@@ -110,17 +110,19 @@ def _write_failure(err: BaseException, run_dir: str | None) -> str | None:
 def _run(parse: Any) -> int:
     """Train; SIGINT and SIGTERM, from the first line on, stop the run as Ctrl-C does
     (:func:`isotropy.runtime.stop_on_signals`): one line saying how to continue, status 130
-    (SIGINT) or 143 (SIGTERM)."""
-    from isotropy.runtime import stop_on_signals
+    (SIGINT) or 143 (SIGTERM). SIGUSR1 stops it after a checkpoint written at the end of the
+    optimizer step in progress (:func:`isotropy.runtime.checkpoint_on_signal`): one line
+    naming it, status 138."""
+    from isotropy.runtime import checkpoint_on_signal, stop_on_signals
 
-    with stop_on_signals():
+    with stop_on_signals(), checkpoint_on_signal():
         return _run_stoppable(parse)
 
 
 def _run_stoppable(parse: Any) -> int:
     import signal
 
-    from isotropy.runtime import stop_point, stop_requested
+    from isotropy.runtime import StoppedAtCheckpoint, stop_point, stop_requested
 
     run_dir = None
     try:
@@ -130,6 +132,10 @@ def _run_stoppable(parse: Any) -> int:
         iso_args, train_args = parse()
         run_dir = train_args.output_dir
         result = run_training(iso_args, train_args)
+    except StoppedAtCheckpoint as stop:
+        print(f"isotropy train: stopped ({signal.Signals(stop.signum).name}) at step "
+              f"{stop.step}, after its checkpoint{_resume_hint(run_dir)}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         signum = stop_requested() or signal.SIGINT
         how = "" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"

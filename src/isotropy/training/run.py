@@ -92,6 +92,7 @@ from isotropy.training.predictions import (
     _span_rows,
     make_compute_metrics,
 )
+from isotropy.training.stopping import StopPoints
 from isotropy.training.trainer import IsotropyTrainer, build_regularizers
 
 __all__ = [
@@ -286,19 +287,6 @@ def _load_model(inputs: _Inputs, classifier_pooling: str = "cls") -> Any:
             hf_logging.enable_progress_bar()
 
 
-class _StopPoints(TrainerCallback):
-    """Stop at the next step's edge when a stop was requested but its ``KeyboardInterrupt``
-    was dropped (:func:`isotropy.runtime.stop_point`)."""
-
-    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
-        stop_point()
-        return control
-
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
-        stop_point()
-        return control
-
-
 def _shrinkage_loader(train_args: TrainArguments, train_ds: TaskDataset,
                       collator: Any) -> Callable[[int], torch.utils.data.DataLoader]:
     """The Sigma_S pass's loader per epoch: a seeded order of its own; under torch.distributed
@@ -423,7 +411,7 @@ def _run_locked(iso_args: IsotropyArguments, train_args: TrainArguments, inputs:
     set_seed(train_args.seed)
     model = _load_model(inputs, iso_args.classifier_pooling)
     trainer, predictor = _build_trainer(iso_args, train_args, inputs, run_dir, model,
-                                        [*callbacks, _StopPoints()], resume_state)
+                                        [*callbacks, StopPoints()], resume_state)
     stop_point()
     train_out, train_seconds = _train(trainer, train_args, resume_from)
     done = _Trained(run_dir=run_dir, trainer=trainer, inputs=inputs, model=model, iso_args=iso_args,
