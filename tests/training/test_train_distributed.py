@@ -802,10 +802,21 @@ def test_two_processes_resume_to_the_uninterrupted_records(two_process_resume):
     # step 3's loss on each rank: the ranks train on different examples
     assert len(losses) == WORLD and all(math.isfinite(x) for x in losses)
     assert losses[0] != losses[1] and interval["last_logged_step"] == 2
-    full, resumed = (two_process_resume.value(0, k) for k in ("full", "resumed"))
-    assert resumed["results"]["train"]["resumed_from"].endswith("checkpoint-3")
+    full_logs = _assert_resumed_to_the_full_run(two_process_resume, "resumed", "checkpoint-3")
+    # rank 0's step-3 loss on both ranks would move step 4's log (the mean over 2 ranks and
+    # 2 steps) by a quarter of the ranks' difference: 10 times the tolerance at least
+    assert abs(losses[0] - losses[1]) / 4 > 10 * 1e-6 * abs(full_logs[4]["loss"])
+
+
+def _assert_resumed_to_the_full_run(results: RunResults, name: str, checkpoint: str
+                                    ) -> dict[int, dict]:
+    """The resumed run ``name`` (from ``checkpoint``) ends with the uninterrupted run's
+    parameters on every rank, its logs at steps 2 and 4 and its ``train_loss``; returns the
+    uninterrupted run's logs by step."""
+    full, resumed = (results.value(0, k) for k in ("full", name))
+    assert resumed["results"]["train"]["resumed_from"].endswith(checkpoint)
     for rank in range(WORLD):
-        params = two_process_resume.value(rank, "resumed", "params")
+        params = results.value(rank, name, "params")
         assert _max_diff(params, full["params"]) < ATOL
     logs = [{r["step"]: r for r in _jsonl(Path(run["run_dir"]) / "metrics.jsonl") if "loss" in r}
             for run in (full, resumed)]
@@ -815,11 +826,9 @@ def test_two_processes_resume_to_the_uninterrupted_records(two_process_resume):
         for key, value in logs[0][step].items():
             if key not in ("epoch", "step"):
                 assert logs[1][step][key] == pytest.approx(value, rel=1e-6), (step, key)
-    # rank 0's step-3 loss on both ranks would move step 4's log (the mean over 2 ranks and
-    # 2 steps) by a quarter of the ranks' difference: 10 times the tolerance at least
-    assert abs(losses[0] - losses[1]) / 4 > 10 * 1e-6 * abs(logs[0][4]["loss"])
     assert resumed["results"]["train"]["train_loss"] == pytest.approx(
         full["results"]["train"]["train_loss"], rel=1e-6)
+    return logs[0]
 
 
 @pytest.mark.floor  # the request all-reduced over the ranks on transformers 4 too
@@ -836,17 +845,4 @@ def test_sigusr1_on_one_process_checkpoints_every_rank_at_the_same_step(two_proc
         refused = two_process_resume.ranks[0]["asked_resumed"]
         assert isinstance(refused, StepError) and "on 2 CPU processes" in refused.traceback
         return
-    full, resumed = (two_process_resume.value(0, k) for k in ("full", "asked_resumed"))
-    assert resumed["results"]["train"]["resumed_from"].endswith("checkpoint-1")
-    for rank in range(WORLD):
-        params = two_process_resume.value(rank, "asked_resumed", "params")
-        assert _max_diff(params, full["params"]) < ATOL
-    logs = [{r["step"]: r for r in _jsonl(Path(run["run_dir"]) / "metrics.jsonl") if "loss" in r}
-            for run in (full, resumed)]
-    assert sorted(logs[0]) == sorted(logs[1]) == [2, 4]
-    for step in (2, 4):
-        for key, value in logs[0][step].items():
-            if key not in ("epoch", "step"):
-                assert logs[1][step][key] == pytest.approx(value, rel=1e-6), (step, key)
-    assert resumed["results"]["train"]["train_loss"] == pytest.approx(
-        full["results"]["train"]["train_loss"], rel=1e-6)
+    _assert_resumed_to_the_full_run(two_process_resume, "asked_resumed", "checkpoint-1")
