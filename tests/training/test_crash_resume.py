@@ -270,13 +270,9 @@ def test_resume_from_a_chosen_checkpoint(setup, reference):
     assert_same_run(out, reference)
 
 
-def test_a_sweep_rerun_resumes_a_point_cut_inside_a_checkpoint(setup, tmp_path):
-    """A sweep whose worker was killed inside a checkpoint write (the point is reported
-    failed): ``--retry-failed`` resumes the point from its last complete checkpoint to the
-    result of the same sweep uninterrupted (sweep workers set their own thread count, so the
-    reference is a sweep too)."""
-    root, model = setup
-    argv = train_argv(root, model, tmp_path / "unused")
+def _sweep_settings(root: Path, model: Path) -> dict:
+    """:func:`train_argv` as a sweep's base settings (no output directory)."""
+    argv = train_argv(root, model, root / "unused")
     settings = {}
     i = 1
     while i < len(argv):
@@ -288,20 +284,113 @@ def test_a_sweep_rerun_resumes_a_point_cut_inside_a_checkpoint(setup, tmp_path):
             i += 1
         settings[key] = values if key == "regularizer" else values[0]
     settings.pop("output_dir")
-    points = {}
-    for name, fault in (("uninterrupted", None), ("killed", "checkpoint_partial@2")):
-        spec = tmp_path / f"{name}.json"
-        spec.write_text(json.dumps({"output_root": str(tmp_path / name), "base": settings,
-                                    "grid": {"seed": [7]}}))
-        first = run_cli(["sweep", str(spec), "--workers", "1"], fault=fault)
-        if fault:
-            assert first.returncode != 0
-            assert "killed by SIGKILL" in first.stdout + first.stderr
-            first = run_cli(["sweep", str(spec), "--workers", "1", "--retry-failed"])
-        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-        (points[name],) = [p for p in (tmp_path / name).iterdir()
-                           if (p / "results.json").exists()]
-    assert_same_run(points["killed"], run_files(points["uninterrupted"]))
+    return settings
+
+
+def _sweep_spec(root: Path, model: Path, where: Path, name: str) -> Path:
+    """A sweep of one point (seed 7) of the crash tests' run, its output root ``where/name``."""
+    spec = where / f"{name}.json"
+    spec.write_text(json.dumps({"output_root": str(where / name),
+                                "base": _sweep_settings(root, model), "grid": {"seed": [7]}}))
+    return spec
+
+
+def _sweep_point(where: Path) -> Path:
+    """The run directory of a one-point sweep's output root."""
+    (point,) = [p for p in where.iterdir() if (p / "config.json").exists()]
+    return point
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_sweep(setup):
+    """The one-point sweep run to its end (sweep workers set their own thread count, so a
+    stopped sweep is compared with a sweep)."""
+    root, model = setup
+    spec = _sweep_spec(root, model, root, "uninterrupted-sweep")
+    res = run_cli(["sweep", str(spec), "--workers", "1"])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return run_files(_sweep_point(root / "uninterrupted-sweep"))
+
+
+def test_a_sweep_rerun_resumes_a_point_cut_inside_a_checkpoint(setup, uninterrupted_sweep,
+                                                               tmp_path):
+    """A sweep whose worker was killed inside a checkpoint write (the point is reported
+    failed): ``--retry-failed`` resumes the point from its last complete checkpoint to the
+    result of the same sweep uninterrupted."""
+    root, model = setup
+    spec = _sweep_spec(root, model, tmp_path, "killed")
+    first = run_cli(["sweep", str(spec), "--workers", "1"], fault="checkpoint_partial@2")
+    assert first.returncode != 0
+    assert "killed by SIGKILL" in first.stdout + first.stderr
+    again = run_cli(["sweep", str(spec), "--workers", "1", "--retry-failed"])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert_same_run(_sweep_point(tmp_path / "killed"), uninterrupted_sweep)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (of any of its threads)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` waits, sent to process ``pid`` and not yet delivered."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def _wait_until(check, what: str, timeout: float = 240.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
+def test_sigusr1_stops_a_sweep_after_its_running_point_wrote_a_checkpoint(
+        setup, uninterrupted_sweep, tmp_path):
+    """SIGUSR1 to ``isotropy sweep`` (its worker paused at step 2's log, so that the signal
+    arrives mid-run): the sweep forwards it, the point writes checkpoint-3 and stops, the
+    sweep records it interrupted and exits 138 with one line; run again, the sweep resumes it
+    from checkpoint-3 to the uninterrupted sweep's files."""
+    root, model = setup
+    spec = _sweep_spec(root, model, tmp_path, "asked")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "ISOTROPY_FAULT": "training_logged@2:stop"}
+    sweep = subprocess.Popen([sys.executable, "-m", "isotropy.cli.main", "sweep", str(spec),
+                              "--workers", "1"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        (worker,) = _wait_until(lambda: _children(sweep.pid), "the worker process")
+        _wait_stopped(worker)
+        os.kill(sweep.pid, signal.SIGUSR1)
+        _wait_until(lambda: _pending(worker, signal.SIGUSR1), "SIGUSR1 sent to the worker")
+        os.kill(worker, signal.SIGCONT)
+        out, err = sweep.communicate(timeout=240)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    assert sweep.returncode == 128 + signal.SIGUSR1, (sweep.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == (
+        "isotropy sweep: stopped (SIGUSR1): each running point wrote a checkpoint at its step "
+        "in progress; run the same command to resume")
+    point = _sweep_point(tmp_path / "asked")
+    assert (point / "checkpoint-3").is_dir() and not (point / "results.json").exists()
+    status = json.loads((tmp_path / "asked" / "sweep.json").read_text())
+    assert [(r["state"], r["detail"]) for r in status["points"]] == [
+        ("interrupted", "stopped by the user")]
+    again = run_cli(["sweep", str(spec), "--workers", "1"])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "resumes from checkpoint-3" in again.stdout
+    assert_same_run(point, uninterrupted_sweep)
 
 
 def test_sigint_stops_a_run_started_with_sigint_ignored(setup, tmp_path):

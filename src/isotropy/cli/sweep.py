@@ -38,7 +38,9 @@ examples:
   isotropy sweep spec.yaml --retry-failed
 
 exit status: 0 every point done (or --dry-run / --show-spec), 1 a point failed,
-2 bad input (nothing was run), 130 interrupted (running points are resumed next time).
+2 bad input (nothing was run), 130 interrupted (running points are resumed next time),
+138 stopped by SIGUSR1 (each running point first wrote a checkpoint at its step in
+progress; the same command resumes them from it).
 """
 
 
@@ -166,10 +168,15 @@ def _interrupt_on_signals() -> Iterator[None]:
     ignored (a background job, ``nohup isotropy sweep ... &``), stop the sweep as Ctrl-C does:
     the running points are stopped and recorded as interrupted, and the same command resumes
     them. Further signals are ignored while that stop runs (it ends on its own: SIGKILL after
-    a grace period); the previous handlers are back on exit. Only from the main thread (where
-    Python delivers signals)."""
+    a grace period). SIGUSR1 stops the sweep once each running point has written a checkpoint
+    at its optimizer step in progress (local engine: :class:`~isotropy.sweeps.local_engine.
+    StopAfterCheckpoints`; Ray stops its points as on Ctrl-C); SIGINT or SIGTERM during that
+    wait stops them at once. The previous handlers are back on exit. Only from the main thread
+    (where Python delivers signals)."""
     import signal
     import threading
+
+    from isotropy.sweeps.local_engine import StopAfterCheckpoints
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -181,7 +188,13 @@ def _interrupt_on_signals() -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
+    def after_checkpoints(signum: int, frame: object) -> None:
+        signal.signal(signum, signal.SIG_IGN)  # one request
+        raise StopAfterCheckpoints(signal.Signals(signum).name)
+
     previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    if hasattr(signal, "SIGUSR1"):
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, after_checkpoints)
     try:
         yield
     finally:
@@ -196,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from isotropy.io import output_dir_problem
     from isotropy.sweeps.driver import make_engine, plan, run_sweep
+    from isotropy.sweeps.local_engine import LocalEngine, StopAfterCheckpoints
     from isotropy.sweeps.lock import sweep_in_progress
     from isotropy.sweeps.points import check_finished_runs, check_inputs, expand
     from isotropy.sweeps.state import SweepStatus, check_sweep_root
@@ -233,6 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:  # another sweep holds the lock, Ray could not start...
         print(f"isotropy sweep: error: {one_line(err)}", file=sys.stderr)
         return 2
+    except StopAfterCheckpoints:
+        import signal
+
+        how = ("each running point wrote a checkpoint at its step in progress"
+               if isinstance(engine, LocalEngine) else "the running points were stopped")
+        print(f"isotropy sweep: stopped (SIGUSR1): {how}; run the same command to resume",
+              file=sys.stderr)
+        return 128 + signal.SIGUSR1
     except KeyboardInterrupt:
         print("isotropy sweep: interrupted; run the same command to resume", file=sys.stderr)
         return 130

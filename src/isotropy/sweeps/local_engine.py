@@ -35,6 +35,7 @@ from isotropy.sweeps.worker import (
 
 __all__ = [
     "LocalEngine",
+    "StopAfterCheckpoints",
 ]
 
 
@@ -112,12 +113,12 @@ class LocalEngine:
             with self._lock:
                 self._procs.pop(slot, None)
         seconds = time.perf_counter() - t0
-        if self._stop.is_set() or code == -signal.SIGINT:
-            return Outcome(ok=False, interrupted=True, seconds=seconds)
-        if result_file.is_file():
+        if result_file.is_file():  # the worker's own account: done, failed, or interrupted
             outcome = Outcome.from_dict(json.loads(result_file.read_text(encoding="utf-8")))
             outcome.seconds = seconds
             return outcome
+        if self._stop.is_set() or code == -signal.SIGINT:
+            return Outcome(ok=False, interrupted=True, seconds=seconds)
         return Outcome(ok=False, error=exit_reason(code, _tail(log)), seconds=seconds)
 
     def run(self, points: Sequence[SweepPoint], root: Path, started: Started,
@@ -158,14 +159,33 @@ class LocalEngine:
         try:
             for t in threads:
                 t.start()
-            while not all(e.is_set() for e in done):
+            _wait_all(done)
+        except StopAfterCheckpoints:  # SIGUSR1: every running point writes a checkpoint
+            self.checkpoint_and_stop()
+            try:
+                _wait_all(done)  # as long as their steps and checkpoints take
+            except BaseException:  # a second signal: stop them at once
+                self.stop()
                 for e in done:
-                    e.wait(timeout=0.2)
+                    e.wait(timeout=60)
+                raise
+            raise
         except BaseException:  # Ctrl-C, a test's timeout...: stop the worker processes
             self.stop()
             for e in done:
                 e.wait(timeout=60)
             raise
+
+    def checkpoint_and_stop(self) -> None:
+        """Start no further point, and send each running worker ``SIGUSR1``: its run ends
+        the optimizer step in progress, writes a checkpoint there and stops (the point is
+        then interrupted, and resumed from that checkpoint by the next run of the sweep)."""
+        with self._lock:
+            self._stop.set()
+            procs = list(self._procs.values())
+        for p in procs:
+            with contextlib.suppress(OSError):
+                p.send_signal(signal.SIGUSR1)
 
     def stop(self, grace: float = 20.0) -> None:
         """Stop the running worker processes (SIGTERM, then SIGKILL after ``grace`` s)."""
@@ -181,3 +201,17 @@ class LocalEngine:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+class StopAfterCheckpoints(KeyboardInterrupt):
+    """Raised in the thread running :meth:`LocalEngine.run` (by ``isotropy sweep``'s
+    ``SIGUSR1`` handler) to stop the sweep once every running point has written a
+    checkpoint (:meth:`LocalEngine.checkpoint_and_stop`); any other engine stops its points
+    as on Ctrl-C."""
+
+
+def _wait_all(done: Sequence[threading.Event]) -> None:
+    """Wait until every event is set, in short waits (a signal's handler runs between)."""
+    while not all(e.is_set() for e in done):
+        for e in done:
+            e.wait(timeout=0.2)

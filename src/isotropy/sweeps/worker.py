@@ -1,6 +1,7 @@
 """One sweep point in its own process: ``isotropy train`` with resume (:func:`run_point`), run by
-the local engine as ``python -m isotropy.sweeps.worker POINT.json RESULT.json`` and by Ray as a
-task, and how a worker's end reads (:func:`exit_reason`)."""
+the local engine as ``python -m isotropy.sweeps.worker POINT.json RESULT.json`` (where
+``SIGUSR1`` makes the run write a checkpoint and stop) and by Ray as a task, and how a
+worker's end reads (:func:`exit_reason`)."""
 
 from __future__ import annotations
 
@@ -53,9 +54,14 @@ def run_point(settings: Mapping[str, Any], threads: int | None = None) -> dict[s
 
 
 def _point_outcome(settings: Mapping[str, Any], threads: int | None) -> dict[str, Any]:
+    from isotropy.runtime import StoppedAtCheckpoint
+
     t0 = time.perf_counter()
     try:
         out = {"ok": True, **run_point(settings, threads)}
+    except StoppedAtCheckpoint as stop:  # SIGUSR1: a checkpoint, then the point stopped
+        out = {"ok": False, "interrupted": True, "signal": stop.signum,
+               "detail": f"stopped at step {stop.step}, after its checkpoint"}
     except Exception as err:  # the point fails; the error goes to the sweep's status
         traceback.print_exc()
         out = {"ok": False, "error": one_line(f"{type(err).__name__}: {err}", limit=ERROR_CHARS)}
@@ -66,10 +72,15 @@ def _point_outcome(settings: Mapping[str, Any], threads: int | None) -> dict[str
 def _worker_main(argv: Sequence[str]) -> int:
     """``python -m isotropy.sweeps.worker POINT.json RESULT.json``."""
     point_file, result_file = argv
+    from isotropy.runtime import checkpoint_on_signal
+
     job = json.loads(Path(point_file).read_text(encoding="utf-8"))
-    out = _point_outcome(job["settings"], job.get("threads"))
+    with checkpoint_on_signal():  # SIGUSR1: the run writes a checkpoint, then stops
+        out = _point_outcome(job["settings"], job.get("threads"))
     write_json_atomic(result_file, out)
     sys.stdout.flush()
+    if out.get("interrupted"):
+        return 128 + int(out["signal"])
     return 0 if out["ok"] else 1
 
 
@@ -96,7 +107,8 @@ def exit_reason(returncode: int, log_tail: str = "") -> str:
 @dataclass
 class Outcome:
     """What a point's run gave: ``ok`` with ``status`` ``trained``/``finished``, or an
-    ``error``; ``interrupted`` when the sweep was stopped while it ran."""
+    ``error``; ``interrupted`` when the sweep was stopped while it ran, or the run stopped
+    after a checkpoint (SIGUSR1)."""
 
     ok: bool
     status: str | None = None
@@ -110,7 +122,7 @@ class Outcome:
     def from_dict(cls, d: Mapping[str, Any]) -> Outcome:
         return cls(ok=bool(d.get("ok")), status=d.get("status"), error=d.get("error"),
                    seconds=float(d.get("seconds") or 0.0), main_metric=d.get("main_metric"),
-                   value=d.get("value"))
+                   value=d.get("value"), interrupted=bool(d.get("interrupted")))
 
 
 Started = Callable[[SweepPoint, str], None]
