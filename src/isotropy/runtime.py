@@ -147,7 +147,7 @@ def _request_checkpoint(signum: int, frame: object) -> None:
 
 @contextmanager
 def checkpoint_on_signal(signals: tuple[int, ...] | None = None) -> Iterator[None]:
-    """Inside the block, ``SIGUSR1`` (a cluster's warning before it preempts a job, e.g.
+    """Inside the block, ``SIGUSR1`` (e.g. a cluster's warning before a job's time limit:
     Slurm's ``--signal=USR1@120``) asks a training run to write a checkpoint at the end of the
     optimizer step in progress and then stop (:class:`StoppedAtCheckpoint`); the handler only
     records the request (:func:`checkpoint_requested`), so the step in progress is never cut.

@@ -199,29 +199,32 @@ def test_a_run_ending_mid_epoch_resumes_from_its_final_checkpoint(setup, referen
     assert_same_run(out, reference_6_steps)
 
 
-# SIGUSR1 at a training log: the checkpoint comes at the end of the next optimizer step
-STOPS_AFTER_A_CHECKPOINT = {
-    # step 2's log: a checkpoint at step 3, which the schedule (every 2 steps) has not
-    "training_logged@2:sigusr1": 3,
-    # step 3's log: at step 4, the epoch's last, after the epoch's evaluation (as scheduled)
-    "training_logged@3:sigusr1": 4,
-}
+def _without_checkpoints(argv: list[str]) -> list[str]:
+    """``argv`` with ``--save_strategy no`` (a save schedule changes no record)."""
+    at = argv.index("--save_strategy")
+    argv = [*argv[:at], "--save_strategy", "no", *argv[at + 2:]]
+    at = argv.index("--save_steps")
+    return [*argv[:at], *argv[at + 2:]]
 
 
-@pytest.mark.parametrize("fault", [
-    # the Trainer saving when a callback asks at a step off its schedule: on transformers 4 too
-    pytest.param("training_logged@2:sigusr1", marks=pytest.mark.floor),
-    "training_logged@3:sigusr1"])
+@pytest.mark.parametrize("fault, schedule, step", [
+    # step 2's log: a checkpoint at step 3, which the schedule (every 2 steps) has not; the
+    # Trainer saving when a callback asks off its schedule, on transformers 4 too
+    pytest.param("training_logged@2:sigusr1", "steps", 3, marks=pytest.mark.floor),
+    # step 3's log, no save schedule at all: at step 4, the epoch's last, after the epoch's
+    # evaluation
+    ("training_logged@3:sigusr1", "no", 4)])
 def test_sigusr1_stops_after_a_checkpoint_that_resumes_to_the_uninterrupted_result(
-        setup, reference, fault):
-    """SIGUSR1 (a cluster's warning before preemption) ends the optimizer step in progress,
-    writes a checkpoint there, and stops with one line and status 138: no traceback, no
-    results, no record after the checkpoint's step; ``--resume`` continues from it to the
-    uninterrupted run's files."""
+        setup, reference, fault, schedule, step):
+    """SIGUSR1 (e.g. a cluster's warning before a job's time limit) ends the optimizer step
+    in progress, writes a checkpoint there, and stops with one line and status 138: no
+    traceback, no results, no record after the checkpoint's step; ``--resume`` continues
+    from it to the uninterrupted run's files."""
     root, model = setup
-    step = STOPS_AFTER_A_CHECKPOINT[fault]
     out = root / f"usr1-{step}"
     argv = train_argv(root, model, out)
+    if schedule == "no":
+        argv = _without_checkpoints(argv)
     stopped = run_cli(argv, fault=fault)
     assert stopped.returncode == 128 + signal.SIGUSR1, (stopped.returncode,
                                                         stopped.stderr[-2000:])
@@ -229,6 +232,8 @@ def test_sigusr1_stops_after_a_checkpoint_that_resumes_to_the_uninterrupted_resu
     assert stopped.stderr.strip().splitlines()[-1] == (
         f"isotropy train: stopped (SIGUSR1) at step {step}, after its checkpoint; --resume "
         f"continues {out} from checkpoint-{step}")
+    names = [p.name for p in out.glob("checkpoint-*")]
+    assert f"checkpoint-{step}" in names and (schedule != "no" or len(names) == 1)
     assert not (out / "results.json").exists()
     logged = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in logged) == step

@@ -157,8 +157,13 @@ class LocalEngine:
                                     name=f"sweep-worker-{i + 1}")
                    for i in range(n_slots)]
         try:
-            for t in threads:
-                t.start()
+            try:
+                for t in threads:
+                    t.start()
+            finally:
+                for t, e in zip(threads, done, strict=True):
+                    if t.ident is None:  # a stop came before it started: nothing to wait for
+                        e.set()
             _wait_all(done)
         except StopAfterCheckpoints:  # SIGUSR1: every running point writes a checkpoint
             self.checkpoint_and_stop()

@@ -77,8 +77,8 @@ def _worker_main(argv: Sequence[str]) -> int:
     job = json.loads(Path(point_file).read_text(encoding="utf-8"))
     with checkpoint_on_signal():  # SIGUSR1: the run writes a checkpoint, then stops
         out = _point_outcome(job["settings"], job.get("threads"))
-    write_json_atomic(result_file, out)
-    sys.stdout.flush()
+        write_json_atomic(result_file, out)  # a second SIGUSR1 (forwarded) cannot cut it
+        sys.stdout.flush()
     if out.get("interrupted"):
         return 128 + int(out["signal"])
     return 0 if out["ok"] else 1

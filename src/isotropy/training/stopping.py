@@ -20,8 +20,10 @@ class StopPoints(TrainerCallback):
     was dropped; and, when a checkpoint-and-stop was asked for on any process (the request is
     all-reduced at every step's end where there are several, so that every rank saves at the
     same step), save a checkpoint at the step just ended, then raise
-    :class:`~isotropy.runtime.StoppedAtCheckpoint` once it is written whole. A request made
-    after the last step lets the run finish."""
+    :class:`~isotropy.runtime.StoppedAtCheckpoint` once it is written whole (by every
+    process). The request stands until a checkpoint is written: where the Trainer overrides
+    the save (``--save_strategy best`` after an evaluation that is not a new best), it comes
+    at the next step. A request made after the last step lets the run finish."""
 
     def __init__(self) -> None:
         self._signum: int | None = None  # the checkpoint-and-stop under way
@@ -41,16 +43,22 @@ class StopPoints(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
         if self._signum is not None:
             signum, self._signum = self._signum, None
+            if _several_processes():  # no rank ends before the main one has written it all
+                torch.distributed.barrier()
             raise StoppedAtCheckpoint(state.global_step, signum)
         return control
+
+
+def _several_processes() -> bool:
+    return (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1)
 
 
 def _requested_anywhere(device: torch.device) -> int | None:
     """The checkpoint-and-stop signal asked for on this process or, where there are several,
     on any of them (the largest signal number); ``None`` where none was."""
     mine = checkpoint_requested()
-    if not torch.distributed.is_available() or not torch.distributed.is_initialized() or \
-            torch.distributed.get_world_size() < 2:
+    if not _several_processes():
         return mine
     flag = all_reduce_max(torch.tensor([mine or 0], device=device))
     return int(flag.item()) or None
