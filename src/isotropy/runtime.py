@@ -154,9 +154,9 @@ def checkpoint_on_signal(signals: tuple[int, ...] | None = None) -> Iterator[Non
     Main thread only (elsewhere, and where the platform has no ``SIGUSR1``, nothing is
     installed); the previous handlers are back, and the record empty, on exit.
 
-    >>> with checkpoint_on_signal():
-    ...     checkpoint_requested()
-    False
+    >>> with checkpoint_on_signal():  # no request yet
+    ...     print(checkpoint_requested())
+    None
     """
     import threading
 
