@@ -160,8 +160,8 @@ def checkpoint_on_signal(signals: tuple[int, ...] | None = None) -> Iterator[Non
     """
     import threading
 
-    chosen = signals if signals is not None else tuple(
-        s for s in (CHECKPOINT_SIGNAL,) if s is not None)
+    chosen = signals if signals is not None else (
+        (CHECKPOINT_SIGNAL,) if CHECKPOINT_SIGNAL is not None else ())
     if not chosen or threading.current_thread() is not threading.main_thread():
         yield
         return

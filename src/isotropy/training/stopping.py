@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
-from isotropy.distributed import all_reduce_max
+from isotropy.distributed import all_reduce_max, is_distributed
 from isotropy.runtime import StoppedAtCheckpoint, checkpoint_requested, stop_point
 
 __all__ = ["StopPoints"]
@@ -43,22 +43,17 @@ class StopPoints(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):  # noqa: D102
         if self._signum is not None:
             signum, self._signum = self._signum, None
-            if _several_processes():  # no rank ends before the main one has written it all
+            if is_distributed():  # no rank ends before the main one has written it all
                 torch.distributed.barrier()
             raise StoppedAtCheckpoint(state.global_step, signum)
         return control
-
-
-def _several_processes() -> bool:
-    return (torch.distributed.is_available() and torch.distributed.is_initialized()
-            and torch.distributed.get_world_size() > 1)
 
 
 def _requested_anywhere(device: torch.device) -> int | None:
     """The checkpoint-and-stop signal asked for on this process or, where there are several,
     on any of them (the largest signal number); ``None`` where none was."""
     mine = checkpoint_requested()
-    if not _several_processes():
+    if not is_distributed():
         return mine
     flag = all_reduce_max(torch.tensor([mine or 0], device=device))
     return int(flag.item()) or None
