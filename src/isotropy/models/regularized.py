@@ -29,12 +29,7 @@ from isotropy.clouds import get_hidden_states
 from isotropy.losses.base import Regularizer
 from isotropy.losses.entropy import PersistentEntropyLoss
 from isotropy.models.pretrained_wrapper import WrappedPreTrainedModel
-from isotropy.models.trainer_guard import (
-    _calling_trainer,
-    _fix,
-    _keeps_terms,
-    check_trainer,
-)
+from isotropy.models.trainer_guard import check_computing_trainer
 from isotropy.runtime import RngState, get_rng_state, set_rng_state
 
 __all__ = ["RegularizedModel", "exact_cycle_losses", "find_regularized",
@@ -230,27 +225,19 @@ class RegularizedModel(WrappedPreTrainedModel):
         ``label_smoothing_factor`` or a ``compute_loss_func`` takes ``labels`` away from the
         model and computes the loss from the logits alone, so the returned ``loss`` (task loss
         + regularizers) is never used. That configuration always trains without the
-        regularizers, so it is a ``ValueError`` naming the fix (:func:`check_trainer`), raised
+        regularizers, so it is a ``ValueError`` naming the fix
+        (:func:`~isotropy.models.trainer_guard.check_trainer`), raised
         at the first training forward, before any optimizer step: a warning would scroll past
         while the run trains the wrong objective. A ``Trainer`` subclass whose own
         ``compute_loss`` calls the model without labels may add ``outputs.loss`` itself or not:
         a one-time warning. A :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin`
         (e.g. ``RegularizedTrainer``) keeps the terms and passes; so does a plain ``Trainer``
         on data without labels (it trains on ``outputs.loss``)."""
-        found = _calling_trainer("compute_loss")
-        if found is None:
-            return
-        trainer, frame_code, trainer_cls = found
-        if frame_code is trainer_cls.compute_loss.__code__:  # the Trainer's own compute_loss
-            check_trainer(trainer)
-            return
-        if _keeps_terms(trainer) or self.__dict__.get("_warned_own_loss"):
+        message = check_computing_trainer()
+        if message is None or self.__dict__.get("_warned_own_loss"):
             return
         self.__dict__["_warned_own_loss"] = True
-        warnings.warn(
-            f"{type(trainer).__name__}.compute_loss calls RegularizedModel in training without "
-            "labels: a loss computed from the logits alone drops the regularizers' terms; add "
-            f"outputs.loss (their sum) to it, or {_fix(trainer)}", UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
     def _regularizer_losses(self, outputs: Mapping[str, Any], attention_mask: torch.Tensor | None,
                             labels: torch.Tensor | None

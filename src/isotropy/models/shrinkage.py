@@ -546,18 +546,13 @@ def istar_losses(model: torch.nn.Module, losses: Iterable[IStarLoss] | IStarLoss
 
 
 def _refuse_a_trainer_dropping_terms(model: Any) -> None:
-    """:func:`~isotropy.models.trainer_guard.check_trainer` of the ``Trainer`` running this
-    callback's ``on_train_begin`` (found on the call stack), when it trains a
-    ``RegularizedModel`` with its own ``Trainer.compute_loss``."""
+    """:func:`~isotropy.models.trainer_guard.check_starting_trainer` where ``model`` holds a
+    ``RegularizedModel``."""
     from isotropy.models.regularized import find_regularized
-    from isotropy.models.trainer_guard import _calling_trainer, check_trainer
+    from isotropy.models.trainer_guard import check_starting_trainer
 
-    found = _calling_trainer("_inner_training_loop")
-    if found is None or find_regularized(model) is None:
-        return
-    trainer, _, trainer_cls = found
-    if type(trainer).compute_loss is trainer_cls.compute_loss:
-        check_trainer(trainer)
+    if find_regularized(model) is not None:
+        check_starting_trainer()
 
 
 def refresh_all(model: torch.nn.Module, data: Iterable[Mapping[str, Any]],

@@ -7,6 +7,8 @@ and reads the class attribute ``keeps_regularizer_terms`` that
 :class:`~isotropy.training.regularizer_logs.RegularizerLogMixin` sets. ``Trainer.compute_loss``
 with ``label_smoothing_factor`` or a ``compute_loss_func`` computes the loss from the logits
 alone, so it would train without the regularizers: :func:`check_trainer` refuses it.
+:func:`check_computing_trainer` (at a training forward) and :func:`check_starting_trainer`
+(at a callback's ``on_train_begin``) find that ``Trainer`` on the call stack and check it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["check_trainer"]
+__all__ = ["check_computing_trainer", "check_starting_trainer", "check_trainer"]
 
 
 def _trainer_class() -> type | None:
@@ -69,3 +71,45 @@ def check_trainer(trainer: Any) -> None:
             f"{type(trainer).__name__} with {' and '.join(options)} computes the loss from the "
             "logits and drops the regularizers' terms of RegularizedModel (it would train "
             f"without them): {_fix(trainer)}, which keep them")
+
+
+def check_computing_trainer() -> str | None:
+    """Check the ``transformers.Trainer`` whose ``compute_loss`` is on the call stack (a
+    training forward of a ``RegularizedModel`` without targets).
+
+    The ``Trainer``'s own ``compute_loss``: :func:`check_trainer` (raises where it drops the
+    regularizers' terms). A subclass's own ``compute_loss`` that calls the model without
+    labels may add ``outputs.loss`` itself or not: the warning to give, returned (the caller
+    warns once, at its own stack level), unless the class says it keeps the terms. ``None``
+    outside a ``Trainer`` and wherever nothing is to be said.
+
+    >>> check_computing_trainer() is None  # no Trainer on the call stack
+    True
+    """
+    found = _calling_trainer("compute_loss")
+    if found is None:
+        return None
+    trainer, frame_code, trainer_cls = found
+    if frame_code is trainer_cls.compute_loss.__code__:  # the Trainer's own compute_loss
+        check_trainer(trainer)
+        return None
+    if _keeps_terms(trainer):
+        return None
+    return (f"{type(trainer).__name__}.compute_loss calls RegularizedModel in training without "
+            "labels: a loss computed from the logits alone drops the regularizers' terms; add "
+            f"outputs.loss (their sum) to it, or {_fix(trainer)}")
+
+
+def check_starting_trainer() -> None:
+    """:func:`check_trainer` of the ``transformers.Trainer`` whose training loop is on the call
+    stack (a callback's ``on_train_begin``), where it keeps ``Trainer.compute_loss`` as it is;
+    nothing outside a ``Trainer``.
+
+    >>> check_starting_trainer()  # no Trainer on the call stack: nothing happens
+    """
+    found = _calling_trainer("_inner_training_loop")
+    if found is None:
+        return
+    trainer, _, trainer_cls = found
+    if type(trainer).compute_loss is trainer_cls.compute_loss:
+        check_trainer(trainer)
