@@ -1,21 +1,21 @@
 """The tracked tree stays small enough to travel to a GPU machine with the model bundle.
 
-A GPU machine receives the working tree (tracked and untracked files) plus carried paths, 64 MiB
-in all per command. The carried bundle (``benchmarks/gpu/make_bundle.py``: MiniLM in fp16 and
-the small GLUE tasks, xz-compressed) measures 34.6 MiB (``docs/gpu.md``), so the tree that
+A GPU machine receives the working tree (tracked and untracked files) plus carried paths, 64
+MiB in all per command. The carried bundle (``benchmarks/gpu/make_bundle.py``: MiniLM in fp16
+and the small GLUE tasks, xz-compressed) measures 34.6 MiB (``docs/gpu.md``), so the tree that
 travels is held to :data:`TRACKED_BUDGET_MIB`: 34.6 + 28 = 62.6 MiB, 1.4 MiB to spare for
 untracked files. The CPU runs (``docs/results/runs/``, one ``.tar.xz`` per sweep,
 ``docs/results/README.md``) do not travel: no GPU command reads them, and
 ``benchmarks/gpu/set_aside.sh out`` takes them out of the working tree for a GPU window. They
-are held to :data:`CPU_RUNS_BUDGET_MIB` of their own (13.1 MiB with the confirmatory sweeps'
-first runs; a 10-epoch CoLA run of the entropy sweep packs to about 0.57 MiB, so its 30 runs
-take about 17). The GPU runs travel (``run.sh --archived docs/gpu-runs`` reads them), one
-archive per task (``docs/gpu-runs/``). No tracked file may pass :data:`LARGEST_FILE_MIB` (a
-checkpoint or weights committed by mistake), except a packed sweep of ``docs/results/runs/``
-(or a packed run of ``.pending/<sweep>/``, a sweep still running) that holds only the small
-files of its runs
-(:data:`RUN_FILES`), none of them over :data:`RUN_FILE_MIB` (a 10-epoch CoLA run, evaluated
-every 20 steps, writes 1.9 MiB of measurements).
+are held to :data:`CPU_RUNS_BUDGET_MIB` of their own (16.5 MiB on 2026-11-30, with the
+confirmatory sweeps' first runs; a 10-epoch CoLA run of the entropy sweep packs to about 0.57
+MiB, so its 30 runs take about 17). The GPU runs travel (``run.sh --archived docs/gpu-runs``
+reads them), one archive per task (``docs/gpu-runs/``). No tracked file may pass
+:data:`LARGEST_FILE_MIB` (a checkpoint or weights committed by mistake), except a packed sweep
+of ``docs/results/runs/`` (or a packed run of ``.pending/<sweep>/``, a sweep still running)
+that holds only the small files of its runs (:data:`RUN_FILES`), none of them over
+:data:`RUN_FILE_MIB` (a 10-epoch CoLA run, evaluated every 20 steps, writes 1.9 MiB of
+measurements).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def test_tracked_tree_within_budget() -> None:
 def test_the_cpu_runs_are_set_aside_for_a_gpu_window_and_back(tmp_path) -> None:
     """``set_aside.sh out`` removes exactly the committed files of ``docs/results/runs/``
     (git keeps them as unchanged: ``git add -A`` records no deletion), refuses while anything
-    there is not committed, and ``back`` restores every byte."""
+    there is not committed, and ``back`` restores every byte, refusing while a set-aside file
+    has been written again (it would overwrite it)."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "repo"
@@ -107,7 +108,17 @@ def test_the_cpu_runs_are_set_aside_for_a_gpu_window_and_back(tmp_path) -> None:
     assert not runs.exists() and (repo / "kept.txt").read_bytes() == b"code"
     git("add", "-A")
     assert git("status", "--porcelain") == ""  # no deletion recorded
+    (runs / ".pending").mkdir(parents=True)
+    (runs / ".pending" / "b.tar.xz").write_bytes(b"written in the window")  # sync.sh, say
+    (runs / "new.tar.xz").write_bytes(b"new")  # untracked: never touched
+    refused = run("back")
+    assert refused.returncode == 1 and ".pending/b.tar.xz" in refused.stderr, refused.stderr
+    assert (runs / ".pending" / "b.tar.xz").read_bytes() == b"written in the window"
+    assert not (runs / "a.tar.xz").exists() and "S " in git("ls-files", "-v")  # nothing done
+    (runs / ".pending" / "b.tar.xz").write_bytes(b"b" * 50)  # the committed bytes: taken back
     assert run("back").returncode == 0
+    assert (runs / "new.tar.xz").read_bytes() == b"new"
+    (runs / "new.tar.xz").unlink()
     assert all(p.read_bytes() == d for p, d in files.items())
     assert git("status", "--porcelain") == "" and "S " not in git("ls-files", "-v")
     assert run("sideways").returncode == 2

@@ -39,6 +39,7 @@
 #   pytest.txt       pytest tests/gpu (the gpu-marked tests run where CUDA is; the CPU
 #                    half-precision cases everywhere), junit XML in pytest.xml
 #   bench/           benchmarks/gpu/bench_gpu.py: base-size step costs and analyze throughput
+#                    (at most 240 s beside the train runs; without them, the budget less 30 s)
 #   runs/            benchmarks/gpu/runs.yaml (runs-cpu.yaml with --cpu) through isotropy
 #                    sweep for the time left: each finished run's config.json and its results,
 #                    metrics, measurements and predictions gzip-compressed; runs-report/ the
@@ -240,10 +241,14 @@ fi
 BENCH_ARGS=(--out "$OUT_DIR/bench" "${DEVICE_ARGS[@]}")
 [ -d "$GLUE" ] && BENCH_ARGS+=(--glue-dir "$GLUE")
 [ -n "$MODEL" ] && BENCH_ARGS+=(--tokenizer "$MODEL")
+BENCH_TIME=240  # beside the train runs; alone (--steps without runs), the budget less the pack's
+want runs || BENCH_TIME=$(( $(left) - 30 ))
 if ! want bench; then
     :
-elif [ "$(cap 240)" -gt 0 ]; then
-    timeout "$(cap 240)" "$PY" benchmarks/gpu/bench_gpu.py \
+elif [ "$(cap "$BENCH_TIME")" -gt 0 ]; then
+    BENCH_TIME="$(cap "$BENCH_TIME")"
+    note "bench: up to ${BENCH_TIME}s"
+    timeout "$BENCH_TIME" "$PY" benchmarks/gpu/bench_gpu.py \
         "${BENCH_ARGS[@]}" > "$OUT_DIR/bench.txt" 2>&1
     step bench $?
     rm -rf -- "$OUT_DIR/bench/work/decoder"  # gigabytes of random weights: never copied back

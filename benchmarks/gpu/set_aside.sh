@@ -8,8 +8,9 @@
 #   benchmarks/gpu/set_aside.sh back   # after the window: the archives as committed
 #
 # `out` deletes only files git tracks there, exactly as committed, so `back` (git checkout)
-# restores every byte; it refuses, changing nothing, while the folder holds anything else
-# (a change not committed, a file git does not track: commit or move it first). In between,
+# restores every byte; `out` refuses, changing nothing, while the folder holds anything else
+# (a change not committed, a file git does not track: commit or move it first), and `back`
+# while a set-aside file has been written again (it would be overwritten). In between,
 # git takes the files as unchanged (skip-worktree): `git add -A` or `git commit -a` never
 # records them as deleted. CPU tests that read the runs need them back.
 set -euo pipefail
@@ -34,6 +35,22 @@ out)
     echo "set aside $n committed files of $RUNS; 'benchmarks/gpu/set_aside.sh back' restores them"
     ;;
 back)
+    # a set-aside file written again meanwhile (docs/results/sync.sh in the window) would be
+    # overwritten by the committed one: refuse, changing nothing
+    rewritten=()
+    while IFS= read -r -d '' f; do
+        if [ -e "$f" ] || [ -L "$f" ]; then
+            [ -f "$f" ] && [ ! -L "$f" ] \
+                && [ "$(git hash-object -- "$f")" = "$(git rev-parse ":$f")" ] \
+                || rewritten+=("$f")
+        fi
+    done < <(git ls-files -z -- "$RUNS")
+    if [ "${#rewritten[@]}" -gt 0 ]; then
+        echo "set_aside.sh: these set-aside files were written again since 'out'; nothing was" \
+            "restored (move them elsewhere, then run 'back' again):" >&2
+        printf '  %s\n' "${rewritten[@]}" >&2
+        exit 1
+    fi
     git ls-files -z -- "$RUNS" | xargs -0 -r git update-index --no-skip-worktree --
     git checkout -- "$RUNS"
     echo "restored $RUNS as committed"
