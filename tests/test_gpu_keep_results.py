@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import io
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -129,25 +130,34 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     ("bad task", "the task ('../x') or the run's name is not a plain name"),
     ("no summary", "no summary.txt (not what run.sh writes)"),
     ("number taken", "dest/1 exists: nothing was written"),
+    ("fewer runs", "1 runs came back, summary.txt says 2 were copied"),
+    ("damaged", "runs/r1/results.json.gz: damaged"),
+    ("a kept folder", "0 runs came back, summary.txt says 35 were copied"),
 ])
 def test_keep_results_refuses_and_writes_nothing(tmp_path, fault, message):
     source = tmp_path / "from"
-    source.mkdir()
-    if fault != "no summary":
-        (source / "summary.txt").write_text("done\n")
+    if fault == "a kept folder":  # a folder kept already is not a call's return
+        shutil.copytree(HELD, source)
+    else:
+        source.mkdir()
+    if fault not in ("no summary", "a kept folder"):
+        copied = "2" if fault == "fewer runs" else "1"
+        (source / "summary.txt").write_text(f"x runs: {copied} finished runs copied\n")
     config = {"no task": b"{}", "bad task": b'{"task": {"name": "../x"}}'}.get(
         fault, b'{"task": {"name": "mrpc"}}')
-    with tarfile.open(source / "gpu-results.tar.gz", "w:gz") as tar:
-        _add(tar, "env.txt", b"env\n")
-        _add(tar, "runs/r1/config.json", config)
-        if fault != "no results":
-            _add(tar, "runs/r1/results.json.gz", gzip.compress(b"{}"))
-        if fault == "escape":
-            _add(tar, "../escape.txt", b"x")
-        if fault == "link":
-            info = tarfile.TarInfo("runs/link")
-            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
-            tar.addfile(info)
+    if fault != "a kept folder":
+        with tarfile.open(source / "gpu-results.tar.gz", "w:gz") as tar:
+            _add(tar, "env.txt", b"env\n")
+            _add(tar, "runs/r1/config.json", config)
+            if fault != "no results":
+                _add(tar, "runs/r1/results.json.gz",
+                     gzip.compress(b"{}")[:-6] if fault == "damaged" else gzip.compress(b"{}"))
+            if fault == "escape":
+                _add(tar, "../escape.txt", b"x")
+            if fault == "link":
+                info = tarfile.TarInfo("runs/link")
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
     dest = tmp_path / "dest"
     (dest / "1").mkdir(parents=True)
     (dest / "1" / "mine.txt").write_text("not ours\n")
@@ -157,3 +167,25 @@ def test_keep_results_refuses_and_writes_nothing(tmp_path, fault, message):
     assert proc.stderr.startswith("keep_results: ") and proc.stderr.count("\n") == 1
     assert message in proc.stderr, proc.stderr
     assert _tree(tmp_path) == before
+
+
+def test_keep_results_can_leave_out_a_run_that_came_back_incomplete(tmp_path):
+    """A run whose config.json could not be copied (run.sh counts it, says so) refuses the
+    call; --skip-incomplete keeps the others and names it."""
+    source = tmp_path / "from"
+    source.mkdir()
+    (source / "summary.txt").write_text("x runs: 2 finished runs copied\n")
+    with tarfile.open(source / "gpu-results.tar.gz", "w:gz") as tar:
+        _add(tar, "env.txt", b"env\n")
+        for run in ("r1", "r2"):
+            if run == "r1":
+                _add(tar, f"runs/{run}/config.json", b'{"task": {"name": "rte"}}')
+            _add(tar, f"runs/{run}/results.json.gz", gzip.compress(b"{}"))
+    refused = _keep(source, tmp_path / "dest")
+    assert refused.returncode == 1 and "runs/r2: no config.json" in refused.stderr
+    assert not (tmp_path / "dest").exists()
+    kept = _keep(source, tmp_path / "dest", "--skip-incomplete")
+    assert kept.returncode == 0, kept.stderr
+    assert "runs/r2 left out: no config.json" in kept.stderr
+    assert _files(tmp_path / "dest" / "1" / "runs-rte.tar.xz") == {
+        "runs/r1/config.json": b'{"task": {"name": "rte"}}', "runs/r1/results.json": b"{}"}

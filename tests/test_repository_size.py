@@ -115,7 +115,13 @@ def test_the_cpu_runs_are_set_aside_for_a_gpu_window_and_back(tmp_path) -> None:
     assert refused.returncode == 1 and ".pending/b.tar.xz" in refused.stderr, refused.stderr
     assert (runs / ".pending" / "b.tar.xz").read_bytes() == b"written in the window"
     assert not (runs / "a.tar.xz").exists() and "S " in git("ls-files", "-v")  # nothing done
-    (runs / ".pending" / "b.tar.xz").write_bytes(b"b" * 50)  # the committed bytes: taken back
+    (runs / ".pending" / "b.tar.xz").unlink()
+    (runs / ".pending").rmdir()
+    (runs / ".pending").write_text("a file where a set-aside folder was")
+    refused = run("back")
+    assert refused.returncode == 1 and ".pending" in refused.stderr, refused.stderr
+    assert (runs / ".pending").read_text() == "a file where a set-aside folder was"
+    (runs / ".pending").unlink()
     assert run("back").returncode == 0
     assert (runs / "new.tar.xz").read_bytes() == b"new"
     (runs / "new.tar.xz").unlink()

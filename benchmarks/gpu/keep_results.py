@@ -2,7 +2,7 @@
 that ``run.sh --archived``, ``docs/results/gpu_phase.py``, ``docs/results/confirm_phase.py``
 and ``make_rte_confirm_spec.py`` read (``docs/gpu-runs/<n>/`` is one).
 
-    python benchmarks/gpu/keep_results.py FROM DEST [--number N]
+    python benchmarks/gpu/keep_results.py FROM DEST [--number N] [--skip-incomplete]
 
 FROM is the folder the call's files came back to: ``summary.txt`` beside ``gpu-results.tar.gz``
 (``run.sh --pack``) or beside the unpacked output. ``DEST/<n>`` (``n`` one more than the
@@ -17,10 +17,14 @@ highest number in DEST, or ``--number``) gets:
   ``gpu-utilization.csv``, ``bench.txt``, ``bench.json`` and ``bench.md``, where they came back.
 
 The logs, ``pytest.xml`` and the report's tables are left behind. Refused (one line, exit 1,
-nothing written): a FROM that is not ``run.sh``'s output, an archive member that is not a plain
-file or folder under FROM, a run folder without its ``config.json`` or ``results.json``, a
-task or run name that is not a plain name, a ``DEST/<n>`` that exists. The folder is written under a
-temporary name beside it, then renamed, so ``DEST/<n>`` is whole or absent.
+nothing written): a FROM that is not ``run.sh``'s output (no ``summary.txt``, or neither
+``gpu-results.tar.gz`` nor ``env.txt``), an archive member that is not a plain file or folder
+under FROM, a damaged compressed file, a run folder without its ``config.json`` or
+``results.json`` (``--skip-incomplete`` keeps the others, naming it), fewer runs than
+``summary.txt`` says were copied (``runs: N finished runs copied``; where files did not come
+back), a task or run name that is not a plain name, a ``DEST/<n>`` that exists. The folder is
+written under a temporary name beside it (``.keep-<n>.*``: one a killed call left behind is
+ours to delete), then renamed, so ``DEST/<n>`` is whole or absent.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 RUN_FILES = ("config.json", "eval_predictions.csv", "measurements.jsonl", "metrics.jsonl",
@@ -47,6 +52,8 @@ KEPT = {"summary.txt": "summary.txt", "env.txt": "env.txt", "pytest.txt": "pytes
 MAX_BYTES = 1 << 30  # all that is read, uncompressed
 _TASK = re.compile(r"[a-z0-9][a-z0-9_]*")
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_NUMBER = re.compile(r"[0-9]+")
+_COPIED = re.compile(r"runs: ([0-9]+) finished runs copied$", re.MULTILINE)
 
 
 class Refused(Exception):
@@ -98,7 +105,10 @@ def read_call(source: Path) -> dict[str, bytes]:
     out, total = {}, 0
     for name, data in files.items():
         if name.endswith(".gz"):
-            data = gzip.decompress(data)
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as err:
+                raise Refused(f"{name}: damaged ({err})") from None
             name = name.removesuffix(".gz")
         total += len(data)
         if total > MAX_BYTES:
@@ -107,8 +117,10 @@ def read_call(source: Path) -> dict[str, bytes]:
     return out
 
 
-def runs_by_task(files: dict[str, bytes]) -> dict[str, dict[str, dict[str, bytes]]]:
-    """``{task: {run: {file: bytes}}}`` of the finished runs (those with ``results.json``)."""
+def runs_by_task(files: dict[str, bytes], skip_incomplete: bool = False
+                 ) -> dict[str, dict[str, dict[str, bytes]]]:
+    """``{task: {run: {file: bytes}}}`` of the runs; a run without its ``config.json`` or
+    ``results.json`` is refused, or with ``skip_incomplete`` left out (named on stderr)."""
     runs: dict[str, dict[str, bytes]] = {}
     for name, data in files.items():
         parts = name.split("/")
@@ -116,9 +128,13 @@ def runs_by_task(files: dict[str, bytes]) -> dict[str, dict[str, dict[str, bytes
             runs.setdefault(parts[1], {})[parts[2]] = data
     tasks: dict[str, dict[str, dict[str, bytes]]] = {}
     for run, run_files in sorted(runs.items()):
-        for need in ("config.json", "results.json"):
-            if need not in run_files:
-                raise Refused(f"runs/{run}: no {need}")
+        missing = [need for need in ("config.json", "results.json") if need not in run_files]
+        if missing and skip_incomplete:
+            print(f"keep_results: runs/{run} left out: no {' and no '.join(missing)}",
+                  file=sys.stderr)
+            continue
+        if missing:
+            raise Refused(f"runs/{run}: no {missing[0]} (--skip-incomplete keeps the others)")
         try:
             task = json.loads(run_files["config.json"])["task"]["name"]
         except (ValueError, KeyError, TypeError) as err:
@@ -154,15 +170,21 @@ def task_archive(runs: dict[str, dict[str, bytes]]) -> bytes:
 
 
 def next_number(dest: Path) -> int:
-    numbers = [int(p.name) for p in dest.iterdir() if p.is_dir() and p.name.isdigit()] \
+    numbers = [int(p.name) for p in dest.iterdir() if p.is_dir() and _NUMBER.fullmatch(p.name)] \
         if dest.is_dir() else []
     return max(numbers, default=0) + 1
 
 
-def keep(source: Path, dest: Path, number: int | None = None) -> tuple[Path, dict[str, int]]:
+def keep(source: Path, dest: Path, number: int | None = None, skip_incomplete: bool = False
+         ) -> tuple[Path, dict[str, int]]:
     """Write ``dest/<number>``; returns it and the number of runs per task."""
     files = read_call(source)
-    tasks = runs_by_task(files)
+    tasks = runs_by_task(files, skip_incomplete)
+    copied = _COPIED.findall(files["summary.txt"].decode("utf-8", "replace"))
+    kept = sum(len(runs) for runs in tasks.values())
+    if kept < sum(map(int, copied)) and not skip_incomplete:
+        raise Refused(f"{source}: {kept} runs came back, summary.txt says {sum(map(int, copied))} "
+                      "were copied")
     number = next_number(dest) if number is None else number
     if number < 1:
         raise Refused(f"--number must be at least 1, not {number}")
@@ -170,7 +192,7 @@ def keep(source: Path, dest: Path, number: int | None = None) -> tuple[Path, dic
     if target.exists():
         raise Refused(f"{target} exists: nothing was written")
     dest.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{number}.", dir=dest))
+    tmp = Path(tempfile.mkdtemp(prefix=f".keep-{number}.", dir=dest))
     try:
         for name, kept in KEPT.items():
             if name in files:
@@ -178,7 +200,9 @@ def keep(source: Path, dest: Path, number: int | None = None) -> tuple[Path, dic
         for task, runs in tasks.items():
             (tmp / f"runs-{task}.tar.xz").write_bytes(task_archive(runs))
         os.chmod(tmp, 0o755)
-        os.rename(tmp, target)  # refused by the system where target appeared meanwhile
+        if target.exists() or target.is_symlink():  # appeared meanwhile
+            raise Refused(f"{target} exists: nothing was written")
+        os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -190,9 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", type=Path, metavar="FROM")
     ap.add_argument("dest", type=Path, metavar="DEST")
     ap.add_argument("--number", type=int, default=None)
+    ap.add_argument("--skip-incomplete", action="store_true",
+                    help="keep the other runs where one lacks config.json or results.json")
     args = ap.parse_args(argv)
     try:
-        target, counts = keep(args.source, args.dest, args.number)
+        target, counts = keep(args.source, args.dest, args.number, args.skip_incomplete)
     except (Refused, OSError, tarfile.TarError, EOFError) as err:
         print(f"keep_results: {err}", file=sys.stderr)
         return 1

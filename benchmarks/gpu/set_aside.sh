@@ -39,6 +39,14 @@ back)
     # overwritten by the committed one: refuse, changing nothing
     rewritten=()
     while IFS= read -r -d '' f; do
+        d="$(dirname -- "$f")"
+        while [ "$d" != "." ]; do  # a file (or link) where one of its folders was
+            if [ -e "$d" ] || [ -L "$d" ]; then
+                [ -d "$d" ] && [ ! -L "$d" ] || rewritten+=("$d")
+            fi
+            [ "$d" = "$RUNS" ] && break
+            d="$(dirname -- "$d")"
+        done
         if [ -e "$f" ] || [ -L "$f" ]; then
             [ -f "$f" ] && [ ! -L "$f" ] \
                 && [ "$(git hash-object -- "$f")" = "$(git rev-parse ":$f")" ] \
@@ -48,7 +56,7 @@ back)
     if [ "${#rewritten[@]}" -gt 0 ]; then
         echo "set_aside.sh: these set-aside files were written again since 'out'; nothing was" \
             "restored (move them elsewhere, then run 'back' again):" >&2
-        printf '  %s\n' "${rewritten[@]}" >&2
+        printf '  %s\n' "${rewritten[@]}" | sort -u >&2
         exit 1
     fi
     git ls-files -z -- "$RUNS" | xargs -0 -r git update-index --no-skip-worktree --
