@@ -345,6 +345,7 @@ def test_the_gpu_phase_reads_each_runs_first_copy_and_checks_every_setting(
     gpu = text[text.index("### GPU phase"):]
     assert "| runs-confirm.yaml | SST-2 | base run | 0.8500 | – |" in gpu
     assert "Partial: 1 of 20 pairs. No test before all 20 are there" in gpu
+    assert "##### RTE at its chosen learning rate" in gpu and "not chosen yet" in gpu
     # a run whose schedule is not its spec's is refused
     _gpu_run(tmp_path / "bad", 1, cp.ISTAR_ROOT, ref_name, 0.85, num_train_epochs=2.0)
     with pytest.raises(ValueError, match="num_train_epochs"):
@@ -474,3 +475,77 @@ def test_a_resumes_uncounted_evaluation_is_named_under_the_runs(tmp_path: Path) 
     assert "| confirm-entropy-cpu | CoLA | no regularizer | 0.3500 | – |" in text
     assert "Evaluations not counted (a resume's evaluation at its checkpoint's step" in text
     assert f"{Path(resumed.path).name} (step 67)." in text
+
+
+@pytest.fixture
+def rte_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> float:
+    """The GPU specs with ``runs-confirm-rte.yaml`` as ``make_rte_confirm_spec.py`` writes it
+    for a rate of 3e-5; returns the rate."""
+    import shutil
+
+    spec = importlib.util.spec_from_file_location(
+        "make_rte_confirm_spec", ROOT / "benchmarks" / "gpu" / "make_rte_confirm_spec.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name in ("runs-confirm.yaml", "runs-entropy.yaml"):
+        shutil.copy(cp.GPU_SPECS / name, specs / name)
+    (specs / "runs-confirm-rte.yaml").write_text(
+        make.spec_text(3e-5, {1e-5: 0.6, 3e-5: 0.7, 5e-5: 0.65}))
+    monkeypatch.setattr(cp, "GPU_SPECS", specs)
+    cp.spec_points.cache_clear()
+    yield 3e-5
+    cp.spec_points.cache_clear()
+
+
+def test_rtes_cells_are_the_runs_its_written_spec_names(rte_spec: float) -> None:
+    from isotropy.training.settings import args_from_dict
+
+    assert cp.rte_rate() == rte_spec
+    points = cp.spec_points(cp.RTE_ROOT, gpu=True)
+    rte = [(cell, tasks) for root, _, cell, tasks, _ in cp.cells(cp.GPU) if root == cp.RTE_ROOT]
+    assert len(rte) == 5 and all(tasks == ("rte",) for _, tasks in rte)
+    names = set()
+    for cell, _ in rte:
+        c = cell("rte")
+        gpu = cp.Cell(c.root, tuple((k, f"/gpu/{cp.GPU_MODEL}" if k == "model" else v)
+                                    for k, v in c.settings))
+        for seed in cp.SEEDS:
+            name = run_name("rte", gpu, seed)
+            assert name in points, (c, name)
+            names.add(name)
+            iso, train = args_from_dict(points[name].settings)
+            for key, value in c.settings:
+                if key != "model":
+                    got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+                    assert got == value, (key, got, value)
+    assert names == set(points)  # and nothing else
+
+
+def test_rtes_gpu_cells_are_reported_beside_the_family(rte_spec: float, tmp_path: Path) -> None:
+    base, paper = cp.rte_cell(method="none"), cp.rte_cell()
+
+    def name(c: cp.Cell, seed: int) -> str:
+        return run_name("rte", cp.Cell(c.root, tuple(
+            (k, f"/gpu/{cp.GPU_MODEL}" if k == "model" else v) for k, v in c.settings)), seed)
+
+    runs = tmp_path / "gpu"
+    _gpu_run(runs, 1, cp.RTE_ROOT, name(base, 5), 0.60)
+    _gpu_run(runs, 1, cp.RTE_ROOT, name(paper, 5), 0.62)
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=runs))
+    gpu = text[text.index("### GPU phase"):]
+    assert "| runs-confirm-rte.yaml | RTE | base run | 0.6000 | – |" in gpu
+    assert "Learning rate 3e-05, chosen on 10% of RTE's train split held out." in gpu
+    head = "##### RTE: I-STAR, the paper's (λ, ζ), padding minus the base run"
+    part = gpu[gpu.index(head):]
+    assert "| RTE | +2.00 | – | – | – | – | +2.00 (1) |" in part
+    assert "Partial: 1 of 5 pairs." in part
+    for seed in (6, 7, 8, 9):  # every seed above the base run: the least two-sided p, 2/32
+        _gpu_run(runs, 2, cp.RTE_ROOT, name(base, seed), 0.60)
+        _gpu_run(runs, 2, cp.RTE_ROOT, name(paper, seed), 0.60 + seed / 100)
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=runs))
+    part = text[text.index(head):]
+    assert ("All 5 pairs: S = +6.40 points, exact stratified sign-flip two-sided p = 0.0625 "
+            "(unadjusted, not in the plan's family).") in part
+    assert "Holm" not in part.split("#####")[1]  # never a test of the family

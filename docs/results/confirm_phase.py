@@ -4,7 +4,9 @@ amendment of 2026-11-29) from its committed runs, phase by phase, never pooled: 
 under ``runs/``) and the GPU phase (the GPU bundle's MiniLM, float16-rounded weights;
 ``benchmarks/gpu/runs-confirm.yaml`` and ``runs-entropy.yaml``, runs as the GPU calls brought
 them back, ``docs/gpu-runs-confirm/<n>/`` and ``docs/gpu-runs-entropy/<n>/``, a run that came
-back twice read from its first copy).
+back twice read from its first copy). RTE's GPU cells, at the learning rate its held-out runs
+chose (``runs-confirm-rte.yaml``, once ``make_rte_confirm_spec.py`` has written it; kept in
+``docs/gpu-runs-confirm-rte/<n>/``), are reported beside the GPU phase's family, never in it.
 
 Each phase's two primary comparisons, named in its specs before any of their runs started:
 
@@ -60,7 +62,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import review_verdicts as rv  # noqa: E402  (a script beside this one, not a package)
 from gpu_phase import unpack  # noqa: E402
 from review_verdicts import (  # noqa: E402
-    LABEL,
     LR,
     PAPER,
     PAPER_GAIN,
@@ -97,9 +98,13 @@ ISTAR_ROOT, ENTROPY_ROOT = "confirm-cpu", "confirm-entropy-cpu"
 CONFIRMATORY = (ISTAR_ROOT, ENTROPY_ROOT)  # each the name of its spec and of its sweep
 ISTAR_TASKS = ("mrpc", "stsb")  # the CPU phase's
 ENTROPY_TASKS = ("cola", "mrpc")
+RTE_ROOT = "confirm-rte"  # RTE's GPU cells, beside the GPU phase's family
+RTE_PAPER = (-1.0, 0.8)  # the I-STAR paper's best BERT (λ, ζ) on RTE (make_rte_confirm_spec.py)
 # the GPU phase: per sweep, its spec and the folder its calls' archives are kept in
 GPU_SWEEPS = {ISTAR_ROOT: ("runs-confirm.yaml", "gpu-runs-confirm"),
-              ENTROPY_ROOT: ("runs-entropy.yaml", "gpu-runs-entropy")}
+              ENTROPY_ROOT: ("runs-entropy.yaml", "gpu-runs-entropy"),
+              RTE_ROOT: ("runs-confirm-rte.yaml", "gpu-runs-confirm-rte")}
+LABEL = {**rv.LABEL, "rte": "RTE"}
 
 
 def istar_cell(task: str, lam: float | None = None) -> Cell:
@@ -120,6 +125,33 @@ def cosreg_cell(task: str) -> Cell:
 def istar_base(task: str) -> Cell:
     return Cell(ISTAR_ROOT, (("regularizer", ["none"]), ("learning_rate", LR[task]),
                              ("full_determinism", True), ("model", "minilm")))
+
+
+def rte_rate() -> float | None:
+    """RTE's learning rate as ``runs-confirm-rte.yaml`` names it (``make_rte_confirm_spec.py``
+    writes it from the held-out runs of ``runs-rte-lr.yaml``); ``None`` before it is written."""
+    if not (GPU_SPECS / GPU_SWEEPS[RTE_ROOT][0]).is_file():
+        return None
+    rates = {float(p.settings["learning_rate"]) for p in spec_points(RTE_ROOT, True).values()}
+    if len(rates) != 1:
+        raise ValueError(f"{GPU_SWEEPS[RTE_ROOT][0]} names {len(rates)} learning rates, not one")
+    return rates.pop()
+
+
+def rte_cell(lam: float | None = None, *, method: str = "istar") -> Cell:
+    """One of RTE's GPU cells at its chosen rate: I-STAR with padding at the paper's ζ (λ the
+    paper's unless given), ``method`` ``cosreg`` (λ = 1, padding) or ``none`` (the base run)."""
+    rate = rte_rate()
+    if rate is None:
+        raise Missing("RTE's learning rate is not chosen yet")
+    lam0, zeta = RTE_PAPER
+    reg = {"none": (("regularizer", ["none"]),),
+           "cosreg": (("regularizer", ["cosreg"]), ("cosreg_tuning", 1.0),
+                      ("include_padding", True)),
+           "istar": (("regularizer", ["istar"]), ("tuning", lam0 if lam is None else lam),
+                     ("zeta", zeta), ("include_padding", True))}[method]
+    return Cell(RTE_ROOT, (*reg, ("learning_rate", rate), ("full_determinism", True),
+                           ("model", "minilm")))
 
 
 def _entropy(root: str, select: bool | None, *settings: tuple[str, object]) -> Cell:
@@ -397,6 +429,31 @@ def secondary(ph: Phase) -> tuple[Comparison, ...]:
                    last_30, tail))
 
 
+def rte_comparisons() -> tuple[Comparison, ...]:
+    """RTE's GPU cells against its base run (outside the family: the plan's amendment)."""
+    final = "the final dev metric"
+    base = lambda t: rte_cell(method="none")  # noqa: E731
+    return tuple(Comparison(f"RTE: {title} minus the base run", lambda t, c=cell: (c(), base(t)),
+                            ("rte",), final_metric, final)
+                 for title, cell in (
+                     ("I-STAR, the paper's (λ, ζ), padding", rte_cell),
+                     ("CosReg (padding)", lambda: rte_cell(method="cosreg")),
+                     ("I-STAR λ = +1 (padding)", lambda: rte_cell(1.0)),
+                     ("I-STAR λ = −0.3 (padding)", lambda: rte_cell(-0.3))))
+
+
+def rte_section(look: Lookup, runs: Path) -> list[str]:
+    """RTE's GPU cells at the rate its held-out runs chose, beside the family."""
+    head = ["##### RTE at its chosen learning rate (`runs-confirm-rte.yaml`)", ""]
+    rate = rte_rate()
+    if rate is None:
+        return [*head, "Its learning rate is not chosen yet: `runs-rte-lr.yaml`'s held-out runs "
+                "come first, then `benchmarks/gpu/make_rte_confirm_spec.py` writes the spec "
+                "(`docs/gpu.md`, \"What the next GPU calls run\", item 3).", ""]
+    return [*head, f"Learning rate {rate:g}, chosen on 10% of RTE's train split held out.", "",
+            *secondary_section(look, rte_comparisons(), runs)]
+
+
 PRIMARY, SECONDARY = primary(CPU), secondary(CPU)
 PAPER_EFFECT = {PRIMARY[0].title: PAPER_GAIN}  # the paper's own Δ per task, where it gives one
 
@@ -450,8 +507,11 @@ COUNTERPART = {
 
 def counterpart_text(runs: Path, c: Comparison) -> str:
     """The exploratory counterpart's task means (points) on ``c``'s tasks and their mean over
-    the tasks, read from the committed CPU runs; said so where its runs are not there."""
-    old = COUNTERPART[c.title]
+    the tasks, read from the committed CPU runs; said so where its runs are not there, and
+    where it has none (RTE's cells: no earlier run at a rate chosen this way)."""
+    old = COUNTERPART.get(c.title)
+    if old is None:
+        return "No exploratory counterpart."
     same = dataclasses.replace(old.comparison, tasks=c.tasks)
     p = pairs(cpu_lookup(runs, check=False), same, old.seeds)
     groups = p.groups()
@@ -489,9 +549,9 @@ def _comparison_head(c: Comparison, p: Pairs, runs: Path) -> list[str]:
             counterpart_text(runs, c), ""]
 
 
-def secondary_section(look: Lookup, ph: Phase, runs: Path) -> list[str]:
+def secondary_section(look: Lookup, comparisons: Sequence[Comparison], runs: Path) -> list[str]:
     out = []
-    for c in secondary(ph):
+    for c in comparisons:
         p = pairs(look, c)
         there, total = p.count()
         out += _comparison_head(c, p, runs)
@@ -575,7 +635,15 @@ def growth_counterpart(runs: Path, tasks: Sequence[str]) -> str:
 
 
 def cells(ph: Phase) -> tuple[tuple[str, str, Callable[[str], Cell], tuple[str, ...], Read], ...]:
-    """Every cell of a phase's two specs: (sweep, label, task -> cell, tasks, value read)."""
+    """Every cell of a phase's specs: (sweep, label, task -> cell, tasks, value read); on the
+    GPU, RTE's once its rate is chosen."""
+    rte = () if ph is not GPU or rte_rate() is None else tuple(
+        (RTE_ROOT, label, lambda t, c=cell: c(), ("rte",), final_metric) for label, cell in (
+            ("base run", lambda: rte_cell(method="none")),
+            ("I-STAR, paper's (λ, ζ), padding", rte_cell),
+            ("CosReg λ = 1, padding", lambda: rte_cell(method="cosreg")),
+            ("I-STAR λ = +1, padding", lambda: rte_cell(1.0)),
+            ("I-STAR λ = −0.3, padding", lambda: rte_cell(-0.3))))
     return (
         *((ISTAR_ROOT, label, cell, ph.istar_tasks, final_metric) for label, cell in (
             ("base run", istar_base), ("I-STAR, paper's (λ, ζ), padding", istar_cell),
@@ -584,7 +652,8 @@ def cells(ph: Phase) -> tuple[tuple[str, str, Callable[[str], Cell], tuple[str, 
             ("I-STAR λ = −0.3, padding", lambda t: istar_cell(t, -0.3)))),
         *((ENTROPY_ROOT, label, lambda t, s=select: entropy_cell(s), ph.entropy_tasks, last_30)
           for label, select in (("no regularizer", None), ("entropy, selected bars", True),
-                                ("entropy, all bars", False))))
+                                ("entropy, all bars", False))),
+        *rte)
 
 
 CELLS = cells(CPU)
@@ -661,8 +730,9 @@ def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
             else:
                 out += _test_lines(t, total, *ranges[ph.name, c.title])
         out += ["#### Beside them (not in the family)", "",
-                *secondary_section(looks[ph.name], ph, runs),
-                *growth_section(looks[ph.name], ph, runs)]
+                *secondary_section(looks[ph.name], secondary(ph), runs),
+                *growth_section(looks[ph.name], ph, runs),
+                *(rte_section(looks[ph.name], runs) if ph is GPU else [])]
     return out
 
 
