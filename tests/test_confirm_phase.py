@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -345,7 +346,8 @@ def test_the_gpu_phase_reads_each_runs_first_copy_and_checks_every_setting(
     gpu = text[text.index("### GPU phase"):]
     assert "| runs-confirm.yaml | SST-2 | base run | 0.8500 | – |" in gpu
     assert "Partial: 1 of 20 pairs. No test before all 20 are there" in gpu
-    assert "##### RTE at its chosen learning rate" in gpu and "not chosen yet" in gpu
+    assert "#### RTE at its chosen learning rate" in gpu
+    assert ("not chosen yet" in gpu) == (cp.rte_rate() is None)  # until the spec is committed
     # a run whose schedule is not its spec's is refused
     _gpu_run(tmp_path / "bad", 1, cp.ISTAR_ROOT, ref_name, 0.85, num_train_epochs=2.0)
     with pytest.raises(ValueError, match="num_train_epochs"):
@@ -363,8 +365,8 @@ def test_every_gpu_cell_is_a_run_its_gpu_spec_names() -> None:
             for seed in cp.SEEDS:
                 assert run_name(task, gpu, seed) in names, (task, c)
     n = sum(len(tasks) for _, _, _, tasks, _ in cp.cells(cp.GPU)) * len(cp.SEEDS)
-    assert n == len(cp.spec_points(cp.ISTAR_ROOT, gpu=True)) + len(
-        cp.spec_points(cp.ENTROPY_ROOT, gpu=True))  # and nothing else
+    roots = (cp.ISTAR_ROOT, cp.ENTROPY_ROOT) + ((cp.RTE_ROOT,) if cp.rte_rate() else ())
+    assert n == sum(len(cp.spec_points(root, gpu=True)) for root in roots)  # and nothing else
 
 
 def test_a_real_gpu_run_passes_the_check_against_its_gpu_spec_point(
@@ -478,7 +480,7 @@ def test_a_resumes_uncounted_evaluation_is_named_under_the_runs(tmp_path: Path) 
 
 
 @pytest.fixture
-def rte_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> float:
+def rte_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
     """The GPU specs with ``runs-confirm-rte.yaml`` as ``make_rte_confirm_spec.py`` writes it
     for a rate of 3e-5; returns the rate."""
     import shutil
@@ -536,7 +538,9 @@ def test_rtes_gpu_cells_are_reported_beside_the_family(rte_spec: float, tmp_path
     text = "\n".join(cp.report(Path("unused"), gpu_parent=runs))
     gpu = text[text.index("### GPU phase"):]
     assert "| runs-confirm-rte.yaml | RTE | base run | 0.6000 | – |" in gpu
-    assert "Learning rate 3e-05, chosen on 10% of RTE's train split held out." in gpu
+    assert ("Learning rate 3e-05, as the spec names it. The spec's header: \"Mean held-out "
+            "accuracy per rate: 1e-05: 0.6000, 3e-05: 0.7000, 5e-05: 0.6500; RTE's rate: "
+            "3e-05.\"") in gpu
     head = "##### RTE: I-STAR, the paper's (λ, ζ), padding minus the base run"
     part = gpu[gpu.index(head):]
     assert "| RTE | +2.00 | – | – | – | – | +2.00 (1) |" in part
@@ -549,3 +553,18 @@ def test_rtes_gpu_cells_are_reported_beside_the_family(rte_spec: float, tmp_path
     assert ("All 5 pairs: S = +6.40 points, exact stratified sign-flip two-sided p = 0.0625 "
             "(unadjusted, not in the plan's family).") in part
     assert "Holm" not in part.split("#####")[1]  # never a test of the family
+
+
+def test_rte_counts_every_cell_in_the_gpu_spec_check(rte_spec: float) -> None:
+    """With RTE's spec written, the GPU cells are the three specs' points, nothing else."""
+    test_every_gpu_cell_is_a_run_its_gpu_spec_names()
+
+
+def test_a_rte_spec_with_two_rates_is_refused(rte_spec: float) -> None:
+    path = cp.GPU_SPECS / "runs-confirm-rte.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("learning_rate: 3.0e-05, regularizer: none",
+                                 "learning_rate: 1.0e-05, regularizer: none"))
+    cp.spec_points.cache_clear()
+    with pytest.raises(ValueError, match="names 2 learning rates, not one"):
+        cp.rte_rate()
