@@ -307,7 +307,7 @@ def _gpu_run(parent: Path, call: int, root: str, name: str, value: float,
             values[f.name] = json.loads(json.dumps(v.value if isinstance(v, enum.Enum) else v,
                                                    default=str))
         sections[section] = values
-    sections["isotropy"]["model"] = "/tmp/isotropy-gpu.AbCd/minilm-fp16"
+    sections["isotropy"]["model"] = f"/tmp/isotropy-gpu.AbCd/{cp.gpu_model(root)}"
     sections["training"]["dataloader_pin_memory"] = True  # as a machine with CUDA writes it
     sections["training"] |= change
     task = sections["isotropy"]["task"]
@@ -568,3 +568,49 @@ def test_a_rte_spec_with_two_rates_is_refused(rte_spec: float) -> None:
     cp.spec_points.cache_clear()
     with pytest.raises(ValueError, match="names 2 learning rates, not one"):
         cp.rte_rate()
+
+
+def test_every_mpnet_cell_is_a_point_of_runs_mpnet_with_its_settings() -> None:
+    from isotropy.training.settings import args_from_dict
+
+    points = cp.spec_points(cp.MPNET_ROOT, gpu=True)
+    names = set()
+    for task in cp.MPNET_TASKS:
+        for c in (cp.mpnet_cell(task, base=True), cp.mpnet_cell(task),
+                  cp.mpnet_cell(task, -0.1)):
+            for seed in cp.MPNET_SEEDS:
+                name = run_name(task, cp.on_gpu(c), seed)
+                iso, train = args_from_dict(points[name].settings)
+                for key, value in c.settings:
+                    if key != "model":
+                        got = getattr(iso, key) if hasattr(iso, key) else getattr(train, key)
+                        assert got == value, (name, key, got, value)
+                names.add(name)
+    assert names == set(points) and len(names) == 36  # 4 tasks x 3 cells x seeds 0-2
+
+
+def test_mpnets_gpu_runs_are_reported_beside_the_step(tmp_path: Path) -> None:
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=tmp_path))
+    part = text[text.index("### MPNet-base on a GPU"):]
+    assert "No run has come back yet (`docs/gpu-runs-mpnet/`; 0 of 36)." in part
+    base = {t: cp.mpnet_cell(t, base=True) for t in cp.MPNET_TASKS}
+    paper = {t: cp.mpnet_cell(t) for t in cp.MPNET_TASKS}
+    for seed in cp.MPNET_SEEDS:  # every task and seed one point above its base run
+        for task in cp.MPNET_TASKS:
+            _gpu_run(tmp_path, 1 + seed, cp.MPNET_ROOT, run_name(task, cp.on_gpu(base[task]),
+                                                                 seed), 0.60)
+            _gpu_run(tmp_path, 1 + seed, cp.MPNET_ROOT, run_name(task, cp.on_gpu(paper[task]),
+                                                                 seed), 0.61)
+    text = "\n".join(cp.report(Path("unused"), gpu_parent=tmp_path))
+    part = text[text.index("### MPNet-base on a GPU"):]
+    assert "Runs finished: 24 of 36." in part
+    assert "| RTE | base run | 0.6000 | 0.6000 | 0.6000 |" in part
+    assert "| CoLA | I-STAR λ = −0.1 | – | – | – |" in part
+    head = "##### MPNet: I-STAR, the paper's (λ, ζ), padding minus the base run"
+    one = part[part.index(head):].split("##### ")[1]
+    assert "| STS-B | +1.00 | +1.00 | +1.00 | +1.00 (3) |" in one
+    # 12 pairs of one sign: the least two-sided p of the exact sign-flip test, 2 / 2^12
+    assert ("All 12 pairs: S = +1.00 points, exact stratified sign-flip two-sided p = "
+            f"{2 / 2**12:.4g} (unadjusted, not in the plan's family).") in one
+    assert "Partial: 0 of 12 pairs." in part[part.index("##### MPNet: I-STAR λ = −0.1"):]
+    assert "### GPU phase" in text and text.index("### GPU phase") < text.index("### MPNet")

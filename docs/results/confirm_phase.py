@@ -1,13 +1,15 @@
 """Print the confirmatory step (``docs/results.md``, "Confirmatory plan (2026-11-28)" and its
 amendment of 2026-11-29) from its committed runs, phase by phase, never pooled: the CPU phase
-(MiniLM, float32 weights; ``specs/confirm-cpu.yaml`` and ``specs/confirm-entropy-cpu.yaml``, runs
-under ``runs/``) and the GPU phase (the GPU bundle's MiniLM, float16-rounded weights;
+(MiniLM, float32 weights; ``specs/confirm-cpu.yaml`` and ``specs/confirm-entropy-cpu.yaml``,
+runs under ``runs/``) and the GPU phase (the GPU bundle's MiniLM, float16-rounded weights;
 ``benchmarks/gpu/runs-confirm.yaml`` and ``runs-entropy.yaml``, runs as the GPU calls brought
 them back, ``docs/gpu-runs-confirm/<n>/`` and ``docs/gpu-runs-entropy/<n>/``, a run that came
-back twice read from its first copy). RTE's GPU cells, at the learning rate its held-out runs
-chose (``runs-confirm-rte.yaml``, once ``make_rte_confirm_spec.py`` has written it; kept in
-``docs/gpu-runs-confirm-rte/<n>/``), are reported beside the GPU phase's primary tests, never
-in the amendment's family of four.
+back twice read from its first copy), then MPNet-base's GPU runs
+(``benchmarks/gpu/runs-mpnet.yaml``, seeds 0-2; ``docs/gpu-runs-mpnet/<n>/``), another model:
+never pooled with the phases. RTE's GPU cells, at the learning rate its held-out runs chose
+(``runs-confirm-rte.yaml``, once ``make_rte_confirm_spec.py`` has written it; kept in
+``docs/gpu-runs-confirm-rte/<n>/``), are reported beside the GPU phase's primary tests, never in
+the amendment's family of four.
 
 Each phase's two primary comparisons, named in its specs before any of their runs started:
 
@@ -91,6 +93,10 @@ HERE = Path(__file__).resolve().parent
 SPECS = HERE / "specs"
 GPU_SPECS = HERE.parents[1] / "benchmarks" / "gpu"
 GPU_MODEL = "minilm-fp16"  # the GPU bundle's model folder, whatever path the machine gave it
+MPNET_ROOT = "gpu-mpnet"  # MPNet-base on a GPU (the staged model), beside the step
+GPU_MODELS = {MPNET_ROOT: "mpnet-fp16"}  # a sweep's model folder where it is not GPU_MODEL
+MPNET_SEEDS = (0, 1, 2)  # at least three per cell over all windows (runs.yaml's seed 0 first)
+MPNET_TASKS = ("rte", "mrpc", "stsb", "cola")
 # settings a run records that its spec point does not decide: where it was written, whether
 # it resumed, a token placeholder, and an object the point gives unserialised
 NOT_COMPARED = frozenset({"output_dir", "logging_dir", "resume", "hub_token",
@@ -104,7 +110,19 @@ RTE_PAPER = (-1.0, 0.8)  # the I-STAR paper's best BERT (λ, ζ) on RTE (make_rt
 # the GPU phase: per sweep, its spec and the folder its calls' archives are kept in
 GPU_SWEEPS = {ISTAR_ROOT: ("runs-confirm.yaml", "gpu-runs-confirm"),
               ENTROPY_ROOT: ("runs-entropy.yaml", "gpu-runs-entropy"),
-              RTE_ROOT: ("runs-confirm-rte.yaml", "gpu-runs-confirm-rte")}
+              RTE_ROOT: ("runs-confirm-rte.yaml", "gpu-runs-confirm-rte"),
+              MPNET_ROOT: ("runs-mpnet.yaml", "gpu-runs-mpnet")}
+
+
+def gpu_model(root: str) -> str:
+    """The model folder's name a GPU sweep's runs record (the path is the machine's)."""
+    return GPU_MODELS.get(root, GPU_MODEL)
+
+
+def on_gpu(cell: Cell) -> Cell:
+    """``cell`` with its model as a GPU run records it: a path ending in its sweep's folder."""
+    return Cell(cell.root, tuple((k, f"/gpu/{gpu_model(cell.root)}" if k == "model" else v)
+                                 for k, v in cell.settings))
 LABEL = {**rv.LABEL, "rte": "RTE"}
 
 
@@ -218,16 +236,19 @@ class Pairs:
 def spec_points(spec: str, gpu: bool = False) -> dict[str, Any]:
     """The points of a confirmatory spec by run name, as ``isotropy sweep`` expands them: the
     CPU's ``specs/<spec>.yaml``, or with ``gpu`` the GPU's spec of that sweep
-    (:data:`GPU_SWEEPS`) with its model placeholder as a path ending in :data:`GPU_MODEL`."""
+    (:data:`GPU_SWEEPS`) with its model placeholder as a path ending in its model folder
+    (:func:`gpu_model`); MPNet's with :data:`MPNET_SEEDS`, as ``run.sh --seeds`` runs them."""
     from isotropy.sweeps.points import expand
     from isotropy.sweeps.spec import load_spec
 
     if not gpu:
         return {p.name: p for p in expand(load_spec(SPECS / f"{spec}.yaml"))}
     text = (GPU_SPECS / GPU_SWEEPS[spec][0]).read_text(encoding="utf-8")
+    if spec == MPNET_ROOT:  # its other seeds run as run.sh --seeds writes them into the spec
+        text = re.sub(r"(?m)^seeds: .*$", f"seeds: {list(MPNET_SEEDS)}", text)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.yaml"
-        path.write_text(text.replace("@MODEL@", f"/gpu/{GPU_MODEL}"), encoding="utf-8")
+        path.write_text(text.replace("@MODEL@", f"/gpu/{gpu_model(spec)}"), encoding="utf-8")
         return {p.name: p for p in expand(load_spec(path))}
 
 
@@ -258,7 +279,7 @@ def check_spec_point(run: Run, spec: str, gpu: bool = False) -> dict[str, Any]:
             if f.name in saved and f.name not in NOT_COMPARED:
                 want, got = _json(getattr(args, f.name)), saved[f.name]
                 if gpu and f.name == "model":
-                    want, got = GPU_MODEL, Path(str(got)).name
+                    want, got = gpu_model(spec), Path(str(got)).name
                 elif gpu and f.name == "dataloader_pin_memory":
                     want = True  # Hugging Face's default where CUDA is (this machine has none)
                 if not rv._same(got, want):
@@ -301,9 +322,7 @@ class GpuLookup:
             self.runs[root] = found
 
     def __call__(self, task: str, cell: Cell, seed: int) -> tuple[float, Run]:
-        settings = tuple((k, f"/gpu/{GPU_MODEL}" if k == "model" else v)
-                         for k, v in cell.settings)
-        name = rv.run_name(task, Cell(cell.root, settings), seed)
+        name = rv.run_name(task, on_gpu(cell), seed)
         path = self.runs.get(cell.root, {}).get(name)
         if path is None:
             raise Missing(f"GPU {cell.root}/{name}")
@@ -430,6 +449,54 @@ def secondary(ph: Phase) -> tuple[Comparison, ...]:
                    last_30, tail))
 
 
+def mpnet_cell(task: str, lam: float | None = None, *, base: bool = False) -> Cell:
+    """MPNet's GPU cells (``runs-mpnet.yaml``): the base run, or I-STAR at the paper's ζ with
+    λ the paper's (with padding) or ``lam`` (without), at 3e-5 with the mean-pooling head."""
+    lam0, zeta = RTE_PAPER if task == "rte" else PAPER[task]
+    reg = (("regularizer", ["none"]),) if base else (
+        ("regularizer", ["istar"]), ("tuning", lam0 if lam is None else lam), ("zeta", zeta),
+        ("include_padding", lam is None))
+    return Cell(MPNET_ROOT, (*reg, ("learning_rate", 3e-5), ("classifier_pooling", "mean"),
+                             ("full_determinism", True), ("model", "mpnet")))
+
+
+MPNET_COMPARISONS = tuple(
+    Comparison(f"MPNet: {title} minus the base run", lambda t, lam=lam: (
+        mpnet_cell(t, lam), mpnet_cell(t, base=True)), MPNET_TASKS, final_metric,
+        "the final dev metric")
+    for title, lam in (("I-STAR, the paper's (λ, ζ), padding", None), ("I-STAR λ = −0.1", -0.1)))
+
+
+def mpnet_section(runs: Path, look: Lookup) -> list[str]:
+    """MPNet-base's GPU runs (another model: beside the step, never pooled with it, and with
+    too few seeds for the plan's test)."""
+    found = 0
+    rows = []
+    for label, cell in (("base run", lambda t: mpnet_cell(t, base=True)),
+                        ("I-STAR, paper's (λ, ζ), padding", mpnet_cell),
+                        ("I-STAR λ = −0.1", lambda t: mpnet_cell(t, -0.1))):
+        for task in MPNET_TASKS:
+            values = []
+            for seed in MPNET_SEEDS:
+                try:
+                    values.append(f"{look(task, cell(task), seed)[0]:.4f}")
+                    found += 1
+                except Missing:
+                    values.append("–")
+            rows.append(f"| {LABEL[task]} | {label} | " + " | ".join(values) + " |")
+    out = ["### MPNet-base on a GPU (`benchmarks/gpu/runs-mpnet.yaml`, beside the step)", "",
+           "all-mpnet-base-v2 (12 × 768) with float16-rounded weights, loaded as float32, the "
+           "mean-pooling head, 3e-5: another model, so never pooled with the phases above, and "
+           "too few seeds for the plan's test, as the plan says. The final dev metric.", ""]
+    total = 3 * len(MPNET_TASKS) * len(MPNET_SEEDS)
+    if found == 0:
+        return [*out, f"No run has come back yet (`docs/gpu-runs-mpnet/`; 0 of {total}).", ""]
+    head = "| task | cell | " + " | ".join(f"seed {s}" for s in MPNET_SEEDS) + " |"
+    return [*out, f"Runs finished: {found} of {total}.", "", head,
+            "|---|---|" + "---|" * len(MPNET_SEEDS), *rows, "",
+            *secondary_section(look, MPNET_COMPARISONS, runs, MPNET_SEEDS)]
+
+
 def rte_comparisons() -> tuple[Comparison, ...]:
     """RTE's GPU cells against its base run (outside the family: the plan's amendment)."""
     final = "the final dev metric"
@@ -553,17 +620,19 @@ def _test_lines(t: Primary, total: int, low: float, high: float) -> list[str]:
             f"{adjusted}; {bounds}{paper}. **{primary_word(t, low, high)}**", ""]
 
 
-def _comparison_head(c: Comparison, p: Pairs, runs: Path) -> list[str]:
-    return [f"##### {c.title} (Δ in points, {c.what})", "", *table(p), "",
+def _comparison_head(c: Comparison, p: Pairs, runs: Path, seeds: Sequence[int] = SEEDS
+                     ) -> list[str]:
+    return [f"##### {c.title} (Δ in points, {c.what})", "", *table(p, seeds), "",
             counterpart_text(runs, c), ""]
 
 
-def secondary_section(look: Lookup, comparisons: Sequence[Comparison], runs: Path) -> list[str]:
+def secondary_section(look: Lookup, comparisons: Sequence[Comparison], runs: Path,
+                      seeds: Sequence[int] = SEEDS) -> list[str]:
     out = []
     for c in comparisons:
-        p = pairs(look, c)
+        p = pairs(look, c, seeds)
         there, total = p.count()
-        out += _comparison_head(c, p, runs)
+        out += _comparison_head(c, p, runs, seeds)
         if p.complete():
             s, _, _, two = sign_flip_p(p.groups())
             out += [f"All {total} pairs: S = {s:+.2f} points, exact stratified sign-flip "
@@ -742,7 +811,7 @@ def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
                 *secondary_section(looks[ph.name], secondary(ph), runs),
                 *growth_section(looks[ph.name], ph, runs),
                 *(rte_section(looks[ph.name], runs) if ph is GPU else [])]
-    return out
+    return [*out, *mpnet_section(runs, gpu)]
 
 
 SECTION = "### CPU phase: MiniLM-L6-H384"  # where docs/results.md's printed part begins
