@@ -6,6 +6,7 @@ before a GPU is available."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -87,6 +88,19 @@ def test_gpu_command_cpu_mode(tmp_path):
         got = {p.name for p in (out / "runs" / name).iterdir()}
         assert {"config.json", "results.json.gz", "metrics.jsonl.gz"} <= got, (name, got)
     assert (out / "runs-report" / "table1.csv").is_file()
+    # what came back, kept as docs/gpu-runs/<n>/ is: the run's files uncompressed, per task
+    keep = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "keep_results.py"),
+                           str(out), str(tmp_path / "kept")], capture_output=True, text=True,
+                          timeout=120)
+    assert keep.returncode == 0, keep.stderr
+    with tarfile.open(tmp_path / "kept" / "1" / "runs-mrpc.tar.xz") as tar:
+        kept = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    for f in ("config.json", "results.json", "metrics.jsonl"):
+        got = (out / "runs" / names[0] / f).read_bytes() if f == "config.json" else \
+            gzip.decompress((out / "runs" / names[0] / f"{f}.gz").read_bytes())
+        assert kept[f"runs/{names[0]}/{f}"] == got, f
+    assert {p.name for p in (tmp_path / "kept" / "1").iterdir()} >= {
+        "summary.txt", "env.txt", "bench.md", "bench.json", "sweep.json", "report.md"}
 
 
 @pytest.mark.slow
