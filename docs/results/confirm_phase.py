@@ -497,17 +497,21 @@ def mpnet_section(runs: Path, look: Lookup) -> list[str]:
             *secondary_section(look, MPNET_COMPARISONS, runs, MPNET_SEEDS, tested=False)]
 
 
+# RTE's five GPU cells: (row label, title against the base run, the cell); the base run first
+RTE_CELLS: tuple[tuple[str, str, Callable[[], Cell]], ...] = (
+    ("base run", "", lambda: rte_cell(method="none")),
+    ("I-STAR, paper's (λ, ζ), padding", "I-STAR, the paper's (λ, ζ), padding", rte_cell),
+    ("CosReg λ = 1, padding", "CosReg (padding)", lambda: rte_cell(method="cosreg")),
+    ("I-STAR λ = +1, padding", "I-STAR λ = +1 (padding)", lambda: rte_cell(1.0)),
+    ("I-STAR λ = −0.3, padding", "I-STAR λ = −0.3 (padding)", lambda: rte_cell(-0.3)))
+
+
 def rte_comparisons() -> tuple[Comparison, ...]:
     """RTE's GPU cells against its base run (outside the family: the plan's amendment)."""
-    final = "the final dev metric"
-    base = lambda t: rte_cell(method="none")  # noqa: E731
-    return tuple(Comparison(f"RTE: {title} minus the base run", lambda t, c=cell: (c(), base(t)),
-                            ("rte",), final_metric, final)
-                 for title, cell in (
-                     ("I-STAR, the paper's (λ, ζ), padding", rte_cell),
-                     ("CosReg (padding)", lambda: rte_cell(method="cosreg")),
-                     ("I-STAR λ = +1 (padding)", lambda: rte_cell(1.0)),
-                     ("I-STAR λ = −0.3 (padding)", lambda: rte_cell(-0.3))))
+    (_, _, base), *others = RTE_CELLS
+    return tuple(Comparison(f"RTE: {title} minus the base run", lambda t, c=cell: (c(), base()),
+                            ("rte",), final_metric, "the final dev metric")
+                 for _, title, cell in others)
 
 
 def rte_section(look: Lookup, runs: Path) -> list[str]:
@@ -723,12 +727,8 @@ def cells(ph: Phase) -> tuple[tuple[str, str, Callable[[str], Cell], tuple[str, 
     """Every cell of a phase's specs: (sweep, label, task -> cell, tasks, value read); on the
     GPU, RTE's once its rate is chosen."""
     rte = () if ph is not GPU or rte_rate() is None else tuple(
-        (RTE_ROOT, label, lambda t, c=cell: c(), ("rte",), final_metric) for label, cell in (
-            ("base run", lambda: rte_cell(method="none")),
-            ("I-STAR, paper's (λ, ζ), padding", rte_cell),
-            ("CosReg λ = 1, padding", lambda: rte_cell(method="cosreg")),
-            ("I-STAR λ = +1, padding", lambda: rte_cell(1.0)),
-            ("I-STAR λ = −0.3, padding", lambda: rte_cell(-0.3))))
+        (RTE_ROOT, label, lambda t, c=cell: c(), ("rte",), final_metric)
+        for label, _, cell in RTE_CELLS)
     return (
         *((ISTAR_ROOT, label, cell, ph.istar_tasks, final_metric) for label, cell in (
             ("base run", istar_base), ("I-STAR, paper's (λ, ζ), padding", istar_cell),
