@@ -605,11 +605,11 @@ def test_mpnets_gpu_runs_are_reported_beside_the_step(tmp_path: Path) -> None:
     part = text[text.index("### MPNet-base on a GPU"):]
     assert "Runs finished: 24 of 36." in part
     assert "| RTE | base run | 0.6000 | 0.6000 | 0.6000 |" in part
-    assert "| CoLA | I-STAR λ = −0.1 | – | – | – |" in part
+    assert "| CoLA | I-STAR λ = −0.1, padding | – | – | – |" in part
     head = "##### MPNet: I-STAR, the paper's (λ, ζ), padding minus the base run"
     one = part[part.index(head):].split("##### ")[1]
     assert "| STS-B | +1.00 | +1.00 | +1.00 | +1.00 (3) |" in one
     assert ("All 12 pairs: S = +1.00 points (the mean of the task means); no test: too few "
             "seeds for the plan's.") in one and "p =" not in one  # the plan: no test here
-    assert "Partial: 0 of 12 pairs." in part[part.index("##### MPNet: I-STAR λ = −0.1"):]
+    assert "Partial: 0 of 12 pairs." in part[part.index("##### MPNet: I-STAR λ = −0.1, padding"):]
     assert "### GPU phase" in text and text.index("### GPU phase") < text.index("### MPNet")

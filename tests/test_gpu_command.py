@@ -154,7 +154,8 @@ def test_the_b6_spec_is_runs_yamls_stsb_protocol() -> None:
 def test_the_mpnet_spec_is_runs_yamls_protocol_with_the_mean_head() -> None:
     """runs-mpnet.yaml: runs.yaml's fixed settings but for one learning rate, the mean-pooled
     head and deterministic kernels; per task the base run, the paper's (lambda, zeta) with
-    padding (runs.yaml's, RTE's from phase A's istar.yaml) and lambda = -0.1 at that zeta."""
+    padding (runs.yaml's, RTE's from phase A's istar.yaml) and lambda = -0.1 at that zeta, with
+    padding too (every I-STAR cell of the confirmatory runs has the authors' padding)."""
     import yaml
 
     gpu = ROOT / "benchmarks" / "gpu"
@@ -171,7 +172,8 @@ def test_the_mpnet_spec_is_runs_yamls_protocol_with_the_mean_head() -> None:
         want += [{"task": task, "regularizer": "none"},
                  {"task": task, "regularizer": "istar", "tuning": tuning, "zeta": zeta,
                   "include_padding": True},
-                 {"task": task, "regularizer": "istar", "tuning": -0.1, "zeta": zeta}]
+                 {"task": task, "regularizer": "istar", "tuning": -0.1, "zeta": zeta,
+                  "include_padding": True}]
     assert mpnet["points"] == want
     assert mpnet["seeds"] == [0] and mpnet["order"] == main["order"]
 
