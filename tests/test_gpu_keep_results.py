@@ -189,3 +189,36 @@ def test_keep_results_can_leave_out_a_run_that_came_back_incomplete(tmp_path):
     assert "runs/r2 left out: no config.json" in kept.stderr
     assert _files(tmp_path / "dest" / "1" / "runs-rte.tar.xz") == {
         "runs/r1/config.json": b'{"task": {"name": "rte"}}', "runs/r1/results.json": b"{}"}
+
+
+def test_keep_results_deletes_only_the_leftovers_it_could_have_written(tmp_path):
+    """A ``.keep-<n>.*`` folder left by a killed call goes where it holds only the file names
+    keep_results writes; one holding anything else stays, byte for byte, and is named."""
+    source = tmp_path / "from"
+    source.mkdir()
+    (source / "summary.txt").write_text("x runs: 1 finished runs copied\n")
+    with tarfile.open(source / "gpu-results.tar.gz", "w:gz") as tar:
+        _add(tar, "env.txt", b"env\n")
+        _add(tar, "runs/r1/config.json", b'{"task": {"name": "rte"}}')
+        _add(tar, "runs/r1/results.json.gz", gzip.compress(b"{}"))
+    dest = tmp_path / "dest"
+    ours = dest / ".keep-1.ab_c9"
+    ours.mkdir(parents=True)
+    for name in ("summary.txt", "runs-mrpc.tar.xz", "sweep.json"):
+        (ours / name).write_bytes(b"half written")
+    foreign = {".keep-2.x1": {"mine.txt": b"not ours\n"},  # a name keep_results never writes
+               ".keep-3.y2": {"summary.txt": b"s", "runs/x": b"a folder inside"},
+               ".keep-x.z3": {"summary.txt": b"not mkdtemp's name"}}
+    for folder, files in foreign.items():
+        for name, data in files.items():
+            (dest / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / folder / name).write_bytes(data)
+    before = {name: _tree(dest / name) for name in foreign}
+    proc = _keep(source, dest)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dest.iterdir()) == [".keep-2.x1", ".keep-3.y2", ".keep-x.z3",
+                                                       "1"]
+    assert {name: _tree(dest / name) for name in foreign} == before
+    assert proc.stderr.splitlines() == [
+        f"keep_results: {dest / n} is not a folder this script left: left as it is"
+        for n in (".keep-2.x1", ".keep-3.y2")]

@@ -23,8 +23,9 @@ under FROM, a damaged compressed file, a run folder without its ``config.json`` 
 ``results.json`` (``--skip-incomplete`` keeps the others, naming it), fewer runs than
 ``summary.txt`` says were copied (``runs: N finished runs copied``; where files did not come
 back), a task or run name that is not a plain name, a ``DEST/<n>`` that exists. The folder is
-written under a temporary name beside it (``.keep-<n>.*``: one a killed call left behind is
-ours to delete), then renamed, so ``DEST/<n>`` is whole or absent.
+written under a temporary name beside it (``.keep-<n>.*``), then renamed, so ``DEST/<n>`` is
+whole or absent. Such a folder that a killed call left behind is deleted by the next call where
+it holds only files of the names written here; any other is left as it is, and named.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ _TASK = re.compile(r"[a-z0-9][a-z0-9_]*")
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _NUMBER = re.compile(r"[0-9]+")
 _COPIED = re.compile(r"runs: ([0-9]+) finished runs copied$", re.MULTILINE)
+_LEFTOVER = re.compile(r"\.keep-[0-9]+\.[A-Za-z0-9_]+")  # tempfile.mkdtemp's names
 
 
 class Refused(Exception):
@@ -175,6 +177,26 @@ def next_number(dest: Path) -> int:
     return max(numbers, default=0) + 1
 
 
+def remove_leftovers(dest: Path) -> list[Path]:
+    """Delete each ``dest/.keep-<n>.*`` folder a killed call left behind, where it holds only
+    plain files of the names :func:`keep` writes; returns those left as they are."""
+    ours = set(KEPT.values())
+    left = []
+    for tmp in sorted(dest.iterdir()) if dest.is_dir() else []:
+        if not (_LEFTOVER.fullmatch(tmp.name) and tmp.is_dir() and not tmp.is_symlink()):
+            continue
+        files = list(tmp.iterdir())
+        if all(f.is_file() and not f.is_symlink()
+               and (f.name in ours or re.fullmatch(r"runs-[a-z0-9_]+\.tar\.xz", f.name))
+               for f in files):
+            for f in files:
+                f.unlink()
+            tmp.rmdir()
+        else:
+            left.append(tmp)
+    return left
+
+
 def keep(source: Path, dest: Path, number: int | None = None, skip_incomplete: bool = False
          ) -> tuple[Path, dict[str, int]]:
     """Write ``dest/<number>``; returns it and the number of runs per task."""
@@ -192,6 +214,9 @@ def keep(source: Path, dest: Path, number: int | None = None, skip_incomplete: b
     if target.exists():
         raise Refused(f"{target} exists: nothing was written")
     dest.mkdir(parents=True, exist_ok=True)
+    for other in remove_leftovers(dest):
+        print(f"keep_results: {other} is not a folder this script left: left as it is",
+              file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix=f".keep-{number}.", dir=dest))
     try:
         for name, kept in KEPT.items():
