@@ -377,7 +377,10 @@ def rogue_dimensions(X: ArrayLike | OutlierStats, *, k: int = 3,
 
 def _massive_mask(x: torch.Tensor, min_magnitude: float, ratio: float) -> torch.Tensor:
     mag = x.abs()
-    median = mag.median(dim=1, keepdim=True).values  # the lower median for even d
+    # The lower median for even d, read off a sort: ``median(dim=...)`` also returns indices,
+    # for which CUDA has no deterministic kernel (it stops a run under full determinism).
+    mid = (mag.shape[1] - 1) // 2
+    median = mag.sort(dim=1).values[:, mid : mid + 1]
     return (mag > min_magnitude) & (mag >= ratio * median)
 
 
