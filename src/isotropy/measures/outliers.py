@@ -391,7 +391,7 @@ def massive_activations(X: ArrayLike, *, min_magnitude: float = MASSIVE_MIN_MAGN
     r"""The dimensions holding massive activations (Sun et al. 2024: :math:`|x_{ij}| > 100`
     and :math:`\ge 1000` times the median magnitude of row :math:`i`; module doc), most first,
     with how many each holds. For an even ``dim`` the median is the lower of the two middle
-    values (``torch.median``).
+    values, as ``torch.median`` gives (read off a sort: deterministic on CUDA too).
     Not differentiable: an input that requires grad gets a ``UserWarning``.
 
     - **Reference:** Sun, Chen, Kolter & Liu (2024), "Massive activations in large language
