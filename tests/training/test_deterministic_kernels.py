@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from _cuda_determinism import ALWAYS, NondeterministicOnCuda
+from _cuda_determinism import _CUMSUM, _SCATTER_REDUCE, ALWAYS, NondeterministicOnCuda
 from _models import save_tiny_bert
 from _training import WORDS
 
@@ -27,8 +27,9 @@ from isotropy.measures.outliers import massive_activations
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "benchmarks" / "gpu").glob("runs*.yaml"))
 # the settings that choose which ops a run dispatches (a task only as regression or not)
-KIND_KEYS = ("preset", "regularizer", "include_padding", "cosreg_include_padding",
-             "select_features", "classifier_pooling", "eval_on_start", "eval_strategy")
+KIND_KEYS = ("preset", "regularizer", "include_padding", "select_features",
+             "classifier_pooling", "eval_on_start", "eval_strategy",
+             "validation_split_percentage")
 GLUE_FOLDERS = {"sst2": "SST-2", "mrpc": "MRPC", "cola": "CoLA", "stsb": "STS-B", "rte": "RTE"}
 
 
@@ -42,7 +43,7 @@ def _found(work) -> dict[str, int]:
 
 
 def test_every_listed_op_is_an_aten_op():
-    for name in ALWAYS:
+    for name in ALWAYS | _CUMSUM | _SCATTER_REDUCE:
         _, op, overload = name.split(".")
         assert overload in getattr(torch.ops.aten, op).overloads(), name
 
@@ -123,7 +124,7 @@ def _kinds() -> dict[str, dict]:
 
 def test_the_gpu_specs_have_runs_under_full_determinism():
     kinds = _kinds()
-    assert len(kinds) >= 10, sorted(kinds)  # confirm, mpnet, entropy, rte-lr: 13 on 2026-11-30
+    assert len(kinds) >= 10, sorted(kinds)  # confirm, mpnet, entropy, rte-lr: 14 on 2026-11-30
     regularizers = {s.get("regularizer") for s in kinds.values()}
     assert {"none", "istar", "cosreg", "entropy"} <= regularizers
 
@@ -148,8 +149,9 @@ def test_gpu_spec_runs_dispatch_only_ops_with_deterministic_cuda_kernels(tmp_pat
             s["eval_steps"] = 1
         jobs[name] = s
     (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    paths = [str(ROOT / "tests"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "_cuda_determinism.py"),
          str(tmp_path / "jobs.json"), str(tmp_path / "found.json")],
