@@ -7,6 +7,7 @@ checked on ops of torch's list first."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -103,6 +104,7 @@ def test_massive_activations_use_no_refused_op():
 # ------------------------------------------------------------------ the GPU specs' runs
 
 
+@functools.cache
 def _kinds() -> dict[str, dict]:
     """One run's settings per kind of run among the GPU specs' points with full determinism
     (the first point of each kind), named by the kind."""
