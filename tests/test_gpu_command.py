@@ -260,7 +260,8 @@ case "$1" in
     -m) prev=""
         for a in "$@"; do  # sweep: one finished run; report: one table
             case "$prev" in
-                --output-root) mkdir -p "$a/r1" "$a/logs" && echo '{}' > "$a/r1/results.json" \
+                --output-root) [ -z "${FAKE_SWEEP_ARGS:-}" ] || echo "$*" > "$FAKE_SWEEP_ARGS"
+                    mkdir -p "$a/r1" "$a/logs" && echo '{}' > "$a/r1/results.json" \
                     && echo '{"task": {"name": "mrpc"}}' > "$a/r1/config.json" \
                     && echo '{}' > "$a/sweep.json" \
                     && echo log > "$a/logs/r1.log"; exit "${FAKE_SWEEP:-0}" ;;
@@ -524,10 +525,13 @@ def test_gpu_command_copies_the_finished_runs_and_fails_only_on_a_failed_sweep(
     """The sweep cut at the budget (timeout's 124) is by design; its other failures are not."""
     _checkout(tmp_path)
     (tmp_path / "model").mkdir()
-    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs", "--pack",
-                FAKE_MODEL=str(tmp_path / "model"), FAKE_SWEEP=sweep)
+    args = tmp_path / "sweep-args.txt"
+    proc = _run(tmp_path, "--cpu", "--out", "out", "--steps", "runs", "--pack", "--workers", "3",
+                FAKE_MODEL=str(tmp_path / "model"), FAKE_SWEEP=sweep, FAKE_SWEEP_ARGS=str(args))
     out = tmp_path / "caller" / "out"
     assert proc.returncode == status, proc.stdout + proc.stderr
+    # a whole wave of failed runs stops the sweep from starting more (device time is scarce)
+    assert " --workers 3 --workers-per-gpu 3 --max-failures 3" in args.read_text()
     lines = _summary_lines(out)
     assert any(x.startswith(line) for x in lines), lines
     assert lines[-1] == ("every step succeeded" if status == 0 else "failed: runs"), lines

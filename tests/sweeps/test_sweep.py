@@ -31,7 +31,7 @@ from isotropy.sweeps.points import check_inputs, expand
 from isotropy.sweeps.presets import override, preset_spec
 from isotropy.sweeps.spec import load_spec, spec_from_dict
 from isotropy.sweeps.state import SweepStatus
-from isotropy.sweeps.worker import exit_reason
+from isotropy.sweeps.worker import Outcome, exit_reason
 
 
 @pytest.fixture(scope="module")
@@ -633,6 +633,106 @@ def test_failed_point_is_reported_and_retried_on_request(tiny_model, glue, tmp_p
     assert code == 0 and f"done {bad.name}" in text and f"start {good.name}" not in text
     assert _attempts(bad_log) == 2
     assert json.loads((root / "sweep.json").read_text())["points"][1]["state"] == "done"
+
+
+def _scripted_runs(monkeypatch, failing: set[int]) -> list[int]:
+    """The local engine's runs replaced by outcomes given by the point's seed: failed for
+    the seeds in ``failing``, done otherwise; returns the seeds in the order they started."""
+    order: list[int] = []
+
+    def run_one(self, slot, point, root):
+        order.append(point.seed)
+        if point.seed in failing:
+            return Outcome(ok=False, error=f"boom {point.seed}")
+        return Outcome(ok=True, status="trained", main_metric="accuracy", value=0.5)
+
+    monkeypatch.setattr(LocalEngine, "_run_one", run_one)
+    return order
+
+
+@pytest.mark.parametrize(("max_failures", "started"), [(None, [1, 2, 3, 4, 5]),
+                                                       (3, [1, 2, 3, 4, 5]),
+                                                       (2, [1, 2, 3]), (1, [1])])
+def test_max_failures_stops_starting_points_and_leaves_the_rest_pending(
+        tiny_model, glue, tmp_path, monkeypatch, max_failures, started):
+    """Seeds 1 and 3 fail, one worker: the count of failures, not of points, decides; the
+    points never started stay pending in sweep.json, and a second call runs them."""
+    root = tmp_path / "out"
+    spec = _spec(tiny_model, glue, root, seeds=[1, 2, 3, 4, 5])
+    points = expand(spec)
+    order = _scripted_runs(monkeypatch, failing={1, 3})
+    lines: list[str] = []
+    outcome = run_sweep(spec, points, LocalEngine(1, gpus=[]), max_failures=max_failures,
+                        echo=lines.append)
+    assert order == started
+    expected = {1: "failed", 2: "done", 3: "failed", 4: "done", 5: "done"}
+    assert outcome.states == {p.name: (expected[p.seed] if p.seed in started else "pending")
+                              for p in points}
+    assert outcome.not_started == [p.name for p in points if p.seed not in started]
+    recorded = {q["name"]: q["state"] for q in json.loads((root / "sweep.json").read_text())
+                ["points"]}
+    assert recorded == outcome.states
+    held = [x for x in lines if "--max-failures" in x]
+    if len(started) == 5:
+        assert not held
+    else:
+        assert held[0] == (f"{max_failures} point(s) failed (--max-failures {max_failures}): "
+                           "no further point starts; the running ones finish")
+        assert held[1] == (f"  {5 - len(started)} point(s) not started after --max-failures "
+                           "was reached; the same command runs them")
+        # The same call without the limit: the failed points are not retried, every other
+        # one runs (the scripted runs write no results.json, so the done ones run again).
+        order.clear()
+        again = run_sweep(spec, points, LocalEngine(1, gpus=[]), echo=lines.append)
+        assert order == [s for s in range(1, 6) if s not in {1, 3} & set(started)]
+        assert again.not_started == [] and again.count("pending") == 0
+
+
+def test_max_failures_lets_the_running_points_finish(tiny_model, glue, tmp_path, monkeypatch):
+    """Two workers, both points running when the first fails: the other ends as it would
+    have (done), and the third never starts."""
+    import threading
+
+    root = tmp_path / "out"
+    spec = _spec(tiny_model, glue, root, seeds=[1, 2, 3])
+    points = expand(spec)
+    both_running = threading.Barrier(2, timeout=30)
+    first_failed = threading.Event()
+
+    def run_one(self, slot, point, root):
+        if point.seed == 3:
+            return Outcome(ok=True, status="trained", main_metric="accuracy", value=0.5)
+        both_running.wait()
+        if point.seed == 1:
+            return Outcome(ok=False, error="boom")
+        assert first_failed.wait(timeout=30)  # seed 2 ends after seed 1's failure counted
+        return Outcome(ok=True, status="trained", main_metric="accuracy", value=0.5)
+
+    monkeypatch.setattr(LocalEngine, "_run_one", run_one)
+
+    def echo(line: str) -> None:
+        if "--max-failures 1" in line:
+            first_failed.set()
+
+    outcome = run_sweep(spec, points, LocalEngine(2, gpus=[]), max_failures=1, echo=echo)
+    assert [outcome.states[p.name] for p in points] == ["failed", "done", "pending"]
+    assert outcome.not_started == [points[2].name]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_max_failures_must_be_a_positive_integer(tiny_model, glue, tmp_path, bad):
+    spec = _spec(tiny_model, glue, tmp_path / "out")
+    with pytest.raises(ValueError, match="--max-failures must be an integer >= 1"):
+        run_sweep(spec, expand(spec), LocalEngine(1, gpus=[]), max_failures=bad)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_max_failures_is_refused_below_one(tiny_model, glue, tmp_path, capsys):
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(_spec(tiny_model, glue, tmp_path / "out").to_dict()))
+    err = _usage_error([spec_file, "--max-failures", "0"], capsys)
+    assert "--max-failures" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_finished_run_with_other_settings_is_never_counted_or_overwritten(

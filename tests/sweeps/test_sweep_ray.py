@@ -65,6 +65,26 @@ def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_l
     assert not ray.is_initialized()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ray_engine_submits_no_point_after_max_failures(tmp_path, no_ray_left):
+    """One trial at a time, the broken point first and --max-failures 1: the good point is
+    never submitted (no run directory), stays pending, and the engine returns."""
+    model = make_tiny_model(tmp_path / "model")
+    glue = write_sst2(tmp_path / "glue")
+    broken = write_sst2(tmp_path / "broken", bad_label_in_train=True)
+    root = tmp_path / "out"
+    spec = spec_from_dict({"output_root": str(root), "base": tiny_base(model, glue),
+                           "points": [{"data_dir": str(broken)}, {"data_dir": str(glue)}]})
+    bad, good = expand(spec)
+    outcome = run_sweep(spec, [bad, good], RayEngine(num_cpus=1, workers=1), max_failures=1,
+                        echo=lambda line: None)
+    assert outcome.states == {bad.name: "failed", good.name: "pending"}
+    assert outcome.not_started == [good.name]
+    assert not good.run_dir.exists()
+    assert not ray.is_initialized()
+
+
 NICENESS = "RAY_worker_niceness"  # Ray's own (case-sensitive) name
 
 

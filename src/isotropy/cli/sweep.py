@@ -36,6 +36,7 @@ examples:
   isotropy sweep spec.yaml --grid learning_rate=1e-5,3e-5 --seeds 1 2 3
   isotropy sweep spec.yaml --engine ray --ray-address ray://head:10001
   isotropy sweep spec.yaml --retry-failed
+  isotropy sweep spec.yaml --workers 4 --max-failures 4   # a failed wave stops the sweep
 
 exit status: 0 every point done (or --dry-run / --show-spec), 1 a point failed,
 2 bad input (nothing was run), 130 interrupted (running points are resumed next time),
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs (threads) per Ray trial (default: the cluster's CPUs / --workers)")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the failed points again (resumed from their last checkpoint)")
+    p.add_argument("--max-failures", type=positive_int, metavar="N",
+                   help="start no further point once N points have failed in this run of the "
+                        "sweep (the running ones finish; the same command runs the rest)")
     p.add_argument("--exclude", nargs="+", default=[], metavar="RUN",
                    help="run directory names to leave out of this sweep, e.g. runs finished "
                         "elsewhere (added to the spec's exclude:; docs/sweeps.md)")
@@ -243,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     try:
         with _interrupt_on_signals():
-            outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed)
+            outcome = run_sweep(spec, points, engine, retry_failed=args.retry_failed,
+                                max_failures=args.max_failures)
     except ValueError as err:  # another sweep holds the lock, Ray could not start...
         print(f"isotropy sweep: error: {one_line(err)}", file=sys.stderr)
         return 2

@@ -35,11 +35,12 @@ ENGINES = ("local", "ray")
 
 @dataclass
 class SweepOutcome:
-    """The end state of every point (``states``: name -> state) and the failed points'
-    errors, in run order."""
+    """The end state of every point (``states``: name -> state), the failed points'
+    errors, in run order, and the points left unstarted once ``max_failures`` was reached."""
 
     states: dict[str, str]
     failed: list[tuple[str, str]] = field(default_factory=list)
+    not_started: list[str] = field(default_factory=list)
     status_file: Path | None = None
     results_file: Path | None = None
 
@@ -146,18 +147,24 @@ def run_sweep(
     engine: LocalEngine | RayEngine,
     *,
     retry_failed: bool = False,
+    max_failures: int | None = None,
     echo: Callable[[str], None] = print,
 ) -> SweepOutcome:
     """Run the points that are not done, in order, on ``engine``; keep ``sweep.json`` up to
     date; then write ``results.csv`` (one row per point) and print the per-cell summary.
 
     Finished points are skipped, interrupted ones resumed from their last checkpoint, failed
-    ones skipped (reported) unless ``retry_failed``. On ``KeyboardInterrupt`` the running
-    points are stopped and recorded as interrupted, then the interrupt is raised again.
+    ones skipped (reported) unless ``retry_failed``. Once ``max_failures`` points have failed
+    in this call, no further point starts (the running ones finish; the others keep their
+    state, for the same command to run later). On ``KeyboardInterrupt`` the running points are
+    stopped and recorded as interrupted, then the interrupt is raised again.
     """
 
     if not points:
         raise ValueError("the sweep has no points")
+    if max_failures is not None and (isinstance(max_failures, bool)
+                                     or not isinstance(max_failures, int) or max_failures < 1):
+        raise ValueError(f"--max-failures must be an integer >= 1, got {max_failures!r}")
     root = points[0].run_dir.parent
     check_finished_runs(points)
     with _sweep_lock(root) as lock_fd:
@@ -174,8 +181,11 @@ def run_sweep(
                 engine.lock_fd = lock_fd
             echo(f"running {len(todo)} point(s) on the {engine.describe()}; logs in "
                  f"{root / _LOGS}")
-            _run(engine, todo, root, status, echo)
-        return _finish(points, root, status, echo)
+            started = _run(engine, todo, root, status, echo, max_failures)
+            not_started = [p.name for p in todo if p.name not in started]
+        else:
+            not_started = []
+        return _finish(points, root, status, echo, not_started)
 
 
 def _record_plan(status: SweepStatus, steps: Sequence[tuple[SweepPoint, str, str, str]]) -> None:
@@ -204,8 +214,8 @@ def _say_plan(n_points: int, root: Path, steps: Sequence[tuple[SweepPoint, str, 
 
 
 def _finish(points: Sequence[SweepPoint], root: Path, status: SweepStatus,
-            echo: Callable[[str], None]) -> SweepOutcome:
-    """``results.csv``, the per-cell summary and the failed points."""
+            echo: Callable[[str], None], not_started: Sequence[str] = ()) -> SweepOutcome:
+    """``results.csv``, the per-cell summary, the failed points and those not started."""
     rows = _results_rows(points, status)
     results = write_csv_atomic(root / "results.csv", rows)
     outcome = SweepOutcome(
@@ -213,7 +223,7 @@ def _finish(points: Sequence[SweepPoint], root: Path, status: SweepStatus,
                 for p in points},
         failed=[(p.name, str(status.records.get(p.name, {}).get("error") or ""))
                 for p in points if status.records.get(p.name, {}).get("state") == "failed"],
-        status_file=status.path, results_file=results)
+        not_started=list(not_started), status_file=status.path, results_file=results)
     summary = cell_summary(points)
     if any(r["n"] for r in summary):
         echo("\n" + _format_cells(summary))
@@ -221,12 +231,18 @@ def _finish(points: Sequence[SweepPoint], root: Path, status: SweepStatus,
          f"failed; status in {status.path}, one row per point in {results}")
     for name, error in outcome.failed:
         echo(f"  FAILED {name}: {error}")
+    if not_started:
+        echo(f"  {len(not_started)} point(s) not started after --max-failures was reached; "
+             "the same command runs them")
     return outcome
 
 
 def _run(engine: LocalEngine | RayEngine, todo: Sequence[SweepPoint], root: Path,
-         status: SweepStatus, echo: Callable[[str], None]) -> None:
+         status: SweepStatus, echo: Callable[[str], None], max_failures: int | None = None
+         ) -> set[str]:
+    """Run ``todo`` on ``engine``; the names of the points it started."""
     lock = threading.Lock()
+    failures = 0
     numbers: dict[str, int] = {}
     attempts = {p.name: int(status.records.get(p.name, {}).get("attempts", 0)) for p in todo}
 
@@ -243,6 +259,7 @@ def _run(engine: LocalEngine | RayEngine, todo: Sequence[SweepPoint], root: Path
         echo(f"[{k}/{len(todo)}] start {p.name}{how} on {where}")
 
     def finished(p: SweepPoint, o: Outcome) -> None:
+        nonlocal failures
         k = numbers.get(p.name, 0)
         if o.interrupted:
             status.update(p.name, state="interrupted", detail="stopped by the user",
@@ -260,9 +277,17 @@ def _run(engine: LocalEngine | RayEngine, todo: Sequence[SweepPoint], root: Path
                           seconds=round(o.seconds, 1))
             echo(f"[{k}/{len(todo)}] FAILED {p.name}: {o.error} (log: "
                  f"{_log_path(root, p)})")
+            with lock:
+                failures += 1
+                reached = failures == max_failures
+            if reached:
+                engine.hold()
+                echo(f"{failures} point(s) failed (--max-failures {max_failures}): no further "
+                     "point starts; the running ones finish")
 
     try:
         engine.run(todo, root, started, finished)
     finally:
         if isinstance(engine, RayEngine):
             engine.close()
+    return set(numbers)

@@ -62,6 +62,7 @@ class LocalEngine:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._hold = threading.Event()
         self.lock_fd: int | None = None  # the sweep's lock, kept open by every worker process
 
     def describe(self) -> str:
@@ -127,6 +128,7 @@ class LocalEngine:
         ``KeyboardInterrupt`` after stopping the running ones."""
         queue = deque(points)
         self._stop.clear()
+        self._hold.clear()
 
         n_slots = min(self.workers, len(points))
         # Completion is signalled with events rather than Thread.join: a join interrupted by
@@ -138,7 +140,7 @@ class LocalEngine:
             try:
                 while not self._stop.is_set():
                     with self._lock:
-                        if not queue:
+                        if not queue or self._hold.is_set():
                             return
                         point = queue.popleft()
                     where = f"worker {i + 1}" + (f", GPU {self._gpu(i)}" if self.gpus else "")
@@ -180,6 +182,10 @@ class LocalEngine:
             for e in done:
                 e.wait(timeout=60)
             raise
+
+    def hold(self) -> None:
+        """Start no further point; the running ones go on to their end."""
+        self._hold.set()
 
     def checkpoint_and_stop(self) -> None:
         """Start no further point, and send each running worker ``SIGUSR1``: its run ends

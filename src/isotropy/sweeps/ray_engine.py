@@ -91,6 +91,7 @@ class RayEngine:
         self.workers, self.cpus_per_trial = workers, cpus_per_trial
         self.gpus_per_trial = 0
         self._started = False
+        self._hold = False
 
     def start(self) -> None:
         """Connect to ``address`` or start a local instance; check the trials fit a node."""
@@ -144,9 +145,10 @@ class RayEngine:
                           max_calls=1, max_retries=0)(_ray_point)
         queue = deque(points)
         running: dict[Any, tuple[SweepPoint, float]] = {}
+        self._hold = False
         try:
-            while queue or running:
-                while queue and len(running) < (self.workers or 1):
+            while (queue and not self._hold) or running:
+                while queue and not self._hold and len(running) < (self.workers or 1):
                     p = queue.popleft()
                     ref = task.remote(p.settings, self.cpus_per_trial, str(_log_path(root, p)))
                     running[ref] = (p, time.perf_counter())
@@ -169,6 +171,10 @@ class RayEngine:
                 finished(p, Outcome(ok=False, interrupted=True,
                                     seconds=time.perf_counter() - t0))
             raise
+
+    def hold(self) -> None:
+        """Submit no further point; the running ones go on to their end."""
+        self._hold = True
 
     def close(self) -> None:
         if self._started:
