@@ -727,6 +727,20 @@ def test_max_failures_must_be_a_positive_integer(tiny_model, glue, tmp_path, bad
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_max_failures_exits_1_and_names_what_did_not_start(tiny_model, glue, tmp_path,
+                                                               capsys, monkeypatch):
+    root = tmp_path / "out"
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(_spec(tiny_model, glue, root, seeds=[1, 2, 3])
+                                        .to_dict()))
+    order = _scripted_runs(monkeypatch, failing={1})
+    code, out, _ = _run_cli([spec_file, "--workers", "1", "--max-failures", "1"], capsys)
+    assert code == 1 and order == [1]
+    assert "1 point(s) failed (--max-failures 1): no further point starts" in out
+    assert "  2 point(s) not started after --max-failures was reached" in out
+    assert "0/3 point(s) done, 1 failed" in out
+
+
 def test_cli_max_failures_is_refused_below_one(tiny_model, glue, tmp_path, capsys):
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(_spec(tiny_model, glue, tmp_path / "out").to_dict()))
