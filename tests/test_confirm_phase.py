@@ -240,28 +240,60 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     made = "\n".join(cp.report(RESULTS / "runs")).rstrip()
     assert made in text, "docs/results.md's confirmatory section is out of date"
     assert text.endswith(made + "\n")
-    # the README's findings give the same count of finished CPU runs
+    # the README's findings give the same count of finished CPU runs and the same tests
     done, total = cp.cpu_runs_done(made)
     assert total == 80
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert re.search(rf"are under\s+way: {done} of {total} CPU runs so far", readme), \
-        "the README's count of confirmatory runs is out of date"
+    a, b = cp.readme_part(readme)
+    fam = cp.family({cp.CPU.name: cp.cpu_lookup(RESULTS / "runs"),
+                     cp.GPU.name: cp.GpuLookup(ROOT / "docs")})
+    assert readme[a:b] == cp.readme_paragraph(fam, done, total), \
+        "the README's paragraph on the confirmatory step is out of date"
+    assert f"are under way: {done} of {total} CPU runs so far." in " ".join(readme[a:b].split())
 
 
-def test_write_puts_the_text_in_place_and_the_count_in_the_readme(tmp_path: Path) -> None:
+def test_write_puts_the_text_and_the_paragraph_in_place(tmp_path: Path) -> None:
     text = ("### CPU phase: MiniLM-L6-H384, new\n\nRuns finished: `confirm-cpu`: 12 of 50; "
             "`confirm-entropy-cpu`: 3 of 30.\n\n### GPU phase: x\n\nRuns finished: "
             "`runs-confirm.yaml`: 7 of 100.")
+    # the GPU phase's runs are not CPU runs
+    assert cp.cpu_runs_done(text) == (15, 80)
     results_md, readme = tmp_path / "results.md", tmp_path / "README.md"
     results_md.write_text("# Results\n\nkept\n\n### CPU phase: MiniLM-L6-H384, old\n\nold\n")
-    readme.write_text("- Runs are under\nway: 10 of 80 CPU runs so far, no verdict yet\n")
-    cp.write_docs(text, results_md, readme)
+    readme.write_text(f"# Title\n\nbefore\n{cp.README_START}\nold\nlines\n{cp.README_END}\nafter\n")
+    cp.write_docs(text, results_md, readme, "new\nparagraph")
     assert results_md.read_text() == "# Results\n\nkept\n\n" + text + "\n"
-    # the GPU phase's runs are not CPU runs
-    assert readme.read_text() == "- Runs are under\nway: 15 of 80 CPU runs so far, no verdict yet\n"
-    readme.write_text("no count here\n")
-    with pytest.raises(ValueError, match="CPU runs so far"):
-        cp.write_docs(text, results_md, readme)
+    assert readme.read_text() == (f"# Title\n\nbefore\n{cp.README_START}\nnew\nparagraph\n"
+                                  f"{cp.README_END}\nafter\n")
+    # without its markers the README is refused, and neither file is written
+    results_md.write_text("# Results\n\n### CPU phase: MiniLM-L6-H384, old\n")
+    readme.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="no lines '<!-- the confirmatory step"):
+        cp.write_docs(text, results_md, readme, "new")
+    assert results_md.read_text() == "# Results\n\n### CPU phase: MiniLM-L6-H384, old\n"
+    assert readme.read_text() == "no markers here\n"
+
+
+def test_the_readme_paragraph_states_each_complete_test_in_a_sentence() -> None:
+    """Stand-in tests with hand-picked numbers: no complete test says so; a complete one
+    gives S, p, the verdict of its Holm range and the gain bound, wrapped at 100."""
+    fam = cp.Family({}, {}, {})
+    text = cp.readme_paragraph(fam, 7, 80)
+    assert " ".join(text.split()).endswith(
+        "are under way: 7 of 80 CPU runs so far. No primary test is complete yet, so no "
+        "verdict. [The runs](docs/results.md#the-confirmatory-step-runs-as-they-finish).")
+    istar = cp.primary(cp.CPU)[0]
+    key = ("CPU", istar.title)
+    t = cp.Primary(istar.title, -1.278, 0.043, -2.24, -0.31, paper=0.3)
+    fam = cp.Family({key: (istar, None)}, {key: t}, {key: (0.043, 0.172)})
+    text = cp.readme_paragraph(fam, 64, 80)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert " ".join(text.split()).split("so far. ")[1] == (
+        "The CPU phase's I-STAR (the paper's (λ, ζ) with padding minus the base run, MRPC and "
+        "STS-B): S = -1.28 points, exact two-sided p = 0.043, undecided until the family's "
+        "other tests are complete (its Holm-adjusted p lies between 0.043 and 0.172); any gain "
+        "is excluded (the effect is below -0.31 points); the paper's gain on these tasks: +0.30. "
+        "[The runs](docs/results.md#the-confirmatory-step-runs-as-they-finish).")
 
 
 @pytest.mark.parametrize(("index", "sweep", "claim", "sign"), [

@@ -44,7 +44,8 @@ machine's); the two runs of a pair must differ in the method only. A CPU run und
 Usage: python confirm_phase.py [--write] [RUNS_DIR [GPU_RUNS_PARENT]]
     (defaults: docs/results/runs beside this file, and docs/). With --write, the text replaces
     docs/results.md's part from its "### CPU phase" heading to the end, and the README's
-    count of finished CPU runs is set, instead of being printed.
+    paragraph on the step (the count of finished CPU runs, each complete primary test) is
+    written between its two marker lines, instead of being printed.
 """
 
 from __future__ import annotations
@@ -788,16 +789,38 @@ def runs_section(look: Lookup | Path, ph: Phase = CPU, seeds: Sequence[int] = SE
     return [f"Runs finished: {counts}.", "", *out], sum(a for a, _ in done.values())
 
 
-def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
-    """Both phases: the runs, the primary tests in one Holm family, the other comparisons."""
-    gpu = GpuLookup(HERE.parent if gpu_parent is None else gpu_parent)
-    looks = {CPU.name: cpu_lookup(runs), GPU.name: gpu}
+@dataclass
+class Family:
+    """The amendment's family: each phase's primary comparisons with their pairs (``found``,
+    by (phase, title)), the complete ones' tests and their Holm-adjusted ranges."""
+
+    found: dict[tuple[str, str], tuple[Comparison, Pairs]]
+    tests: dict[tuple[str, str], Primary]
+    ranges: dict[tuple[str, str], tuple[float, float]]
+
+
+def family(looks: dict[str, Lookup | Path]) -> Family:
+    """The primary tests of every phase (``looks``: phase name -> its runs)."""
     found = {(ph.name, c.title): (c, pairs(looks[ph.name], c)) for ph in PHASES
              for c in primary(ph)}
     tests = {key: primary_test(c.title, p.groups(), _paper(c))
              for key, (c, p) in found.items() if p.complete()}
     ranges = dict(zip(tests, holm_range([t.p for t in tests.values()], FAMILY - len(tests)),
                       strict=True))
+    return Family(found, tests, ranges)
+
+
+def _looks(runs: Path, gpu_parent: Path | None) -> dict[str, Lookup | Path]:
+    return {CPU.name: cpu_lookup(runs),
+            GPU.name: GpuLookup(HERE.parent if gpu_parent is None else gpu_parent)}
+
+
+def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
+    """Both phases: the runs, the primary tests in one Holm family, the other comparisons."""
+    looks = _looks(runs, gpu_parent)
+    gpu = looks[GPU.name]
+    fam = family(looks)
+    found, tests, ranges = fam.found, fam.tests, fam.ranges
     out = []
     for ph in PHASES:
         table_lines, n = runs_section(looks[ph.name], ph)
@@ -826,7 +849,40 @@ def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
 
 
 SECTION = "### CPU phase: MiniLM-L6-H384"  # where docs/results.md's printed part begins
-README_COUNT = re.compile(r"(are under\s+way: )(\d+)( of (\d+) CPU runs so far)")
+# the README's findings paragraph on the step, between these two lines, is written by --write
+README_START = "<!-- the confirmatory step: written by docs/results/confirm_phase.py --write -->"
+README_END = "<!-- end of the confirmatory step -->"
+README_WIDTH = 100
+SHORT = {"I-STAR": "I-STAR (the paper's (λ, ζ) with padding minus the base run",
+         "Persistent entropy": "persistent entropy (selected bars minus no regularizer"}
+
+
+def _test_sentence(phase: str, c: Comparison, t: Primary, low: float, high: float) -> str:
+    """One complete primary test, for the README: S, p, the verdict and the gain bound."""
+    method = SHORT[c.title.split(":")[0]]
+    tasks = " and ".join(LABEL[x] for x in c.tasks)
+    gain = "" if t.upper is None else "; " + bound_words(t.lower, t.upper).split(";")[0]
+    paper = "" if t.paper is None else f"; the paper's gain on these tasks: {t.paper:+.2f}"
+    return (f"The {phase} phase's {method}, {tasks}): S = {t.statistic:+.2f} points, exact "
+            f"two-sided p = {t.p:.3g}, {primary_word(t, low, high)}{gain}{paper}.")
+
+
+def readme_paragraph(fam: Family, done: int, total: int) -> str:
+    """The README's findings paragraph on the step: the count of CPU runs, then each complete
+    primary test in a sentence (:func:`_test_sentence`), wrapped as the README is."""
+    import textwrap
+
+    sentences = [_test_sentence(key[0], fam.found[key][0], t, *fam.ranges[key])
+                 for key, t in fam.tests.items()]
+    if not sentences:
+        sentences = ["No primary test is complete yet, so no verdict."]
+    text = ("Confirmatory runs under a plan frozen before they started and amended before any "
+            "comparison was complete (fresh seeds 5-9, the authors' padding, the entropy paper's "
+            f"10 epochs) are under way: {done} of {total} CPU runs so far. "
+            + " ".join(sentences)
+            + " [The runs](docs/results.md#the-confirmatory-step-runs-as-they-finish).")
+    return textwrap.fill(text, width=README_WIDTH, break_on_hyphens=False,
+                         break_long_words=False)
 
 
 def cpu_runs_done(text: str) -> tuple[int, int]:
@@ -835,19 +891,29 @@ def cpu_runs_done(text: str) -> tuple[int, int]:
     return sum(int(a) for a, _ in counts), sum(int(b) for _, b in counts)
 
 
-def write_docs(text: str, results_md: Path, readme: Path) -> None:
+def readme_part(text: str) -> tuple[int, int]:
+    """Where the paragraph of :func:`readme_paragraph` lies in the README's ``text`` (the lines
+    between :data:`README_START` and :data:`README_END`); ``ValueError`` without them."""
+    start, end = text.find(README_START + "\n"), text.find("\n" + README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"no lines '{README_START}' ... '{README_END}'")
+    return start + len(README_START) + 1, end
+
+
+def write_docs(text: str, results_md: Path, readme: Path, paragraph: str) -> None:
     """Put :func:`report`'s ``text`` in place in ``results_md`` (from :data:`SECTION` to the
-    end) and the count of finished CPU runs in ``readme``'s findings (:data:`README_COUNT`)."""
+    end) and :func:`readme_paragraph`'s ``paragraph`` in ``readme`` (:func:`readme_part`); neither
+    file is written unless both have their places."""
     doc = results_md.read_text(encoding="utf-8")
     if SECTION not in doc:
         raise ValueError(f"{results_md}: no line starting '{SECTION}'")
-    results_md.write_text(doc[:doc.index(SECTION)] + text + "\n", encoding="utf-8")
-    done, total = cpu_runs_done(text)
     head = readme.read_text(encoding="utf-8")
-    found = README_COUNT.search(head)
-    if found is None or int(found.group(4)) != total:
-        raise ValueError(f"{readme}: no 'are under way: N of {total} CPU runs so far'")
-    readme.write_text(README_COUNT.sub(rf"\g<1>{done}\g<3>", head, count=1), encoding="utf-8")
+    try:
+        a, b = readme_part(head)
+    except ValueError as err:
+        raise ValueError(f"{readme}: {err}") from None
+    results_md.write_text(doc[:doc.index(SECTION)] + text + "\n", encoding="utf-8")
+    readme.write_text(head[:a] + paragraph + head[b:], encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -858,7 +924,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu_parent = Path(args[1]) if len(args) > 1 else None
     text = "\n".join(report(runs, gpu_parent)).rstrip()
     if write:
-        write_docs(text, HERE.parent / "results.md", HERE.parents[1] / "README.md")
+        paragraph = readme_paragraph(family(_looks(runs, gpu_parent)), *cpu_runs_done(text))
+        write_docs(text, HERE.parent / "results.md", HERE.parents[1] / "README.md", paragraph)
     else:
         print(text)
     return 0
