@@ -247,7 +247,7 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     a, b = cp.readme_part(readme)
     fam = cp.family({cp.CPU.name: cp.cpu_lookup(RESULTS / "runs"),
                      cp.GPU.name: cp.GpuLookup(ROOT / "docs")})
-    assert readme[a:b] == cp.readme_paragraph(fam, done, total), \
+    assert readme[a:b] == cp.readme_paragraph(fam, done, total, RESULTS / "runs"), \
         "the README's paragraph on the confirmatory step is out of date"
     assert f"are under way: {done} of {total} CPU runs so far." in " ".join(readme[a:b].split())
 
@@ -294,6 +294,11 @@ def test_the_readme_paragraph_states_each_complete_test_in_a_sentence() -> None:
         "other tests are complete (its Holm-adjusted p lies between 0.043 and 0.172); any gain "
         "is excluded (the effect is below -0.31 points); the paper's gain on these tasks: +0.30. "
         "[The runs](docs/results.md#the-confirmatory-step-runs-as-they-finish).")
+    # with the committed runs, the exploratory counterpart's S (B1's, read in the test above
+    # from the same runs) follows its test
+    text = cp.readme_paragraph(fam, 64, 80, RESULTS / "runs")
+    assert ("on these tasks: +0.30. The exploratory runs of the same comparison (seeds 0-2) "
+            "gave S = -1.27. [The runs]" in " ".join(text.split()))
 
 
 @pytest.mark.parametrize(("index", "sweep", "claim", "sign"), [

@@ -590,24 +590,37 @@ COUNTERPART = {
 }
 
 
-def counterpart_text(runs: Path, c: Comparison) -> str:
-    """The exploratory counterpart's task means (points) on ``c``'s tasks and their mean over
-    the tasks, read from the committed CPU runs; said so where its runs are not there, and
-    where it has none (RTE's cells: no earlier run at a rate chosen this way)."""
+def counterpart_pairs(runs: Path, c: Comparison) -> Pairs | None:
+    """The exploratory counterpart's pairs on ``c``'s tasks, read from the committed CPU runs;
+    ``None`` where it has none (RTE's cells: no earlier run at a rate chosen this way)."""
     old = COUNTERPART.get(c.title)
     if old is None:
-        return "No exploratory counterpart."
+        return None
     same = dataclasses.replace(old.comparison, tasks=c.tasks)
-    p = pairs(cpu_lookup(runs, check=False), same, old.seeds)
+    return pairs(cpu_lookup(runs, check=False), same, old.seeds)
+
+
+def mean_of_task_means(groups: Sequence[Sequence[float]]) -> float:
+    """S: the mean over tasks of each task's mean Δ."""
+    return sum(sum(g) / len(g) for g in groups) / len(groups)
+
+
+def counterpart_text(runs: Path, c: Comparison) -> str:
+    """The exploratory counterpart's task means (points) on ``c``'s tasks and their mean over
+    the tasks (:func:`counterpart_pairs`); said so where its runs are not there, and where it
+    has none."""
+    p = counterpart_pairs(runs, c)
+    if p is None:
+        return "No exploratory counterpart."
+    old = COUNTERPART[c.title]
     groups = p.groups()
     if not p.complete():
         there, total = p.count()
         return f"Exploratory counterpart, {old.what}: {there} of {total} pairs committed."
     means = ", ".join(f"{LABEL[t]} {sum(g) / len(g):+.2f}" for t, g in zip(p.d, groups,
                                                                            strict=True))
-    s = sum(sum(g) / len(g) for g in groups) / len(groups)
     return (f"Exploratory counterpart (seen before the plan), {old.what}: task means {means} "
-            f"points; S = {s:+.2f}.")
+            f"points; S = {mean_of_task_means(groups):+.2f}.")
 
 
 def _paper(c: Comparison) -> float | None:
@@ -857,22 +870,34 @@ SHORT = {"I-STAR": "I-STAR (the paper's (λ, ζ) with padding minus the base run
          "Persistent entropy": "persistent entropy (selected bars minus no regularizer"}
 
 
-def _test_sentence(phase: str, c: Comparison, t: Primary, low: float, high: float) -> str:
-    """One complete primary test, for the README: S, p, the verdict and the gain bound."""
+def _test_sentence(phase: str, c: Comparison, t: Primary, low: float, high: float,
+                   before: float | None = None) -> str:
+    """One complete primary test, for the README: S, p, the verdict and the gain bound; then
+    S of its exploratory counterpart (``before``), where it has one."""
     method = SHORT[c.title.split(":")[0]]
     tasks = " and ".join(LABEL[x] for x in c.tasks)
     gain = "" if t.upper is None else "; " + bound_words(t.lower, t.upper).split(";")[0]
     paper = "" if t.paper is None else f"; the paper's gain on these tasks: {t.paper:+.2f}"
+    old = "" if before is None else (
+        f" The exploratory runs of the same comparison (seeds "
+        f"{min(COUNTERPART[c.title].seeds)}-{max(COUNTERPART[c.title].seeds)}) gave "
+        f"S = {before:+.2f}.")
     return (f"The {phase} phase's {method}, {tasks}): S = {t.statistic:+.2f} points, exact "
-            f"two-sided p = {t.p:.3g}, {primary_word(t, low, high)}{gain}{paper}.")
+            f"two-sided p = {t.p:.3g}, {primary_word(t, low, high)}{gain}{paper}.{old}")
 
 
-def readme_paragraph(fam: Family, done: int, total: int) -> str:
+def readme_paragraph(fam: Family, done: int, total: int, runs: Path | None = None) -> str:
     """The README's findings paragraph on the step: the count of CPU runs, then each complete
-    primary test in a sentence (:func:`_test_sentence`), wrapped as the README is."""
+    primary test in a sentence (:func:`_test_sentence`; with ``runs``, the committed CPU runs,
+    its exploratory counterpart's S beside it), wrapped as the README is."""
     import textwrap
 
-    sentences = [_test_sentence(key[0], fam.found[key][0], t, *fam.ranges[key])
+    def before(c: Comparison) -> float | None:
+        p = None if runs is None else counterpart_pairs(runs, c)
+        return mean_of_task_means(p.groups()) if p is not None and p.complete() else None
+
+    sentences = [_test_sentence(key[0], fam.found[key][0], t, *fam.ranges[key],
+                                before(fam.found[key][0]))
                  for key, t in fam.tests.items()]
     if not sentences:
         sentences = ["No primary test is complete yet, so no verdict."]
@@ -924,7 +949,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu_parent = Path(args[1]) if len(args) > 1 else None
     text = "\n".join(report(runs, gpu_parent)).rstrip()
     if write:
-        paragraph = readme_paragraph(family(_looks(runs, gpu_parent)), *cpu_runs_done(text))
+        paragraph = readme_paragraph(family(_looks(runs, gpu_parent)), *cpu_runs_done(text),
+                                     runs)
         write_docs(text, HERE.parent / "results.md", HERE.parents[1] / "README.md", paragraph)
     else:
         print(text)
