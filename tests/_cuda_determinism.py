@@ -89,7 +89,7 @@ class NondeterministicOnCuda(TorchDispatchMode):
 def _main(argv: list[str]) -> int:
     """``python tests/_cuda_determinism.py JOBS.json OUT.json``: train each job's settings
     (``args_from_dict``) on the CPU under the recorder; writes ``{name: {"found": ..., "ops":
-    n}}``."""
+    [every op name seen]}}``."""
     import json
     from pathlib import Path
 
@@ -102,7 +102,7 @@ def _main(argv: list[str]) -> int:
         iso_args, train_args = args_from_dict(settings)
         with NondeterministicOnCuda() as seen:
             run_training(iso_args, train_args)
-        out[name] = {"found": seen.found, "ops": len(seen.ops)}
+        out[name] = {"found": seen.found, "ops": sorted(seen.ops)}
     Path(argv[1]).write_text(json.dumps(out, indent=1), encoding="utf-8")
     return 0
 

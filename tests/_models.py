@@ -1,4 +1,5 @@
-"""A tiny random BERT and random padded token batches for tests that run a real model."""
+"""A tiny random BERT (and MPNet) and random padded token batches for tests that run a real
+model."""
 
 from __future__ import annotations
 
@@ -61,6 +62,33 @@ def save_tiny_bert(root, words, *, name: str = "model", dtype: torch.dtype | Non
     out = root / name
     model = tiny_bert(BertModel, vocab_size=len(vocab), seed=0, **config)
     (model if dtype is None else model.to(dtype)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def save_tiny_mpnet(root, words, *, name: str = "mpnet") -> object:
+    """Save a freshly initialised 2-layer MPNet encoder (``MPNetModel``, hidden size 32,
+    seeded) and its tokenizer (MPNet's special tokens, then ``words``) into ``root/name``;
+    returns that folder. MPNet's positions start after its padding id, as RoBERTa's, so 40
+    positions hold sequences of up to 38 tokens."""
+    from pathlib import Path
+
+    from transformers import MPNetConfig, MPNetModel, MPNetTokenizerFast
+
+    from isotropy.training._compat import TRANSFORMERS_VERSION
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    vocab = ["<s>", "<pad>", "</s>", "[UNK]", "<mask>", *words]
+    (root / "mpnet-vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    where = "vocab" if TRANSFORMERS_VERSION >= (5, 0) else "vocab_file"
+    tok = MPNetTokenizerFast(**{where: str(root / "mpnet-vocab.txt")})
+    torch.manual_seed(0)
+    cfg = MPNetConfig(vocab_size=len(vocab), hidden_size=TINY_HIDDEN, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
+                      pad_token_id=1)
+    out = root / name
+    MPNetModel(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
 

@@ -1,9 +1,9 @@
 """Every op that the GPU specs' runs under ``--full_determinism true`` dispatch has a
 deterministic CUDA kernel, checked on the CPU before a GPU window is spent on it: each kind
-of run in ``benchmarks/gpu/runs*.yaml`` trains on a tiny model under
-:class:`NondeterministicOnCuda`, which records the ops torch refuses on CUDA in that mode
-(``median(dim=...)`` stopped all twelve MPNet runs of the first GPU try). The recorder is
-checked on ops of torch's list first."""
+of run in ``benchmarks/gpu/runs*.yaml`` trains on a tiny model of its spec's family (BERT, or
+MPNet for ``runs-mpnet.yaml``) under :class:`NondeterministicOnCuda`, which records the ops
+torch refuses on CUDA in that mode (``median(dim=...)`` stopped all twelve MPNet runs of the
+first GPU try). The recorder is checked on ops of torch's list first."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _cuda_determinism import _CUMSUM, _SCATTER_REDUCE, ALWAYS, NondeterministicOnCuda
-from _models import save_tiny_bert
+from _models import save_tiny_bert, save_tiny_mpnet
 from _training import WORDS
 
 from isotropy.data.glue import default_glue_dir
@@ -32,6 +32,9 @@ KIND_KEYS = ("preset", "regularizer", "include_padding", "select_features",
              "classifier_pooling", "eval_on_start", "eval_strategy",
              "validation_split_percentage")
 GLUE_FOLDERS = {"sst2": "SST-2", "mrpc": "MRPC", "cola": "CoLA", "stsb": "STS-B", "rte": "RTE"}
+# the model family of a spec's runs, where it is not BERT's (MiniLM is a BERT): its kinds
+# train on a tiny model of that family, so that its own layers' ops are recorded too
+FAMILY = {"runs-mpnet.yaml": "mpnet"}
 
 
 def _found(work) -> dict[str, int]:
@@ -120,7 +123,9 @@ def _kinds() -> dict[str, dict]:
             if str(s.get("full_determinism", "")).lower() != "true":
                 continue
             key = ",".join(f"{k}={s.get(k)}" for k in KIND_KEYS)
-            kinds.setdefault(f"{key},regression={s['task'] == 'stsb'}", dict(s))
+            family = FAMILY.get(path.name, "bert")
+            kinds.setdefault(f"{key},regression={s['task'] == 'stsb'},model={family}",
+                             {**s, "model": family})
     return kinds
 
 
@@ -129,6 +134,7 @@ def test_the_gpu_specs_have_runs_under_full_determinism():
     assert len(kinds) >= 10, sorted(kinds)  # confirm, mpnet, entropy, rte-lr: 14 on 2026-11-30
     regularizers = {s.get("regularizer") for s in kinds.values()}
     assert {"none", "istar", "cosreg", "entropy"} <= regularizers
+    assert {s["model"] for s in kinds.values()} == {"bert", "mpnet"}
 
 
 @pytest.mark.timeout(900)
@@ -138,11 +144,13 @@ def test_gpu_spec_runs_dispatch_only_ops_with_deterministic_cuda_kernels(tmp_pat
     tasks = {s["task"] for s in kinds.values()}
     if glue is None or any(not (glue / GLUE_FOLDERS[t] / "train.tsv").is_file() for t in tasks):
         pytest.skip(f"needs GLUE {sorted(tasks)} (../shared/glue_data or GLUE_DIR)")
-    model = save_tiny_bert(tmp_path / "bert", WORDS)
+    models = {"bert": save_tiny_bert(tmp_path / "bert", WORDS),
+              "mpnet": save_tiny_mpnet(tmp_path / "mpnet", WORDS)}
     jobs = {}
     for i, (name, s) in enumerate(sorted(kinds.items())):
         s = {k: v for k, v in s.items() if k not in ("max_train_samples", "seed")}
-        s.update(model=str(model), data_dir=str(glue), output_dir=str(tmp_path / f"run{i}"),
+        s.update(model=str(models[s["model"]]), data_dir=str(glue),
+                 output_dir=str(tmp_path / f"run{i}"),
                  max_train_samples=16, max_eval_samples=8, max_seq_length=32,
                  per_device_train_batch_size=8, per_device_eval_batch_size=8,
                  num_train_epochs=1, logging_steps=1, shrinkage_tokens=300, use_cpu=True,
@@ -161,6 +169,10 @@ def test_gpu_spec_runs_dispatch_only_ops_with_deterministic_cuda_kernels(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads((tmp_path / "found.json").read_text(encoding="utf-8"))
     assert sorted(found) == sorted(jobs)
-    assert all(r["ops"] > 50 for r in found.values()), found  # the recording saw the run
+    assert all(len(r["ops"]) > 50 for r in found.values()), found  # the recording saw the run
+    # the MPNet kinds ran MPNet's own layers: ops that no BERT kind dispatched
+    ops = {family: set().union(*(found[n]["ops"] for n in jobs if kinds[n]["model"] == family))
+           for family in ("bert", "mpnet")}
+    assert ops["mpnet"] - ops["bert"], "the MPNet kinds dispatched no op of their own"
     refused = {name: r["found"] for name, r in found.items() if r["found"]}
     assert refused == {}, json.dumps(refused, indent=1)
