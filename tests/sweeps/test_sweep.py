@@ -688,6 +688,32 @@ def test_max_failures_stops_starting_points_and_leaves_the_rest_pending(
         assert again.not_started == [] and again.count("pending") == 0
 
 
+def test_max_failures_keeps_an_unstarted_interrupted_point_resumable(tiny_model, glue,
+                                                                   tmp_path, monkeypatch):
+    """A point interrupted by an earlier call and never started by this one (the limit came
+    first) stays interrupted, with its detail, for the next call to resume."""
+    root = tmp_path / "out"
+    spec = _spec(tiny_model, glue, root, seeds=[1, 2, 3])
+    points = expand(spec)
+
+    def interrupt_seed_3(self, slot, point, root):
+        if point.seed == 3:
+            return Outcome(ok=False, interrupted=True)
+        return Outcome(ok=True, status="trained", main_metric="accuracy", value=0.5)
+
+    monkeypatch.setattr(LocalEngine, "_run_one", interrupt_seed_3)
+    run_sweep(spec, points, LocalEngine(1, gpus=[]), echo=lambda line: None)
+    order = _scripted_runs(monkeypatch, failing={1})
+    outcome = run_sweep(spec, points, LocalEngine(1, gpus=[]), max_failures=1,
+                        echo=lambda line: None)
+    assert order == [1]
+    assert outcome.states[points[2].name] == "interrupted"
+    assert outcome.not_started == [points[1].name, points[2].name]
+    record = {q["name"]: q for q in json.loads((root / "sweep.json").read_text())["points"]}
+    assert record[points[2].name]["state"] == "interrupted"
+    assert record[points[2].name]["detail"] == "restarts (no checkpoint)"
+
+
 def test_max_failures_lets_the_running_points_finish(tiny_model, glue, tmp_path, monkeypatch):
     """Two workers, both points running when the first fails: the other ends as it would
     have (done), and the third never starts."""
