@@ -36,7 +36,7 @@ examples:
   isotropy sweep spec.yaml --grid learning_rate=1e-5,3e-5 --seeds 1 2 3
   isotropy sweep spec.yaml --engine ray --ray-address ray://head:10001
   isotropy sweep spec.yaml --retry-failed
-  isotropy sweep spec.yaml --workers 4 --max-failures 4   # a failed wave stops the sweep
+  isotropy sweep spec.yaml --workers 4 --max-failures 2   # two failures: start no more
 
 exit status: 0 every point done (or --dry-run / --show-spec), 1 a point failed,
 2 bad input (nothing was run), 130 interrupted (running points are resumed next time),
