@@ -28,16 +28,23 @@ def no_ray_left():
         ray.shutdown()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_left):
+def _good_and_broken(tmp_path, *, broken_first: bool = False):
+    """A spec of two points on a tiny model, one on good data and one whose training labels
+    are broken (in that order, or the broken one first); returns the spec and its points."""
     model = make_tiny_model(tmp_path / "model")
     glue = write_sst2(tmp_path / "glue")
     broken = write_sst2(tmp_path / "broken", bad_label_in_train=True)
+    dirs = [str(broken), str(glue)] if broken_first else [str(glue), str(broken)]
+    spec = spec_from_dict({"output_root": str(tmp_path / "out"), "base": tiny_base(model, glue),
+                           "points": [{"data_dir": d} for d in dirs]})
+    return spec, expand(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_left):
+    spec, (good, bad) = _good_and_broken(tmp_path)
     root = tmp_path / "out"
-    spec = spec_from_dict({"output_root": str(root), "base": tiny_base(model, glue),
-                           "points": [{"data_dir": str(glue)}, {"data_dir": str(broken)}]})
-    good, bad = expand(spec)
     engine = RayEngine(num_cpus=2, workers=2)
     lines: list[str] = []
     outcome = run_sweep(spec, [good, bad], engine, echo=lines.append)
@@ -70,13 +77,7 @@ def test_ray_engine_runs_points_as_tasks_and_reports_failures(tmp_path, no_ray_l
 def test_ray_engine_submits_no_point_after_max_failures(tmp_path, no_ray_left):
     """One trial at a time, the broken point first and --max-failures 1: the good point is
     never submitted (no run directory), stays pending, and the engine returns."""
-    model = make_tiny_model(tmp_path / "model")
-    glue = write_sst2(tmp_path / "glue")
-    broken = write_sst2(tmp_path / "broken", bad_label_in_train=True)
-    root = tmp_path / "out"
-    spec = spec_from_dict({"output_root": str(root), "base": tiny_base(model, glue),
-                           "points": [{"data_dir": str(broken)}, {"data_dir": str(glue)}]})
-    bad, good = expand(spec)
+    spec, (bad, good) = _good_and_broken(tmp_path, broken_first=True)
     outcome = run_sweep(spec, [bad, good], RayEngine(num_cpus=1, workers=1), max_failures=1,
                         echo=lambda line: None)
     assert outcome.states == {bad.name: "failed", good.name: "pending"}
