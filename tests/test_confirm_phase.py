@@ -237,7 +237,9 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     """docs/results.md's confirmatory section is the script's output on the committed runs
     (regenerate it with ``python docs/results/confirm_phase.py`` after ``sync.sh``)."""
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    made = "\n".join(cp.report(RESULTS / "runs")).rstrip()
+    fam = cp.family({cp.CPU.name: cp.cpu_lookup(RESULTS / "runs"),
+                     cp.GPU.name: cp.GpuLookup(ROOT / "docs")})
+    made = "\n".join(cp.report(RESULTS / "runs", fam=fam)).rstrip()
     assert made in text, "docs/results.md's confirmatory section is out of date"
     assert text.endswith(made + "\n")
     # the README's findings give the same count of finished CPU runs and the same tests
@@ -245,8 +247,6 @@ def test_results_md_shows_what_the_committed_runs_give() -> None:
     assert total == 80
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     a, b = cp.readme_part(readme)
-    fam = cp.family({cp.CPU.name: cp.cpu_lookup(RESULTS / "runs"),
-                     cp.GPU.name: cp.GpuLookup(ROOT / "docs")})
     assert readme[a:b] == cp.readme_paragraph(fam, done, total, RESULTS / "runs"), \
         "the README's paragraph on the confirmatory step is out of date"
     assert f"are under way: {done} of {total} CPU runs so far." in " ".join(readme[a:b].split())

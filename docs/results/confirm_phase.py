@@ -828,11 +828,12 @@ def _looks(runs: Path, gpu_parent: Path | None) -> dict[str, Lookup | Path]:
             GPU.name: GpuLookup(HERE.parent if gpu_parent is None else gpu_parent)}
 
 
-def report(runs: Path, gpu_parent: Path | None = None) -> list[str]:
-    """Both phases: the runs, the primary tests in one Holm family, the other comparisons."""
+def report(runs: Path, gpu_parent: Path | None = None, fam: Family | None = None) -> list[str]:
+    """Both phases: the runs, the primary tests in one Holm family (``fam``, where the caller
+    has it already: :func:`family` of the same runs), the other comparisons."""
     looks = _looks(runs, gpu_parent)
     gpu = looks[GPU.name]
-    fam = family(looks)
+    fam = family(looks) if fam is None else fam
     found, tests, ranges = fam.found, fam.tests, fam.ranges
     out = []
     for ph in PHASES:
@@ -947,10 +948,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = [a for a in args if a != "--write"]
     runs = Path(args[0]) if args else HERE / "runs"
     gpu_parent = Path(args[1]) if len(args) > 1 else None
-    text = "\n".join(report(runs, gpu_parent)).rstrip()
+    fam = family(_looks(runs, gpu_parent))
+    text = "\n".join(report(runs, gpu_parent, fam)).rstrip()
     if write:
-        paragraph = readme_paragraph(family(_looks(runs, gpu_parent)), *cpu_runs_done(text),
-                                     runs)
+        paragraph = readme_paragraph(fam, *cpu_runs_done(text), runs)
         write_docs(text, HERE.parent / "results.md", HERE.parents[1] / "README.md", paragraph)
     else:
         print(text)
