@@ -125,7 +125,12 @@ def test_a_running_sweeps_runs_wait_in_pending_until_it_is_complete(tmp_path: Pa
         (run / "checkpoint-5").mkdir(parents=True)
         (run / "config.json").write_bytes(_config(run.name))
     (done / "results.json").write_text('{"final": {}}')
+    (done / "checkpoint-5.bak").mkdir()  # not the run's: a user's copy, and a link
+    (done / "checkpoint-5.bak" / "notes.txt").write_text("mine")
+    (done / "model").symlink_to(done / "checkpoint-5.bak")
     out = _bash(here / "sync.sh", runs)
+    assert (done / "checkpoint-5.bak" / "notes.txt").read_text() == "mine"
+    assert (done / "model").is_symlink()
     assert "synced 2 finished runs" in out and "1 more of sweeps still running" in out
     pending = here / "runs" / ".pending" / "dose"
     assert _members(archive) == FILES  # the report's runs do not change

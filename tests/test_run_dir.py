@@ -367,3 +367,42 @@ def test_truncating_past_a_damaged_line_with_records_after_it_is_refused(tmp_pat
     path.write_text(whole + '{"step": 4, "lo')
     rd.truncate_metrics(2)
     assert [r["step"] for r in rd.read_metrics()] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["checkpoint-4.bak", "checkpoint-2-before-fix"])
+def test_a_folder_the_trainers_rotation_would_delete_is_refused_before_any_work(tmp_path, name):
+    """A user's ``checkpoint-4.bak`` beside a run's checkpoints: transformers' rotation takes
+    any folder whose name starts ``checkpoint-<digits>`` for an old checkpoint and deletes it
+    (save_total_limit, and at the end of training); so the run is refused up front, and the
+    folder is left whole."""
+    rd = make(tmp_path, checkpoints={2: True})
+    keep = rd.path / name
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=f"holds {name}/, not a checkpoint a run wrote, which "
+                                         "the Trainer's checkpoint rotation would delete"):
+        rd.check_not_foreign()
+    assert (keep / "notes.txt").read_text() == "mine"
+    # the premise: the Trainer's own rule counts it as a checkpoint (transformers >= 5.2)
+    trainer_utils = pytest.importorskip("transformers.trainer_utils")
+    if hasattr(trainer_utils, "sort_checkpoints"):
+        assert str(keep) in trainer_utils.sort_checkpoints(str(rd.path))
+    # a name the Trainer passes over, and a file, are no checkpoint of its: the run goes on
+    keep.rename(rd.path / "checkpoint-notes")
+    (rd.path / "checkpoint-7.txt").write_text("a file")
+    rd.check_not_foreign()
+
+
+def test_a_checkpoint_that_is_a_link_is_refused_before_a_resume_reads_it(tmp_path):
+    """``checkpoint-5`` linking to another run's whole checkpoint: a resume would have taken
+    it for this run's last one; refused up front, neither link nor target changed."""
+    (tmp_path / "other").mkdir()
+    other = make(tmp_path / "other", checkpoints={9: True})
+    rd = make(tmp_path, checkpoints={2: True})
+    (rd.path / "checkpoint-5").symlink_to(other.path / "checkpoint-9")
+    assert rd.last_checkpoint() == rd.path / "checkpoint-5"  # what a resume would read
+    with pytest.raises(ValueError, match="checkpoint-5 is a link to .*checkpoint-9, not a "
+                                         "checkpoint a run wrote"):
+        rd.check_not_foreign()
+    assert (rd.path / "checkpoint-5").is_symlink()
+    assert (other.path / "checkpoint-9" / CHECKPOINT_STATE).is_file()

@@ -2,7 +2,8 @@
 # Packs the small files of every finished run (results.json present) under RUNS/<sweep>/ (config,
 # results, metrics, measurements, dev predictions, and the sweep's sweep.json and results.csv),
 # keeping the runs the archives already hold, and deletes the finished runs' checkpoints and
-# saved models under RUNS. Never copies checkpoints or models.
+# saved models under RUNS (their checkpoint-<step>/ and model/ folders; a link, or a folder of
+# another name such as checkpoint-4.bak, stays). Never copies checkpoints or models.
 #
 # Where: docs/results/runs/<sweep>.tar.xz once every point the sweep knows is done (sweep.json's
 # "points", its latest invocation's, and "other_points", earlier ones'): isotropy report reads
@@ -136,7 +137,13 @@ for root in "$RUNS"/*/; do
         for f in "${KEEP[@]}"; do
             [ -f "$run/$f" ] && cp "$run/$f" "$out/"
         done
-        rm -rf "$run"/checkpoint-* "$run"/model
+        for f in "$run"/checkpoint-* "$run"/model; do  # the run's own: checkpoint-<step>
+            # and model/ folders, not a link or a folder of another name (checkpoint-4.bak)
+            n="$(basename "$f")"
+            if [[ "$n" =~ ^(checkpoint-[0-9]+|model)$ ]] && [ -d "$f" ] && [ ! -L "$f" ]; then
+                rm -rf -- "$f"
+            fi
+        done
     done
     [ -f "$main/$name/sweep.json" ] && write "$main" "$name" "$archive"
     if [ -n "$(ls -A "$wait/$name")" ]; then

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from isotropy.rundir.layout import CHECKPOINT_STATE, TRAINER_STATE
+from isotropy.rundir.layout import CHECKPOINT_STATE, TRAINER_STATE, written_by_a_run
 
 # the files every resume reads, for a checkpoint written before its list of files was kept
 _RESUME_READS = (TRAINER_STATE, "optimizer.pt", "scheduler.pt")
@@ -72,6 +73,38 @@ def checkpoint_folders(run: Path) -> list[Path]:
             if p.is_dir() and tail.isdigit():
                 found.append((int(tail), p))
     return [p for _, p in sorted(found)]
+
+
+# what the Trainer's rotation takes for a checkpoint (transformers' sort_checkpoints: a folder
+# globbed as checkpoint-*, its path matched by .*checkpoint-([0-9]+)), and deletes when old
+_TRAINERS_CHECKPOINT = re.compile(r".*checkpoint-[0-9]+")
+
+
+def foreign_checkpoint(run: Path) -> str | None:
+    """Why the folder ``run`` cannot hold a run, or ``None``: an entry the ``Trainer`` would
+    take for a checkpoint that no run wrote. A link named ``checkpoint-N`` (a resume would read
+    another run's checkpoint) or a folder such as ``checkpoint-4.bak``, which the Trainer's
+    rotation (``save_total_limit``) and its end of training delete as an old checkpoint.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "checkpoint-4").mkdir(); (d / "checkpoint-notes").mkdir()
+    >>> foreign_checkpoint(d) is None  # a run's checkpoint; a name the Trainer passes over
+    True
+    >>> (d / "checkpoint-4.bak").mkdir()
+    >>> print(foreign_checkpoint(d))  # doctest: +ELLIPSIS
+    it holds checkpoint-4.bak/, not a checkpoint a run wrote, which the Trainer's checkpoint \
+rotation would delete ...
+    """
+    for p in sorted(run.glob("checkpoint-*")):
+        if p.is_symlink() and p.is_dir():
+            return (f"{p.name} is a link to {os.readlink(p)}, not a checkpoint a run wrote (a "
+                    "resume would read it): remove the link, or choose another output directory")
+        if p.is_dir() and not written_by_a_run(p.name) and _TRAINERS_CHECKPOINT.match(p.name):
+            return (f"it holds {p.name}/, not a checkpoint a run wrote, which the Trainer's "
+                    "checkpoint rotation would delete (it takes any folder named "
+                    "checkpoint-<step>...): move it out, or choose another output directory")
+    return None
 
 
 def is_complete(checkpoint: Path) -> bool:

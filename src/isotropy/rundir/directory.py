@@ -27,7 +27,12 @@ from typing import Any
 
 from isotropy.io import output_dir_problem, read_json, read_text_utf8, write_json_atomic
 from isotropy.locking import exclusive_lock
-from isotropy.rundir.checkpoints import checkpoint_folders, drop_checkpoints, is_complete
+from isotropy.rundir.checkpoints import (
+    checkpoint_folders,
+    drop_checkpoints,
+    foreign_checkpoint,
+    is_complete,
+)
 from isotropy.rundir.layout import (
     CONFIG,
     LOCK,
@@ -127,9 +132,14 @@ class RunDirectory:
 
     def check_not_foreign(self) -> None:
         """``ValueError`` (one line) when the folder exists, is not empty and holds no run of
-        ours; changes nothing (checked before any work; a missing folder passes)."""
+        ours, or holds a folder or link the Trainer would take for a checkpoint that no run
+        wrote (:func:`~isotropy.rundir.checkpoints.foreign_checkpoint`); changes nothing
+        (checked before any work; a missing folder passes)."""
         if self.path.is_dir():
             self._check_holds_a_run()
+            problem = foreign_checkpoint(self.path)
+            if problem is not None:
+                raise ValueError(f"output directory {self.path}: {problem}")
 
     def _drop_leftovers(self) -> None:
         """Delete what a stop left of a write in progress (``.model-*`` folders, the atomic
