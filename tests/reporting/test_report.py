@@ -162,6 +162,29 @@ def test_duplicate_and_other_format(tmp_path: Path) -> None:
     assert "another format" in reasons[str(c)] and "main_metric" in reasons[str(c)]
 
 
+@pytest.mark.parametrize("task", ["x/../../escaped", "..", "a\\b", ""])
+def test_a_task_that_is_not_a_name_is_left_out_and_names_no_file(tmp_path: Path,
+                                                                  task: str) -> None:
+    """The task names the figure files (``fig4_<task>_<model>.png``): a results.json whose
+    task holds a path (before: the figures were written outside the report's folder) is
+    left out with its reason, and nothing is written outside ``--output-dir``."""
+    good = make_run(tmp_path / "runs" / "a", seed=1)
+    bad = make_run(tmp_path / "runs" / "b", seed=2)
+    results = json.loads((bad / "results.json").read_text())
+    results["task"] = task
+    (bad / "results.json").write_text(json.dumps(results))
+    config = json.loads((bad / "config.json").read_text())
+    config["settings"]["isotropy"]["task"] = task
+    (bad / "config.json").write_text(json.dumps(config))
+    runs, skipped = collect_runs([good, bad])
+    assert [r.path for r in runs] == [good]
+    assert "is not a task's name" in dict(skipped)[str(bad)]
+    before = {p for p in tmp_path.rglob("*") if "out" not in p.parts}
+    write_report([str(tmp_path / "runs" / "*")], tmp_path / "deep" / "out")
+    after = {p for p in tmp_path.rglob("*") if "out" not in p.parts}
+    assert after - before == {tmp_path / "deep"} and before <= after
+
+
 def test_no_usable_run_and_empty_glob(tmp_path: Path) -> None:
     run = make_run(tmp_path / "r", finished=False)
     with pytest.raises(ValueError, match="no usable run"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -334,6 +335,9 @@ def measurement_format(config: Mapping[str, Any]) -> int:
 
 
 
+_TASK_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(read_text_utf8(path))
@@ -384,6 +388,9 @@ def load_run(path: str | os.PathLike[str], which: str = "final") -> Run:
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"another format: bad regularizer settings ({err})") from None
     task = str(results.get("task") or iso["task"])
+    if not _TASK_NAME.fullmatch(task):  # it names the report's figure files
+        raise ValueError(f"another format: task {task[:60]!r} is not a task's name (letters, "
+                         "digits, '.', '_', '+' and '-', not starting with '.')")
     model = Path(str(iso["model"]).rstrip("/")).name or "model"
     # runs before an option had its default: [CLS] read, no split of the train split
     merged = {"classifier_pooling": "cls", "validation_split_percentage": None, **iso,
