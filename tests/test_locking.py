@@ -217,3 +217,18 @@ def test_the_lock_file_never_lands_in_a_folder_that_holds_no_run(tmp_path):
             RunDirectory(folder).writer():
         pass
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_left_whole(tmp_path):
+    """``.isotropy-run.lock`` linking to a user's file (a folder that otherwise looks empty):
+    before, the lock's holder record replaced the file's contents."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK).symlink_to(notes)
+    with pytest.raises(ValueError, match=r"\.isotropy-run\.lock is a link to .*notes\.txt, not "
+                                         "a lock file of isotropy's"), \
+            RunDirectory(out).writer():
+        pass
+    assert notes.read_text() == "mine" and (out / LOCK).is_symlink()

@@ -176,7 +176,11 @@ def exclusive_lock(folder: str | os.PathLike[str], name: str, *,
     folder = Path(folder)
     what = what or str(folder)
     path = folder / name
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if path.is_symlink():  # its target would be overwritten with the holder's record
+        raise ValueError(f"{path} is a link to {os.readlink(path)}, not a lock file of "
+                         f"isotropy's: remove the link to use {what}")
+    # O_NOFOLLOW: a link made since the check above fails here rather than being written to
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         taken = _flock(fd)
         if taken is False:
