@@ -432,6 +432,26 @@ def test_demo_unreachable_model_fails_before_stability(glue_dir: Path, tmp_path:
     assert no_compute == [] and not out.exists()
 
 
+@pytest.mark.parametrize("where", ["finetune/none", "finetune/report"])
+def test_demo_refuses_a_foreign_comparison_folder_before_stability(
+        where: str, tiny_dir: Path, glue_dir: Path, tmp_path: Path, no_compute: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder of someone else's where a comparison run or its report goes: refused before
+    stability and measure run (before: after them and, for the report, after all four
+    trainings), and left as it was."""
+    rows = "".join(f"{s} \t{i % 2}\n" for i, s in enumerate(SENTENCES))
+    (glue_dir / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    out = tmp_path / "demo"
+    (out / where).mkdir(parents=True)
+    (out / where / "thesis.txt").write_text("mine")
+    err = _usage_error(["demo", "--model", str(tiny_dir), "--data-dir", str(glue_dir),
+                        "--no-progress", "--output-dir", str(out)], capsys)
+    assert str(out / where) in err and ("thesis.txt" in err or "holds no run" in err)
+    assert no_compute == []
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        *sorted([where.split("/")[0], where]), f"{where}/thesis.txt"]
+
+
 @pytest.mark.parametrize(("cmd", "least"), [("measure", 2), ("demo", 2), ("pairs", 3)])
 def test_max_length_below_special_tokens_is_rejected(cmd: str, least: int, tiny_dir: Path,
                                                      texts_file: Path, glue_dir: Path,

@@ -41,10 +41,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.no_finetune and finetune_problem is None:
         _checks.check_output_dir(parser, out / "finetune", FILES)
         from isotropy.models.loading import resolve_model
+        from isotropy.paper.demo import check_run_folders
+        from isotropy.reporting.folder import folder_problem
         from isotropy.training.model_kind import check_pooling
         from isotropy.training.settings import args_from_dict
 
-        try:
+        try:  # the four runs' folders and the report's, before stability and measure run
+            check_run_folders(out / "finetune")
+            problem = folder_problem(out / "finetune" / "report")
+            if problem is not None:
+                raise ValueError(f"the comparison's report: {problem}")
             iso_args, _ = args_from_dict(_finetune_settings(args, out / "finetune"))
             path = resolve_model(iso_args.model)
             if Path(path).is_dir():  # the comparison's entropy run pools [CLS]

@@ -91,6 +91,17 @@ def comparison_row(method: str, run_dir: Path, results: Mapping[str, Any]) -> di
     }
 
 
+def check_run_folders(output_dir: str | Path,
+                      methods: Mapping[str, Mapping[str, Any]] = DEMO_METHODS) -> None:
+    """``ValueError`` (one line) when a method's run folder ``output_dir/<method>`` holds
+    something that is not a run of ours
+    (:meth:`~isotropy.rundir.RunDirectory.check_not_foreign`); changes nothing."""
+    from isotropy.rundir import RunDirectory
+
+    for method in methods:
+        RunDirectory(Path(output_dir) / _slug(method)).check_not_foreign()
+
+
 def run_comparison(
     output_dir: str | Path,
     *,
@@ -99,14 +110,15 @@ def run_comparison(
     echo: Callable[[str], None] = print,
 ) -> ComparisonResult:
     """Train ``base`` settings (``isotropy train`` flag names -> values) once per method,
-    each in ``output_dir/<method>``; returns the table. Every run's settings are checked
-    before the first one starts."""
+    each in ``output_dir/<method>``; returns the table. Every run's settings and folder
+    (:func:`check_run_folders`) are checked before the first one starts."""
 
     out = Path(output_dir)
     parsed = []
     for method, extra in methods.items():
         settings = {**base, **extra, "output_dir": str(out / _slug(method))}
         parsed.append((method, *args_from_dict(settings)))
+    check_run_folders(out, methods)
     rows = []
     for i, (method, iso_args, train_args) in enumerate(parsed, 1):
         echo(f"-- run {i}/{len(parsed)}: {method}")
