@@ -75,6 +75,7 @@ from review_verdicts import (  # noqa: E402
     metric,
 )
 
+from isotropy.io import write_text_atomic  # noqa: E402
 from isotropy.reporting.claim_bounds import bound_words  # noqa: E402
 from isotropy.reporting.claim_stats import holm  # noqa: E402
 from isotropy.reporting.claim_summary import constant_predictor  # noqa: E402
@@ -929,7 +930,8 @@ def readme_part(text: str) -> tuple[int, int]:
 def write_docs(text: str, results_md: Path, readme: Path, paragraph: str) -> None:
     """Put :func:`report`'s ``text`` in place in ``results_md`` (from :data:`SECTION` to the
     end) and :func:`readme_paragraph`'s ``paragraph`` in ``readme`` (:func:`readme_part`); neither
-    file is written unless both have their places."""
+    file is written unless both have their places, and each is written whole (renamed into
+    place)."""
     doc = results_md.read_text(encoding="utf-8")
     if SECTION not in doc:
         raise ValueError(f"{results_md}: no line starting '{SECTION}'")
@@ -938,8 +940,9 @@ def write_docs(text: str, results_md: Path, readme: Path, paragraph: str) -> Non
         a, b = readme_part(head)
     except ValueError as err:
         raise ValueError(f"{readme}: {err}") from None
-    results_md.write_text(doc[:doc.index(SECTION)] + text + "\n", encoding="utf-8")
-    readme.write_text(head[:a] + paragraph + head[b:], encoding="utf-8")
+    # each written whole (a temporary file renamed into place), the README once results.md is
+    write_text_atomic(results_md, doc[:doc.index(SECTION)] + text + "\n")
+    write_text_atomic(readme, head[:a] + paragraph + head[b:])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
