@@ -369,7 +369,8 @@ def test_truncating_past_a_damaged_line_with_records_after_it_is_refused(tmp_pat
     assert [r["step"] for r in rd.read_metrics()] == [1, 2]
 
 
-@pytest.mark.parametrize("name", ["checkpoint-4.bak", "checkpoint-2-before-fix"])
+@pytest.mark.parametrize("name", ["checkpoint-4.bak", "checkpoint-2-before-fix",
+                                  "checkpoint-007"])
 def test_a_folder_the_trainers_rotation_would_delete_is_refused_before_any_work(tmp_path, name):
     """A user's ``checkpoint-4.bak`` beside a run's checkpoints: transformers' rotation takes
     any folder whose name starts ``checkpoint-<digits>`` for an old checkpoint and deletes it
@@ -406,3 +407,30 @@ def test_a_checkpoint_that_is_a_link_is_refused_before_a_resume_reads_it(tmp_pat
         rd.check_not_foreign()
     assert (rd.path / "checkpoint-5").is_symlink()
     assert (other.path / "checkpoint-9" / CHECKPOINT_STATE).is_file()
+
+
+def test_a_file_or_a_dangling_link_named_like_a_checkpoint_is_refused(tmp_path):
+    """A file ``checkpoint-4`` (the Trainer's save at step 4 would fail on it after the work,
+    and --overwrite's clearing deleted it as a checkpoint) and a link to nothing."""
+    rd = make(tmp_path, checkpoints={2: True})
+    (rd.path / "checkpoint-4").write_text("mine")
+    with pytest.raises(ValueError, match="holds a file named checkpoint-4, where the Trainer "
+                                         "writes the checkpoint of that step"):
+        rd.check_not_foreign()
+    (rd.path / "checkpoint-4").unlink()
+    (rd.path / "checkpoint-6").symlink_to(tmp_path / "gone")
+    with pytest.raises(ValueError, match="checkpoint-6 is a link to .*gone, not a checkpoint"):
+        rd.check_not_foreign()
+
+
+def test_the_trainers_rule_reads_the_whole_path(tmp_path):
+    """transformers matches ``.*checkpoint-<digits>`` against the folder's whole path: under
+    ``.../checkpoint-2024/run`` even ``checkpoint-best/`` would be rotated out."""
+    (tmp_path / "checkpoint-2024").mkdir()
+    rd = make(tmp_path / "checkpoint-2024", checkpoints={2: True})
+    (rd.path / "checkpoint-best").mkdir()
+    with pytest.raises(ValueError, match="holds checkpoint-best/, not a checkpoint a run wrote"):
+        rd.check_not_foreign()
+    trainer_utils = pytest.importorskip("transformers.trainer_utils")
+    if hasattr(trainer_utils, "sort_checkpoints"):
+        assert str(rd.path / "checkpoint-best") in trainer_utils.sort_checkpoints(str(rd.path))

@@ -140,7 +140,7 @@ for root in "$RUNS"/*/; do
         for f in "$run"/checkpoint-* "$run"/model; do  # the run's own: checkpoint-<step>
             # and model/ folders, not a link or a folder of another name (checkpoint-4.bak)
             n="$(basename "$f")"
-            if [[ "$n" =~ ^(checkpoint-[0-9]+|model)$ ]] && [ -d "$f" ] && [ ! -L "$f" ]; then
+            if [[ "$n" =~ ^(checkpoint-(0|[1-9][0-9]*)|model)$ ]] && [ -d "$f" ] && [ ! -L "$f" ]; then
                 rm -rf -- "$f"
             fi
         done

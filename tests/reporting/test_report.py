@@ -162,6 +162,20 @@ def test_duplicate_and_other_format(tmp_path: Path) -> None:
     assert "another format" in reasons[str(c)] and "main_metric" in reasons[str(c)]
 
 
+def test_figure_files_keep_a_dotted_model_name_whole(tmp_path: Path) -> None:
+    """``Qwen2.5-0.5B`` and ``Qwen2.5-0.6B``: the figure's name was cut at the last dot
+    (``Path.with_suffix``), so both models' figures went to ``..._Qwen2.5-0.png``."""
+    from matplotlib.figure import Figure
+
+    from isotropy.reporting.plotting import _save
+
+    paths = [p.name for stem in ("fig4_sst2_Qwen2.5-0.5B", "fig4_sst2_Qwen2.5-0.6B")
+             for p in _save(Figure(), tmp_path / stem)]
+    assert paths == ["fig4_sst2_Qwen2.5-0.5B.png", "fig4_sst2_Qwen2.5-0.5B.svg",
+                     "fig4_sst2_Qwen2.5-0.6B.png", "fig4_sst2_Qwen2.5-0.6B.svg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(paths)
+
+
 @pytest.mark.parametrize("task", ["x/../../escaped", "..", "a\\b", ""])
 def test_a_task_that_is_not_a_name_is_left_out_and_names_no_file(tmp_path: Path,
                                                                   task: str) -> None:

@@ -136,7 +136,7 @@ def _new_figure(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
 def _save(fig: Any, stem: Path) -> list[Path]:
     out = []
     for ext, meta in ((".png", {"Software": None}), (".svg", {"Date": None})):
-        path = stem.with_suffix(ext)
+        path = stem.with_name(stem.name + ext)  # not with_suffix: a model named Qwen2.5-0.5B
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=DPI, metadata=meta)
         out.append(path)

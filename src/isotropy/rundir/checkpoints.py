@@ -8,7 +8,12 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from isotropy.rundir.layout import CHECKPOINT_STATE, TRAINER_STATE, written_by_a_run
+from isotropy.rundir.layout import (
+    CHECKPOINT_STATE,
+    TRAINER_STATE,
+    checkpoint_name_step,
+    written_by_a_run,
+)
 
 # the files every resume reads, for a checkpoint written before its list of files was kept
 _RESUME_READS = (TRAINER_STATE, "optimizer.pt", "scheduler.pt")
@@ -65,13 +70,14 @@ def checkpoint_problem(folder: Path, files: Mapping[str, int] | None) -> str | N
 
 
 def checkpoint_folders(run: Path) -> list[Path]:
-    """The ``checkpoint-N`` folders of a run directory, ordered by step ``N``."""
+    """The ``checkpoint-N`` folders of a run directory (named as the Trainer names them:
+    :func:`~isotropy.rundir.layout.checkpoint_name_step`), ordered by step ``N``."""
     found = []
     if run.is_dir():
         for p in run.glob("checkpoint-*"):
-            tail = p.name.rsplit("-", 1)[-1]
-            if p.is_dir() and tail.isdigit():
-                found.append((int(tail), p))
+            step = checkpoint_name_step(p.name)
+            if p.is_dir() and step is not None:
+                found.append((step, p))
     return [p for _, p in sorted(found)]
 
 
@@ -81,10 +87,12 @@ _TRAINERS_CHECKPOINT = re.compile(r".*checkpoint-[0-9]+")
 
 
 def foreign_checkpoint(run: Path) -> str | None:
-    """Why the folder ``run`` cannot hold a run, or ``None``: an entry the ``Trainer`` would
-    take for a checkpoint that no run wrote. A link named ``checkpoint-N`` (a resume would read
-    another run's checkpoint) or a folder such as ``checkpoint-4.bak``, which the Trainer's
-    rotation (``save_total_limit``) and its end of training delete as an old checkpoint.
+    """Why the folder ``run`` cannot hold a run, or ``None``: an entry named like a checkpoint
+    that no run wrote. A link (``checkpoint-5`` linking to another run's: a resume would read
+    it); a file or anything but a folder named ``checkpoint-N`` (the Trainer's save at step N
+    would fail on it); a folder such as ``checkpoint-4.bak`` or ``checkpoint-007``, which the
+    Trainer's rotation (``save_total_limit``) and its end of training delete as an old
+    checkpoint (their rule matches the whole path: ``.*checkpoint-<digits>``).
 
     >>> import tempfile
     >>> d = Path(tempfile.mkdtemp())
@@ -97,10 +105,17 @@ def foreign_checkpoint(run: Path) -> str | None:
 rotation would delete ...
     """
     for p in sorted(run.glob("checkpoint-*")):
-        if p.is_symlink() and p.is_dir():
-            return (f"{p.name} is a link to {os.readlink(p)}, not a checkpoint a run wrote (a "
-                    "resume would read it): remove the link, or choose another output directory")
-        if p.is_dir() and not written_by_a_run(p.name) and _TRAINERS_CHECKPOINT.match(p.name):
+        if p.is_symlink():
+            return (f"{p.name} is a link to {os.readlink(p)}, not a checkpoint a run wrote (the "
+                    "Trainer and a resume take checkpoint-* for the run's own): remove the "
+                    "link, or choose another output directory")
+        if not p.is_dir():
+            if checkpoint_name_step(p.name) is not None:
+                return (f"it holds a file named {p.name}, where the Trainer writes the "
+                        "checkpoint of that step: move it out, or choose another output "
+                        "directory")
+        elif not written_by_a_run(p.name) and any(
+                _TRAINERS_CHECKPOINT.match(str(q)) for q in (p, p.absolute())):
             return (f"it holds {p.name}/, not a checkpoint a run wrote, which the Trainer's "
                     "checkpoint rotation would delete (it takes any folder named "
                     "checkpoint-<step>...): move it out, or choose another output directory")

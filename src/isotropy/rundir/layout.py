@@ -58,7 +58,7 @@ _LEFTOVER = re.compile(
     r"\.model-[a-z0-9_]{8}"
     r"|\.(config\.json|results\.json|metrics\.jsonl|measurements\.jsonl"
     r"|eval_predictions\.csv)\.[a-z0-9_]{8}\.tmp\.(json|jsonl|csv)")
-_CHECKPOINT = re.compile(r"checkpoint-[0-9]+")
+_CHECKPOINT = re.compile(r"checkpoint-(0|[1-9][0-9]*)")  # the Trainer's checkpoint-{global_step}
 _RUN_FILES = frozenset({CONFIG, RESULTS, METRICS, MEASUREMENTS, PREDICTIONS, MODEL,
                         "tensorboard"})
 
@@ -71,6 +71,17 @@ def is_leftover(name: str) -> bool:
     [True, True, False]
     """
     return _LEFTOVER.fullmatch(name) is not None
+
+
+def checkpoint_name_step(name: str) -> int | None:
+    """The step of a checkpoint folder's name as the Trainer writes it (``checkpoint-<step>``,
+    no leading zero), else ``None``.
+
+    >>> [checkpoint_name_step(n) for n in ("checkpoint-12", "checkpoint-012", "checkpoint-4.bak")]
+    [12, None, None]
+    """
+    m = _CHECKPOINT.fullmatch(name)
+    return None if m is None else int(m.group(1))
 
 
 def written_by_a_run(name: str) -> bool:

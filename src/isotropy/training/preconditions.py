@@ -19,6 +19,7 @@ from isotropy.distributed import is_distributed, world_size
 from isotropy.io import read_json
 from isotropy.models.loading import check_tokenizer, longest_input
 from isotropy.rundir import TRAINER_STATE, RunDirectory
+from isotropy.rundir.layout import checkpoint_name_step
 from isotropy.training.config import IsotropyArguments, TrainArguments
 from isotropy.training.predictions import SPAN_LABELS
 
@@ -136,8 +137,8 @@ def check_resume_point(run_dir: RunDirectory, requested: str) -> Path:
     """The ``--resume_from_checkpoint`` folder, if it is a complete checkpoint of the run
     directory; ``ValueError`` otherwise (checked before anything is changed)."""
     chosen = Path(requested).resolve()
-    if chosen.parent != run_dir.path.resolve() or not chosen.name.startswith("checkpoint-") \
-            or not chosen.name.rsplit("-", 1)[-1].isdigit() or not RunDirectory.is_complete(chosen):
+    if chosen.parent != run_dir.path.resolve() or checkpoint_name_step(chosen.name) is None \
+            or not RunDirectory.is_complete(chosen):
         raise ValueError(
             f"--resume_from_checkpoint {requested}: not a complete checkpoint of "
             f"{run_dir.path} (choose one of: "
