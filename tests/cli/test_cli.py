@@ -432,6 +432,18 @@ def test_demo_unreachable_model_fails_before_stability(glue_dir: Path, tmp_path:
     assert no_compute == [] and not out.exists()
 
 
+def test_demo_refuses_a_finetune_task_it_cannot_run_before_any_work(
+        tiny_dir: Path, glue_dir: Path, tmp_path: Path, no_compute: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--finetune-task squad`` without SQuAD's files: before, stability and measure ran and
+    the comparison was then skipped with status 0; the default task is still skipped."""
+    out = tmp_path / "demo"
+    err = _usage_error(["demo", "--model", str(tiny_dir), "--data-dir", str(glue_dir),
+                        "--finetune-task", "squad", "--output-dir", str(out)], capsys)
+    assert "--finetune-task squad: " in err and "not found" in err
+    assert no_compute == [] and not out.exists()
+
+
 @pytest.mark.parametrize("where", ["finetune/none", "finetune/report"])
 def test_demo_refuses_a_foreign_comparison_folder_before_stability(
         where: str, tiny_dir: Path, glue_dir: Path, tmp_path: Path, no_compute: list[str],

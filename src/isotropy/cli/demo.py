@@ -15,6 +15,7 @@ from isotropy.cli._common import one_line, positive_int, task_name
 __all__ = ["register", "run"]
 
 FILES = ("comparison.csv", "comparison.json", "comparison.md")
+DEFAULT_FINETUNE_TASK = "sst2"  # skipped when its files are absent; a task asked for is not
 
 
 def _demo_source(data_dir: Path | None) -> tuple[dict[str, Any], str]:
@@ -37,7 +38,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _checks.check_data_dir(parser, args.data_dir)
     _checks.check_output_dir(parser, out / "stability", stability.FILES)
     _checks.check_output_dir(parser, out / "measure", measure.FILES)
+    explicit_task = args.finetune_task is not None  # a task asked for must run, not be skipped
+    if not explicit_task:
+        args.finetune_task = DEFAULT_FINETUNE_TASK
     finetune_problem = None if args.no_finetune else _finetune_problem(args)
+    if explicit_task and finetune_problem is not None:
+        parser.error(f"--finetune-task {args.finetune_task}: {finetune_problem}")
     if not args.no_finetune and finetune_problem is None:
         _checks.check_output_dir(parser, out / "finetune", FILES)
         from isotropy.models.loading import resolve_model
@@ -168,8 +174,10 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_demo"), metavar="DIR",
                    help="where the results go: DIR/stability, DIR/measure and DIR/finetune "
                         "(default: %(default)s)")
-    p.add_argument("--finetune-task", type=task_name, default="sst2", metavar="NAME",
-                   help="task of the fine-tuning comparison (default: %(default)s)")
+    p.add_argument("--finetune-task", type=task_name, default=None, metavar="NAME",
+                   help=f"task of the fine-tuning comparison (default: {DEFAULT_FINETUNE_TASK}, "
+                        "skipped when its files are absent; a task named here that cannot "
+                        "run is an error before any work)")
     p.add_argument("--finetune-train-samples", type=positive_int, default=1000, metavar="N",
                    help="seeded subset of the training split (default: %(default)s)")
     p.add_argument("--finetune-eval-samples", type=positive_int, default=500, metavar="N",
