@@ -307,6 +307,11 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
         (["--task", "sst2", "--gradient_accumulation_steps", "0"],
          "--gradient_accumulation_steps must be >= 1"),
         (["--task", "sst2", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1)"),
+        (["--task", "sst2", "--eval_strategy", "steps", "--eval_steps", "-3"],
+         "--eval_steps must be > 0 (steps, or below 1 a fraction of the training steps), "
+         "got -3"),
+        (["--task", "sst2", "--save_strategy", "steps", "--save_steps", "-1"],
+         "--save_steps must be > 0"),
         (["--task", "sst2", "--tuning", "nan"], "--tuning must be a finite number, got nan"),
         (["--task", "sst2", "--weight_decay", "inf"], "--weight_decay must be a finite number"),
         # a negative number in exponent notation is a value, not an option

@@ -225,7 +225,8 @@ def _check_finite(args: Any) -> None:
 def _check_training_values(train_args: TrainingArguments) -> None:
     """The ``TrainingArguments`` values the Trainer would only reject once training starts
     (or never): NaN or infinite numbers, a negative learning rate or epoch count, batch sizes
-    and accumulation below 1, Adam betas outside [0, 1), a negative Adam epsilon, a seed
+    and accumulation below 1, negative evaluation, save or logging steps, Adam betas
+    outside [0, 1), a negative Adam epsilon, a seed
     NumPy cannot take."""
     _check_finite(train_args)
     for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
@@ -238,6 +239,11 @@ def _check_training_values(train_args: TrainingArguments) -> None:
                  "gradient_accumulation_steps"):
         if getattr(train_args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(train_args, name)}")
+    for name in ("eval_steps", "save_steps", "logging_steps"):  # < 1: a fraction of the run
+        value = getattr(train_args, name, None)
+        if value is not None and value < 0:
+            raise ValueError(f"--{name} must be > 0 (steps, or below 1 a fraction of the "
+                             f"training steps), got {value}")
     for name in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(train_args, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), got {getattr(train_args, name)}")
