@@ -8,12 +8,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from isotropy.rundir.layout import (
-    CHECKPOINT_STATE,
-    TRAINER_STATE,
-    checkpoint_name_step,
-    written_by_a_run,
-)
+from isotropy.rundir.layout import CHECKPOINT_STATE, TRAINER_STATE, checkpoint_name_step
 
 # the files every resume reads, for a checkpoint written before its list of files was kept
 _RESUME_READS = (TRAINER_STATE, "optimizer.pt", "scheduler.pt")
@@ -105,16 +100,15 @@ def foreign_checkpoint(run: Path) -> str | None:
 rotation would delete ...
     """
     for p in sorted(run.glob("checkpoint-*")):
+        ours = checkpoint_name_step(p.name) is not None  # a name a run writes
         if p.is_symlink():
             return (f"{p.name} is a link to {os.readlink(p)}, not a checkpoint a run wrote (the "
                     "Trainer and a resume take checkpoint-* for the run's own): remove the "
                     "link, or choose another output directory")
-        if not p.is_dir():
-            if checkpoint_name_step(p.name) is not None:
-                return (f"it holds a file named {p.name}, where the Trainer writes the "
-                        "checkpoint of that step: move it out, or choose another output "
-                        "directory")
-        elif not written_by_a_run(p.name) and any(
+        if ours and not p.is_dir():
+            return (f"it holds a file named {p.name}, where the Trainer writes the checkpoint "
+                    "of that step: move it out, or choose another output directory")
+        if not ours and p.is_dir() and any(
                 _TRAINERS_CHECKPOINT.match(str(q)) for q in (p, p.absolute())):
             return (f"it holds {p.name}/, not a checkpoint a run wrote, which the Trainer's "
                     "checkpoint rotation would delete (it takes any folder named "
