@@ -919,3 +919,24 @@ def test_example_spec_expands_to_its_stated_grid(tmp_path):
             if p.method == "istar"} == set(itertools.product([-3, -1, 1], [0.2, 0.8]))
     assert points[0].name == "rte-minilm-none-seed1" and points[8].seed == 2
     assert all(p.settings["learning_rate"] == 3e-5 for p in points)
+
+
+@pytest.mark.parametrize(("where", "text"), [("base", "base:\n  learning_rate: .nan\n"),
+                                             ("grid", "grid:\n  learning_rate: [1.0e-4, .nan]\n")],
+                         ids=["base", "grid"])
+def test_a_nan_in_a_spec_file_is_named_as_nan_not_as_null(tiny_model, glue, tmp_path, capsys,
+                                                         where, text):
+    """YAML's ``.nan`` read from a file, through the command line's overrides: the message
+    says the value is NaN (it was once said to be missing)."""
+    base = {k: v for k, v in tiny_base(tiny_model, glue).items() if k != "learning_rate"}
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({"output_root": str(tmp_path / "out"), "base": base})
+                         .replace("base:\n", "base:\n  learning_rate: .nan\n")
+                         if where == "base" else
+                         yaml.safe_dump({"output_root": str(tmp_path / "out"), "base": base})
+                         + text, encoding="utf-8")
+    assert text in spec_file.read_text(encoding="utf-8")
+    err = _usage_error([spec_file, "--dry-run", "--seeds", "1"], capsys)
+    assert f"{where}: learning_rate must be finite, got nan" in err, err
+    assert "null" not in err
+    assert not (tmp_path / "out").exists()

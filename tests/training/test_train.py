@@ -312,6 +312,17 @@ def test_finished_run_is_kept_unless_overwrite(tiny_model_dir, glue_dir, tmp_pat
          "got -3"),
         (["--task", "sst2", "--save_strategy", "steps", "--save_steps", "-1"],
          "--save_steps must be > 0"),
+        # 0 steps: the Trainer would evaluate every --logging_steps instead, silently
+        (["--task", "sst2", "--eval_strategy", "steps", "--eval_steps", "0"],
+         "--eval_steps must be > 0 (steps, or below 1 a fraction of the training steps), "
+         "got 0"),
+        # a negative limit: the Trainer would keep every checkpoint
+        (["--task", "sst2", "--save_total_limit", "-1"],
+         "--save_total_limit must be >= 1 (or 0 to keep every checkpoint), got -1"),
+        (["--task", "sst2", "--regularizer", "none", "istar"],
+         "--regularizer none istar: none means no regularizer and cannot be combined"),
+        (["--task", "sst2", "--lr_scheduler_kwargs", "{bad"],
+         "--lr_scheduler_kwargs is not valid JSON (Expecting property name"),
         (["--task", "sst2", "--tuning", "nan"], "--tuning must be a finite number, got nan"),
         (["--task", "sst2", "--weight_decay", "inf"], "--weight_decay must be a finite number"),
         # a negative number in exponent notation is a value, not an option

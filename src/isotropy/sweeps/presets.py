@@ -104,7 +104,7 @@ def override(spec: SweepSpec, *, base: Mapping[str, Any] | None = None,
     """The spec with command-line values: ``base`` and ``grid`` entries added (replacing
     those of the same setting), ``seeds``, ``output_root`` and ``order`` replaced, ``exclude``
     names added; the result is checked again like a spec file."""
-    data = spec.to_dict()
+    data = spec.as_dict()
     base = canonical_settings(base or {}, "--set")
     grid = canonical_settings(grid or {}, "--grid")
     data["base"] = {**data.get("base", {}), **base}

@@ -64,7 +64,12 @@ class SweepSpec:
     source: str = "sweep spec"
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as plain values, keys in the spec file's order (``source`` left out)."""
+        """The spec as JSON values, keys in the spec file's order (``source`` left out)."""
+        return to_jsonable(self.as_dict())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec's mappings and lists as given, keys in the spec file's order (``source``
+        left out): a NaN stays a NaN, so that checking the spec again names it."""
         out: dict[str, Any] = {"output_root": self.output_root, "base": dict(self.base)}
         if self.grid:
             out["grid"] = {k: list(v) for k, v in self.grid.items()}
@@ -77,7 +82,7 @@ class SweepSpec:
         out["order"] = self.order
         if self.exclude:
             out["exclude"] = list(self.exclude)
-        return to_jsonable(out)
+        return out
 
 
 def _setting_names() -> set[str]:

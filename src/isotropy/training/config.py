@@ -155,6 +155,10 @@ class IsotropyArguments:
             raise ValueError(
                 f"unknown regularizer {unknown[0]!r}; choose from {', '.join(REGULARIZERS)}"
             )
+        if "none" in regs and len(set(regs)) > 1:
+            raise ValueError(f"--regularizer {' '.join(regs)}: none means no regularizer and "
+                             "cannot be combined with one; give none alone, or the "
+                             "regularizers alone")
         regs = [r for r in dict.fromkeys(regs) if r != "none"]
         self.regularizer = regs or ["none"]
         span = get_task(self.task).kind == "span"
@@ -225,9 +229,9 @@ def _check_finite(args: Any) -> None:
 def _check_training_values(train_args: TrainingArguments) -> None:
     """The ``TrainingArguments`` values the Trainer would only reject once training starts
     (or never): NaN or infinite numbers, a negative learning rate or epoch count, batch sizes
-    and accumulation below 1, negative evaluation, save or logging steps, Adam betas
-    outside [0, 1), a negative Adam epsilon, a seed
-    NumPy cannot take."""
+    and accumulation below 1, evaluation, save or logging steps below 1 step or 0, a negative
+    checkpoint limit, a dictionary setting that is not JSON, Adam betas outside [0, 1), a
+    negative Adam epsilon, a seed NumPy cannot take."""
     _check_finite(train_args)
     for name in ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon"):
         if getattr(train_args, name) < 0:
@@ -240,10 +244,22 @@ def _check_training_values(train_args: TrainingArguments) -> None:
         if getattr(train_args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(train_args, name)}")
     for name in ("eval_steps", "save_steps", "logging_steps"):  # < 1: a fraction of the run
-        value = getattr(train_args, name, None)
-        if value is not None and value < 0:
+        value = getattr(train_args, name, None)  # 0 would be replaced, or refused late
+        if value is not None and value <= 0:
             raise ValueError(f"--{name} must be > 0 (steps, or below 1 a fraction of the "
                              f"training steps), got {value}")
+    limit = train_args.save_total_limit
+    if limit is not None and limit < 0:  # the Trainer would keep every checkpoint, silently
+        raise ValueError(f"--save_total_limit must be >= 1 (or 0 to keep every checkpoint), "
+                         f"got {limit}")
+    for name in getattr(train_args, "_VALID_DICT_FIELDS", ()):  # JSON text the Trainer parses
+        value = getattr(train_args, name, None)
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                json.loads(value)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--{name} is not valid JSON ({err}): give an object such as "
+                                 f"'{{\"key\": 1}}', got {value!r}") from None
     for name in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(train_args, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), got {getattr(train_args, name)}")
