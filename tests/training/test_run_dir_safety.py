@@ -192,3 +192,21 @@ def test_an_undamaged_checkpoint_resumes(tiny_model_dir, glue_dir, tmp_path):
     assert res.status == "trained"
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps[:2] == [1, 2] and steps == sorted(steps)
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_resume_of_a_folder_without_a_run_says_it_starts_a_new_one(tiny_model_dir, glue_dir,
+                                                                   tmp_path, capsys, made):
+    """``--resume`` where no run is (a mistyped --output_dir): the run starts from scratch
+    and says so in one line, rather than looking like the run that was meant."""
+    out = tmp_path / "run"
+    if made:
+        out.mkdir()
+    argv = [*_argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                   "--max_train_samples", "8", "--max_eval_samples", "8"), "--resume"]
+    assert train_main(argv) == 0
+    said = capsys.readouterr().out
+    assert f"--resume: {out} holds no run to continue: starting a new one" in said
+    assert (out / "results.json").is_file()
+    assert train_main(argv) == 0  # now finished: nothing is said of a new run
+    assert "holds no run to continue" not in capsys.readouterr().out

@@ -223,6 +223,8 @@ def _prepare_run_dir(run_dir: RunDirectory, iso_args: IsotropyArguments, train_a
     if status == "restart":
         said.append(f"{run_dir.path} held an unfinished run without a complete checkpoint: "
                     "starting it again")
+    if status == "new" and iso_args.resume:  # a mistyped --output_dir trains from scratch
+        said.append(f"--resume: {run_dir.path} holds no run to continue: starting a new one")
     if status == "resume":  # every check before resume_point changes anything
         check_resumable_on_these_processes(train_args, run_dir.path)
         said.extend(_check_resume(run_dir, train_args.resume_from_checkpoint))
