@@ -418,3 +418,21 @@ def test_a_validation_split_is_held_out_of_train_and_the_dev_split_is_not_read(b
 def test_a_validation_split_is_checked_before_any_work(kw, message):
     with pytest.raises(ValueError, match=message):
         IsotropyArguments(task="rte", **kw)
+
+
+@pytest.mark.parametrize(("unlabelled", "kw"), [("train", {}), ("dev", {}),
+                                               ("dev", {"split_dev_for_training": 0.5})])
+def test_a_split_without_labels_is_named_with_its_file(tmp_path, unlabelled, kw):
+    """A file without its label column (a GLUE test file under a train or dev name): one line
+    naming the file and the column, before any split or subset hides which file it was."""
+    labelled = "sentence\tlabel\n" + "".join(f"w{i}\t{i % 2}\n" for i in range(6))
+    for split in ("train", "dev"):
+        text = ("sentence\n" + "".join(f"w{i}\n" for i in range(6)) if split == unlabelled
+                else labelled)
+        (tmp_path / "SST-2").mkdir(exist_ok=True)
+        (tmp_path / "SST-2" / f"{split}.tsv").write_text(text, encoding="utf-8")
+    path = tmp_path / "SST-2" / f"{unlabelled}.tsv"
+    with pytest.raises(ValueError) as err:
+        load_task_data(_ours(tmp_path, "local", **kw), seed=5)
+    assert str(err.value) == (f"{path}: SST-2's {unlabelled} split has no labels (no column "
+                              "'label'): training and its evaluation need labelled examples")

@@ -212,13 +212,19 @@ def test_bad_rows_and_labels(tmp_path: Path) -> None:
     _write(tmp_path, "QNLI/dev.tsv", "index\tquestion\tlabel\n0\tq\tentailment\n")
     with pytest.raises(ValueError, match="no column 'sentence'"):
         load_split("qnli", "dev", tmp_path)
+    # a tab inside SST-2's sentence: the label column would read "the rest" silently
+    _write(tmp_path, "SST-2/train.tsv", "sentence\tlabel\ngood\t1\nthe movie\t1\textra\n")
+    with pytest.raises(ValueError, match=r"train.tsv:3: 3 tab-separated fields where the "
+                                         r"header has 2: a tab inside a text"):
+        load_split("sst2", "train", tmp_path)
 
 
 def test_qqp_skips_malformed_rows_with_warning(tmp_path: Path) -> None:
     _write(tmp_path, "QQP/dev.tsv",
            "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
-           "0\t1\t2\tHow?\tWhy?\t0\n1\t3\t4\tbroken\n2\t5\t6\tA?\tB?\t1\n")
-    with pytest.warns(UserWarning, match="skipped 1 malformed"):
+           "0\t1\t2\tHow?\tWhy?\t0\n1\t3\t4\tbroken\n2\t5\t6\tA?\tB?\t1\n"
+           "3\t7\t8\tC?\tD\t?\t1\n")
+    with pytest.warns(UserWarning, match="skipped 2 malformed"):
         ex = load_split("qqp", "dev", tmp_path)
     assert [e.label for e in ex] == [0, 1]
 

@@ -301,14 +301,20 @@ def _load_glue_tsv(spec: TaskSpec, path: Path, split: str) -> list[Example]:
     has_label = y_col in header
     id_col = header.get("index", header.get("id"))
     need = max(header[c] for c in (a_col, b_col, y_col) if c is not None and c in header)
+    width = len(header)  # more fields than the header: a tab inside a text shifted them
     out: list[Example] = []
     skipped = 0
     for k, row in enumerate(body):
         line = first_line + k
-        if len(row) <= need:
+        if len(row) <= need or len(row) > width:
             if spec.skip_malformed:
                 skipped += 1
                 continue
+            if len(row) > width:
+                raise ValueError(
+                    f"{path}:{line}: {len(row)} tab-separated fields where the header has "
+                    f"{width}: a tab inside a text would shift the columns; remove it"
+                )
             raise ValueError(
                 f"{path}:{line}: expected at least {need + 1} tab-separated fields, "
                 f"got {len(row)}"

@@ -102,6 +102,11 @@ def load_task_data(settings: DataSettings, seed: int) -> TaskData:
                                           data_dir=settings.data_dir)
     key = "file" if source["kind"] == "local" else "split"
     span = spec.kind == "span"
+    for split, found in examples.items():  # before any split or subset hides which file
+        if not span and any(e.label is None for e in found):
+            raise ValueError(f"{where[split]}: {spec.display_name}'s {split} split has no "
+                             f"labels (no column {spec.columns[2]!r}): training and its "
+                             "evaluation need labelled examples")
     unit = "context paragraph" if span else "example"
     if split_dev:
         groups = [e.text_b for e in examples["dev"]] if span else None
