@@ -265,6 +265,14 @@ def test_comparison_table_flags_a_collapsed_classifier() -> None:
         (["measure", "--texts", "/no/such/file.txt"], "does not exist"),
         (["measure", "--task", "sst2", "--split", "holdout"], "invalid choice"),
         (["measure", "--task", "sst2", "--batch-size", "0"], "positive integer"),
+        # seeds outside NumPy's and isotropy train's range: refused before any work (the
+        # demo's would have failed at its fine-tuning, after its measurements)
+        (["stability", "--seed", "-1"], "--seed: expected a seed in 0..4294967295, got '-1'"),
+        (["measure", "--task", "sst2", "--seed", str(2**64)], "expected a seed in 0.."),
+        (["demo", "--seed", "-3"], "--seed: expected a seed in 0..4294967295, got '-3'"),
+        # a dimension whose covariances this machine cannot hold: one line, no allocation
+        (["stability", "--dim", "100000000"],
+         "dim 100000000 with sub-samples of up to 2,000 rows needs about"),
     ],
 )
 def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -104,3 +104,20 @@ def test_bad_arguments(kwargs: dict, match: str) -> None:
     base.update(kwargs)
     with pytest.raises(ValueError, match=match):
         run_stability(**base)
+
+
+def test_a_dimension_beyond_this_machines_memory_is_refused_before_any_draw(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine of 1 GiB: d = 20,000 needs 8 · (4 · 20,000² + 2 · (8,192 + 4) · 20,000) =
+    15.42e9 bytes ≈ 14.4 GiB, and is refused in one line; a small run still goes."""
+    import isotropy.paper.stability as stability
+
+    monkeypatch.setattr(stability, "_physical_memory", lambda: 2**30)
+    monkeypatch.setattr(stability.torch, "randn", None)  # any draw would fail loudly
+    with pytest.raises(ValueError, match=r"^dim 20000 with sub-samples of up to 4 rows needs "
+                                         r"about 14\.4 GiB .* this machine has 1\.0 GiB$"):
+        run_stability(dim=20000, sizes=[4], zetas=[0.0], shrinkage_points=100, repeats=2)
+    monkeypatch.undo()
+    monkeypatch.setattr(stability, "_physical_memory", lambda: 2**30)
+    assert run_stability(dim=8, sizes=[4], zetas=[0.0], shrinkage_points=100, repeats=2,
+                         progress=False).dim == 8

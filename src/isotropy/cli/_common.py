@@ -74,6 +74,26 @@ def positive_int(text: str) -> int:
     return v
 
 
+def seed_int(text: str) -> int:
+    """An ``argparse`` type: a seed in ``0 .. 2**32 - 1``, the range NumPy and
+    ``isotropy train`` take (a seed outside it would fail only once the work has started).
+
+    >>> seed_int("7")
+    7
+    >>> seed_int("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a seed in 0..4294967295, got '-1'
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed in 0..{2**32 - 1}, got {text!r}")
+    return v
+
+
 def task_name(text: str) -> str:
     """An ``argparse`` type: a task name in any spelling (``SST-2``, ``sst2``), as its
     canonical name; an unknown one is an error naming the known tasks."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.cli import _checks, measure, stability
-from isotropy.cli._common import one_line, positive_int, task_name
+from isotropy.cli._common import one_line, positive_int, seed_int, task_name
 
 __all__ = ["register", "run"]
 
@@ -169,7 +169,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         ),
     )
     measure.add_options(p, demo=True)
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="random seed of both experiments (default: %(default)s)")
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_demo"), metavar="DIR",
                    help="where the results go: DIR/stability, DIR/measure and DIR/finetune "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.cli import _checks
-from isotropy.cli._common import positive_int, task_name
+from isotropy.cli._common import positive_int, seed_int, task_name
 
 __all__ = ["add_options", "compute", "register", "run"]
 
@@ -152,7 +152,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         ),
     )
     add_options(p)
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="seed of the token sample (default: %(default)s)")
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_measure"), metavar="DIR",
                    help="where the results go, created if needed (default: %(default)s)")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.cli import _checks
-from isotropy.cli._common import positive_int
+from isotropy.cli._common import positive_int, seed_int
 
 __all__ = ["add_options", "check_args", "compute", "register", "run"]
 
@@ -50,6 +50,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.repeats < 2:
         parser.error(f"--repeats must be >= 2 (the table shows mean ± std over repeats; one "
                      f"value has no spread), got {args.repeats}")
+    from isotropy.paper import stability
+
+    try:  # the rest, and a --dim this machine's memory cannot hold
+        stability.check_arguments(
+            args.dim, _checks.flatten(args.sizes) or stability.DEFAULT_SIZES,
+            _checks.flatten(args.zetas) or stability.DEFAULT_ZETAS, args.shrinkage_points,
+            args.repeats)
+    except ValueError as err:
+        parser.error(str(err))
 
 
 def compute(args: argparse.Namespace, output_dir: Path) -> dict[str, Path]:
@@ -96,7 +105,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         ),
     )
     add_options(p)
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--output-dir", type=Path, default=Path("isotropy_stability"), metavar="DIR",
                    help="where the results go, created if needed (default: %(default)s)")
     p.set_defaults(func=run, subparser=p)

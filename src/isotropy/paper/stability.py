@@ -32,7 +32,9 @@ __all__ = [
     "DEFAULT_SIZES",
     "DEFAULT_ZETAS",
     "StabilityResult",
+    "check_arguments",
     "figure2_variances",
+    "memory_needed",
     "format_stability_table",
     "plot_stability",
     "run_stability",
@@ -128,9 +130,31 @@ class StabilityResult:
         }
 
 
-def _check_args(
+def memory_needed(dim: int, sizes: Sequence[int]) -> int:
+    """Bytes the experiment holds at once, about (an upper estimate, float64): a few
+    ``dim × dim`` covariances and their eigendecompositions, and the rows of a chunk of the
+    shrinkage sample and of the largest sub-sample with their scaled copies,
+    ``8 (4 d² + 2 (chunk + max n) d)``.
+
+    >>> round(memory_needed(768, [10, 5000]) / 2**20)  # 8 (4·768² + 2·13192·768) bytes
+    173
+    """
+    return 8 * (4 * dim * dim + 2 * (_CHUNK + max(sizes)) * dim)
+
+
+def _physical_memory() -> int | None:
+    """This machine's physical memory in bytes, where the system says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_arguments(
     dim: int, sizes: Sequence[int], zetas: Sequence[float], shrinkage_points: int, repeats: int
 ) -> tuple[list[int], list[float]]:
+    """The sizes and zetas, sorted and without repeats; ``ValueError`` for settings the
+    experiment cannot run, before any work (one too large for this machine's memory too)."""
     figure2_variances(dim)
     sizes = [int(n) for n in sizes]
     if not sizes:
@@ -147,6 +171,11 @@ def _check_args(
     if repeats < 2:
         raise ValueError(f"repeats must be >= 2 (the result is a mean and spread over "
                          f"repeats; one value has no spread), got {repeats}")
+    need, have = memory_needed(dim, sizes), _physical_memory()
+    if have is not None and need > have:
+        raise ValueError(f"dim {dim} with sub-samples of up to {max(sizes):,} rows needs about "
+                         f"{need / 2**30:,.1f} GiB (float64 covariances of {dim} × {dim}); "
+                         f"this machine has {have / 2**30:,.1f} GiB")
     return sorted(set(sizes)), sorted(set(zetas))
 
 
@@ -171,7 +200,7 @@ def run_stability(
     >>> sorted(r.values) == [(4, 0.0), (4, 0.5), (50, 0.0), (50, 0.5)]
     True
     """
-    sizes, zetas = _check_args(dim, sizes, zetas, shrinkage_points, repeats)
+    sizes, zetas = check_arguments(dim, sizes, zetas, shrinkage_points, repeats)
     t0 = time.perf_counter()
     variances = figure2_variances(dim)
     std = variances.sqrt()
