@@ -270,6 +270,17 @@ def test_comparison_table_flags_a_collapsed_classifier() -> None:
         (["stability", "--seed", "-1"], "--seed: expected a seed in 0..4294967295, got '-1'"),
         (["measure", "--task", "sst2", "--seed", str(2**64)], "expected a seed in 0.."),
         (["demo", "--seed", "-3"], "--seed: expected a seed in 0..4294967295, got '-3'"),
+        # a setting of the comparison --no-finetune skips, and a NaN of its epochs (once
+        # named --num_train_epochs, a flag the demo does not have)
+        (["demo", "--no-finetune", "--finetune-epochs", "3"],
+         "--finetune-epochs is a setting of the fine-tuning comparison, which --no-finetune "
+         "skips: leave out one of the two"),
+        (["demo", "--finetune-task", "rte", "--no-finetune"],
+         "--finetune-task is a setting of the fine-tuning comparison"),
+        (["demo", "--no-finetune", "--overwrite"], "--overwrite is a setting of the fine-tuning"),
+        (["demo", "--finetune-epochs", "nan"],
+         "--finetune-epochs: expected a finite number > 0, got 'nan'"),
+        (["demo", "--finetune-epochs", "0"], "--finetune-epochs: expected a finite number > 0"),
         # a dimension whose covariances this machine cannot hold: one line, no allocation
         (["stability", "--dim", "100000000"],
          "dim 100000000 with sub-samples of up to 2,000 rows needs about"),

@@ -371,6 +371,9 @@ def test_bad_input_is_one_line_exit_2(bert_dir, glue_dir, tmp_path, capsys, monk
     _bad([str(bert_dir), "--task", "sst2", "--split", "test", *common], capsys,
          "SST-2 test split not found")
     _bad([str(bert_dir), "--task", "sst2", "--zeta", "1.5", *common], capsys, "[0, 1]")
+    # Sigma_S of one row: once refused only after the model and data were loaded (exit 1)
+    _bad([str(bert_dir), "--task", "sst2", "--shrinkage-tokens", "1", *common], capsys,
+         "--shrinkage-tokens: expected an integer >= 2 (a covariance needs two rows), got '1'")
     _bad([str(bert_dir), "--task", "rte", *common], capsys, "RTE dev split not found")
     import huggingface_hub.constants
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import warnings
 from collections.abc import Iterator
@@ -71,6 +72,45 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def positive_number(text: str) -> float:
+    """An ``argparse`` type: a finite number > 0.
+
+    >>> positive_number("0.5")
+    0.5
+    >>> positive_number("nan")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a finite number > 0, got 'nan'
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def at_least_two(text: str) -> int:
+    """An ``argparse`` type: an integer >= 2 (a covariance needs two rows).
+
+    >>> at_least_two("2")
+    2
+    >>> at_least_two("1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an integer >= 2 (a covariance needs two rows), got '1'
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 2:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 2 (a covariance needs two rows), got {text!r}")
     return v
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from isotropy.cli import _checks
-from isotropy.cli._common import OneLineParser, one_line, positive_int, task_name
+from isotropy.cli._common import OneLineParser, at_least_two, one_line, positive_int, task_name
 
 __all__ = ["build_parser", "main"]
 
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zeta", type=_zeta, default=a.DEFAULT_ZETA,
                    help="IsoScore* shrinkage weight; 0 = plain IsoScore, no Sigma_S "
                         "(default: %(default)s)")
-    p.add_argument("--shrinkage-tokens", type=positive_int,
+    p.add_argument("--shrinkage-tokens", type=at_least_two,
                    default=a.DEFAULT_SHRINKAGE_TOKENS, metavar="N",
                    help="rows of the training split's union of layers 1..L whose covariance "
                         "is Sigma_S (default: %(default)s, as in the I-STAR paper)")

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from isotropy.cli import _checks, measure, stability
-from isotropy.cli._common import one_line, positive_int, seed_int, task_name
+from isotropy.cli._common import (
+    one_line,
+    positive_int,
+    positive_number,
+    seed_int,
+    task_name,
+)
 
 __all__ = ["register", "run"]
 
@@ -38,6 +44,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _checks.check_data_dir(parser, args.data_dir)
     _checks.check_output_dir(parser, out / "stability", stability.FILES)
     _checks.check_output_dir(parser, out / "measure", measure.FILES)
+    if args.no_finetune:  # a setting of the comparison it skips was meant for something
+        given = [flag for flag, default in _FINETUNE_DEFAULTS.items()
+                 if getattr(args, flag[2:].replace("-", "_")) != default]
+        if given:
+            parser.error(f"{given[0]} is a setting of the fine-tuning comparison, which "
+                         f"--no-finetune skips: leave out one of the two")
     explicit_task = args.finetune_task is not None  # a task asked for must run, not be skipped
     if not explicit_task:
         args.finetune_task = DEFAULT_FINETUNE_TASK
@@ -82,6 +94,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for p in [*paths.values(), *paths_m.values(), *paths_f.values()]:
         print(f"  {p}")
     return 0
+
+
+# the comparison's own options and their defaults (--no-finetune refuses the others)
+_FINETUNE_DEFAULTS: dict[str, Any] = {
+    "--finetune-task": None, "--finetune-train-samples": 1000, "--finetune-eval-samples": 500,
+    "--finetune-epochs": 2.0, "--overwrite": False}
 
 
 def _finetune_settings(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -178,11 +196,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help=f"task of the fine-tuning comparison (default: {DEFAULT_FINETUNE_TASK}, "
                         "skipped when its files are absent; a task named here that cannot "
                         "run is an error before any work)")
-    p.add_argument("--finetune-train-samples", type=positive_int, default=1000, metavar="N",
+    p.add_argument("--finetune-train-samples", type=positive_int,
+                   default=_FINETUNE_DEFAULTS["--finetune-train-samples"], metavar="N",
                    help="seeded subset of the training split (default: %(default)s)")
-    p.add_argument("--finetune-eval-samples", type=positive_int, default=500, metavar="N",
+    p.add_argument("--finetune-eval-samples", type=positive_int,
+                   default=_FINETUNE_DEFAULTS["--finetune-eval-samples"], metavar="N",
                    help="seeded subset of the dev split (default: %(default)s)")
-    p.add_argument("--finetune-epochs", type=float, default=2.0, metavar="E",
+    p.add_argument("--finetune-epochs", type=positive_number,
+                   default=_FINETUNE_DEFAULTS["--finetune-epochs"], metavar="E",
                    help="epochs of each fine-tuning run (default: %(default)s)")
     p.add_argument("--no-finetune", action="store_true",
                    help="skip the fine-tuning comparison")
