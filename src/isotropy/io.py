@@ -25,6 +25,7 @@ __all__ = [
     "archived",
     "atomic_path",
     "earlier_outputs_problem",
+    "not_found",
     "parse_json_unique",
     "parse_yaml_unique",
     "read_json",
@@ -291,6 +292,27 @@ def write_csv_atomic(
             raise ValueError(f"row has columns not in fieldnames: {sorted(unknown)}")
         writer.writerow({k: _csv_cell(r.get(k)) for k in fieldnames})
     return write_text_atomic(path, buf.getvalue())
+
+
+def not_found(path: str | os.PathLike[str], kind: str = "file") -> str | None:
+    """Why ``path`` is not an existing ``kind`` (``file`` or ``directory``), as the end of a
+    sentence naming it, or ``None`` when it is one.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> not_found(d, "directory") is None, not_found(d, "file")
+    (True, 'is a directory, not a file')
+    >>> not_found(os.path.join(d, "x"), "directory")
+    'does not exist'
+    """
+    p = Path(path)
+    if kind == "directory" and p.is_dir() or kind == "file" and p.is_file():
+        return None
+    if not p.exists():
+        return "does not exist"
+    if p.is_dir():
+        return f"is a directory, not a {kind}"
+    return f"is a file, not a {kind}" if p.is_file() else f"is not a regular {kind}"
 
 
 def output_dir_problem(path: Path, names: Sequence[str] = ()) -> str | None:

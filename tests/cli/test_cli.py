@@ -304,6 +304,15 @@ def test_bad_paths_and_devices(tiny_dir: Path, texts_file: Path, glue_dir: Path,
     err = _usage_error(["measure", "--texts", str(texts_file), "--device", "warp-drive"],
                        capsys)
     assert "not a torch device" in err
+    # a path of the wrong kind is named as such, not as missing
+    err = _usage_error(["measure", "--texts", str(glue_dir)], capsys)
+    assert f"--texts: file {glue_dir} is a directory, not a file" in err
+    err = _usage_error(["measure", "--texts", str(texts_file), "--model", str(texts_file)],
+                       capsys)
+    assert f"--model: model directory {texts_file} is a file, not a directory" in err
+    err = _usage_error(["measure", "--texts", str(texts_file), "--data-dir", str(texts_file)],
+                       capsys)
+    assert f"--data-dir: directory {texts_file} is a file, not a directory" in err
 
 
 def test_unloadable_model_is_a_usage_error(tmp_path: Path, texts_file: Path, tiny_dir: Path,

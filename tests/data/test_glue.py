@@ -242,6 +242,9 @@ def test_missing_files_and_dirs(tmp_path: Path) -> None:
         require_split("sst2", "dev", tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_split("sst2", "dev", tmp_path / "nope")
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="afile is a file, not a directory"):
+        load_split("sst2", "dev", tmp_path / "afile")
 
 
 def test_default_glue_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -831,6 +831,14 @@ def test_cli_pick_best_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     err = capsys.readouterr().err.strip()
     assert err.startswith("isotropy report: error:") and "batch: not a setting" in err
     assert "\n" not in err and not (tmp_path / "o2").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(root), "--output-dir", str(tmp_path / "o2"), "--pick-best-over",
+              " , "])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--pick-best-over: no setting named in ' , ': give the settings to choose the " \
+        "best run over, comma-separated, such as learning_rate,num_train_epochs" in err
+    assert "\n" not in err and not (tmp_path / "o2").exists()
 
 
 def test_docs_quote_the_format_lines_report_writes() -> None:

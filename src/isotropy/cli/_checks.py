@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from isotropy.io import not_found
+
 __all__ = [
     "HelpFormatter",
     "check_data_dir",
@@ -91,8 +93,8 @@ def check_device(parser: argparse.ArgumentParser, device: str) -> None:
 
 
 def check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> None:
-    if data_dir is not None and not data_dir.is_dir():
-        parser.error(f"--data-dir: directory {data_dir} does not exist")
+    if data_dir is not None and not_found(data_dir, "directory") is not None:
+        parser.error(f"--data-dir: directory {data_dir} {not_found(data_dir, 'directory')}")
 
 
 def check_output_dir(parser: argparse.ArgumentParser, path: Path, names: Sequence[str]) -> None:

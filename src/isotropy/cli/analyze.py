@@ -130,8 +130,7 @@ def _main(argv: Sequence[str] | None) -> int:
         resolve_device(args.device)
     except ValueError as err:
         parser.error(f"--device: {err}")
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        parser.error(f"--data-dir: directory {args.data_dir} does not exist")
+    _checks.check_data_dir(parser, args.data_dir)
     problem = output_dir_problem(args.output_dir, a.FILES) or earlier_outputs_problem(
         args.output_dir, a.FILES)
     if problem is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from isotropy.cli import _checks
 from isotropy.cli._common import positive_int, seed_int, task_name
+from isotropy.io import not_found
 
 __all__ = ["add_options", "compute", "register", "run"]
 
@@ -108,8 +109,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _checks.check_model(parser, args.model)
     _checks.check_device(parser, args.device)
     _checks.check_data_dir(parser, args.data_dir)
-    if args.texts is not None and not args.texts.is_file():
-        parser.error(f"--texts: file {args.texts} does not exist")
+    if args.texts is not None and not_found(args.texts) is not None:
+        parser.error(f"--texts: file {args.texts} {not_found(args.texts)}")
     if args.task is not None:
         from isotropy.data.glue import require_split
 

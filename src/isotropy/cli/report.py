@@ -83,7 +83,10 @@ def _settings(text: str) -> tuple[str, ...]:
 
     names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     if not names:
-        raise argparse.ArgumentTypeError("no setting named")
+        raise argparse.ArgumentTypeError(
+            f"no setting named in {text!r}: give the settings to choose the best run over, "
+            f"comma-separated, such as learning_rate,num_train_epochs (one of "
+            f"{', '.join(COMPARED_SETTINGS)})")
     unknown = [n for n in names if n not in COMPARED_SETTINGS]
     if unknown:
         raise argparse.ArgumentTypeError(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from isotropy.io import read_text_utf8
+from isotropy.io import not_found, read_text_utf8
 
 __all__ = [
     "Answer",
@@ -208,8 +208,8 @@ def _resolve_dir(data_dir: str | os.PathLike[str] | None) -> Path:
             )
         data_dir = d
     path = Path(data_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(f"GLUE data directory {path} does not exist")
+    if not_found(path, "directory") is not None:
+        raise FileNotFoundError(f"GLUE data directory {path} {not_found(path, 'directory')}")
     return path
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from isotropy.io import not_found
+
 __all__ = [
     "check_weight_files",
     "ensure_pad_token",
@@ -77,8 +79,9 @@ def check_model_path(name_or_path: str) -> None:
     not a Hugging Face model directory; hub ids pass (they are checked when loaded)."""
     if not looks_like_path(name_or_path):
         return
-    if not os.path.isdir(name_or_path):
-        raise FileNotFoundError(f"model directory {name_or_path} does not exist")
+    if not_found(name_or_path, "directory") is not None:
+        raise FileNotFoundError(f"model directory {name_or_path} "
+                                f"{not_found(name_or_path, 'directory')}")
     if not os.path.isfile(os.path.join(name_or_path, "config.json")):
         raise FileNotFoundError(
             f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from isotropy.data.glue import get_task, load_split, split_path
-from isotropy.io import read_text_utf8
+from isotropy.io import not_found, read_text_utf8
 
 __all__ = [
     "BUILTIN_SENTENCES",
@@ -101,8 +101,8 @@ def load_texts(
     texts: list[Text]
     if texts_file is not None:
         path = Path(texts_file)
-        if not path.is_file():
-            raise FileNotFoundError(f"texts file {path} does not exist")
+        if not_found(path) is not None:
+            raise FileNotFoundError(f"texts file {path} {not_found(path)}")
         with io.StringIO(read_text_utf8(path)) as f:
             texts = [line.rstrip("\r\n") for line in f if line.strip()]
         if not texts:
