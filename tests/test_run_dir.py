@@ -394,6 +394,24 @@ def test_a_folder_the_trainers_rotation_would_delete_is_refused_before_any_work(
     rd.check_not_foreign()
 
 
+def test_a_finished_run_beside_a_users_checkpoint_copy_is_kept_unless_overwritten(tmp_path):
+    """A finished run trains nothing and rotates no checkpoint: a user's ``checkpoint-4.bak``
+    beside it does not stop the run from being reported finished (it once stopped a whole
+    sweep); ``--overwrite`` would train, and is refused with the folder left whole."""
+    rd = make(tmp_path, checkpoints={2: True})
+    rd.write_results({"final": {}})
+    keep = rd.path / "checkpoint-4.bak"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    rd.check_not_foreign()
+    with pytest.raises(ValueError, match="holds checkpoint-4.bak/, not a checkpoint a run "
+                                         "wrote"):
+        rd.check_not_foreign(overwrite=True)
+    assert (keep / "notes.txt").read_text() == "mine"
+    assert rd.prepare(resume=False, overwrite=False, same_settings=same) == "finished"
+    assert (keep / "notes.txt").read_text() == "mine"
+
+
 def test_a_checkpoint_that_is_a_link_is_refused_before_a_resume_reads_it(tmp_path):
     """``checkpoint-5`` linking to another run's whole checkpoint: a resume would have taken
     it for this run's last one; refused up front, neither link nor target changed."""

@@ -210,3 +210,24 @@ def test_resume_of_a_folder_without_a_run_says_it_starts_a_new_one(tiny_model_di
     assert (out / "results.json").is_file()
     assert train_main(argv) == 0  # now finished: nothing is said of a new run
     assert "holds no run to continue" not in capsys.readouterr().out
+
+
+def test_a_finished_run_beside_a_users_folder_named_like_a_checkpoint(tiny_model_dir,
+                                                                      glue_dir, tmp_path,
+                                                                      capsys):
+    """``checkpoint-4.bak`` (a user's copy) in a finished run's folder: the run is kept and
+    reported finished (nothing trains, nothing is rotated); ``--overwrite`` would train and
+    rotate it away, so it is refused before any work, the copy left whole."""
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                 "--max_train_samples", "8", "--max_eval_samples", "8")
+    assert train_main(argv) == 0
+    keep = out / "checkpoint-4.bak"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert train_main(argv) == 0
+    assert "holds this run, finished" in capsys.readouterr().out
+    assert train_main([*argv, "--overwrite"]) == 2
+    assert "holds checkpoint-4.bak/, not a checkpoint a run wrote" in capsys.readouterr().err
+    assert (keep / "notes.txt").read_text() == "mine" and (out / "results.json").is_file()

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from isotropy.training.settings import args_from_dict
 
         try:  # the four runs' folders and the report's, before stability and measure run
-            check_run_folders(out / "finetune")
+            check_run_folders(out / "finetune", overwrite=bool(args.overwrite))
             problem = folder_problem(out / "finetune" / "report")
             if problem is not None:
                 raise ValueError(f"the comparison's report: {problem}")

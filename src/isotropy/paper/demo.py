@@ -92,14 +92,15 @@ def comparison_row(method: str, run_dir: Path, results: Mapping[str, Any]) -> di
 
 
 def check_run_folders(output_dir: str | Path,
-                      methods: Mapping[str, Mapping[str, Any]] = DEMO_METHODS) -> None:
+                      methods: Mapping[str, Mapping[str, Any]] = DEMO_METHODS, *,
+                      overwrite: bool = False) -> None:
     """``ValueError`` (one line) when a method's run folder ``output_dir/<method>`` holds
     something that is not a run of ours
     (:meth:`~isotropy.rundir.RunDirectory.check_not_foreign`); changes nothing."""
     from isotropy.rundir import RunDirectory
 
     for method in methods:
-        RunDirectory(Path(output_dir) / _slug(method)).check_not_foreign()
+        RunDirectory(Path(output_dir) / _slug(method)).check_not_foreign(overwrite=overwrite)
 
 
 def run_comparison(

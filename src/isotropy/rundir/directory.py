@@ -130,13 +130,16 @@ class RunDirectory:
                 "--output_dir"
             )
 
-    def check_not_foreign(self) -> None:
+    def check_not_foreign(self, *, overwrite: bool = False) -> None:
         """``ValueError`` (one line) when the folder exists, is not empty and holds no run of
         ours, or holds a folder or link the Trainer would take for a checkpoint that no run
-        wrote (:func:`~isotropy.rundir.checkpoints.foreign_checkpoint`); changes nothing
-        (checked before any work; a missing folder passes)."""
+        wrote (:func:`~isotropy.rundir.checkpoints.foreign_checkpoint`) where a run will
+        train (a finished run is kept, and trains nothing, unless ``overwrite``); changes
+        nothing (checked before any work; a missing folder passes)."""
         if self.path.is_dir():
             self._check_holds_a_run()
+            if self.finished and not overwrite:  # nothing trains: no checkpoint is rotated
+                return
             problem = foreign_checkpoint(self.path)
             if problem is not None:
                 raise ValueError(f"output directory {self.path}: {problem}")

@@ -374,7 +374,8 @@ def _run_training(
 ) -> TrainResult:
     """The steps of :func:`run_training`: inputs, run directory, model, Trainer, train, write."""
     run_dir = RunDirectory(train_args.output_dir)
-    run_dir.check_not_foreign()  # a folder that is not a run of ours: refused before any work
+    # a folder that is not a run of ours: refused before any work
+    run_dir.check_not_foreign(overwrite=iso_args.overwrite)
     inputs = _load_inputs(iso_args, train_args)
     stop_point()  # a Ctrl-C that Python dropped while the tokenizer and data were loaded
     settings = describe(iso_args, train_args)  # before the devices are set up (check_parallel)
