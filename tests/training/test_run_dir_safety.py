@@ -231,3 +231,29 @@ def test_a_finished_run_beside_a_users_folder_named_like_a_checkpoint(tiny_model
     assert train_main([*argv, "--overwrite"]) == 2
     assert "holds checkpoint-4.bak/, not a checkpoint a run wrote" in capsys.readouterr().err
     assert (keep / "notes.txt").read_text() == "mine" and (out / "results.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["model/my_results.txt", "model/plots/p.png",
+                                   "checkpoint-1/mynote.txt", "tensorboard/notes.md"])
+def test_overwrite_never_deletes_a_users_file_inside_the_runs_own_folders(
+        tiny_model_dir, glue_dir, tmp_path, capsys, where):
+    """A user's file put inside ``model/``, a checkpoint or ``tensorboard/`` of a finished
+    run: ``--overwrite`` (which deletes those folders) is refused before any work, naming
+    it, and nothing changes; once it is moved out, the run is replaced."""
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, glue_dir, out, "--task", "sst2", "--num_train_epochs", "1",
+                 "--max_train_samples", "8", "--max_eval_samples", "8",
+                 "--save_total_limit", "2")
+    assert train_main(argv) == 0
+    mine = out / where
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("mine")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert train_main([*argv, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert f"it holds {where}, a file no run wrote, inside a folder a run deletes or " \
+        f"replaces ({where.split('/')[0]}/): move it out first" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    mine.unlink()
+    assert train_main([*argv, "--overwrite"]) == 0

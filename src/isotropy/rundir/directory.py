@@ -45,6 +45,7 @@ from isotropy.rundir.layout import (
     run_record_problem,
     written_by_a_run,
 )
+from isotropy.rundir.ownership import folder_files, unowned_file
 from isotropy.rundir.records import RecordFile
 
 
@@ -141,6 +142,8 @@ class RunDirectory:
             if self.finished and not overwrite:  # nothing trains: no checkpoint is rotated
                 return
             problem = foreign_checkpoint(self.path)
+            if problem is None:
+                problem = self._unowned_file_problem()
             if problem is not None:
                 raise ValueError(f"output directory {self.path}: {problem}")
 
@@ -209,9 +212,26 @@ class RunDirectory:
             raise ValueError(f"cannot resume {self.path}: {diff}")
         return "resume"
 
+    def _unowned_file_problem(self) -> str | None:
+        """A user's file inside one of the run's own folders, which deleting or replacing that
+        folder would take along (:func:`~isotropy.rundir.ownership.unowned_file`)."""
+        try:
+            results = self.read_results() if self.finished else None
+        except ValueError:
+            results = None
+        found = unowned_file(self.path, results)
+        if found is None:
+            return None
+        return (f"it holds {found}, a file no run wrote, inside a folder a run deletes or "
+                f"replaces ({found.split('/')[0]}/): move it out first")
+
     def clear(self) -> None:
         """Delete the run's contents (only called on a folder holding a run): the entries a
-        run writes (:func:`written_by_a_run`); not its lock, and never another file."""
+        run writes (:func:`written_by_a_run`); not its lock, and never another file (a user's
+        file inside the run's own folders is a ``ValueError`` before anything is deleted)."""
+        problem = self._unowned_file_problem()
+        if problem is not None:
+            raise ValueError(f"{self.path}: {problem}")
         for p in self.path.iterdir():
             if is_bookkeeping(p.name) or not written_by_a_run(p.name):
                 continue
@@ -284,6 +304,10 @@ class RunDirectory:
 
     def read_measurements(self) -> list[dict[str, Any]]:
         return self.records(MEASUREMENTS).read()
+
+    def model_files(self) -> dict[str, int]:
+        """The files of ``model/`` (path relative to it) with their sizes in bytes."""
+        return folder_files(self.file(MODEL))
 
     def save_model(self, model: Any, tokenizer: Any) -> Path:
         """``save_pretrained`` of model and tokenizer into ``model/``, moved into place whole."""

@@ -479,6 +479,7 @@ def _write_run(done: _Trained) -> dict[str, Any]:
                   str(done.resume_from) if done.resume_from else None},
         "data": data.source, "features": inputs.features, "notes": inputs.notes,
         "model_dir": str(run_dir.file("model")),
+        "model_files": run_dir.model_files(),  # what --overwrite may delete of model/
         "measurements": trainer.last_measurements,
     }
     fault_point("results_writing")  # the model and predictions are written, results.json not
