@@ -93,8 +93,8 @@ def check_device(parser: argparse.ArgumentParser, device: str) -> None:
 
 
 def check_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> None:
-    if data_dir is not None and not_found(data_dir, "directory") is not None:
-        parser.error(f"--data-dir: directory {data_dir} {not_found(data_dir, 'directory')}")
+    if data_dir is not None and (why := not_found(data_dir, "directory")) is not None:
+        parser.error(f"--data-dir: directory {data_dir} {why}")
 
 
 def check_output_dir(parser: argparse.ArgumentParser, path: Path, names: Sequence[str]) -> None:

@@ -60,19 +60,25 @@ class OneLineParser(argparse.ArgumentParser):
         return plain_help(super().format_help())
 
 
+def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
+    """``text`` as an integer in ``lo .. hi`` (``hi`` ``None``: no bound), else an
+    ``argparse.ArgumentTypeError`` saying ``expected {expected}, got {text!r}``."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = None
+    if v is None or v < lo or (hi is not None and v > hi):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return v
+
+
 def positive_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 1.
 
     >>> positive_int("3")
     3
     """
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+    return _int_in(text, 1, None, "a positive integer")
 
 
 def positive_number(text: str) -> float:
@@ -104,14 +110,7 @@ def at_least_two(text: str) -> int:
     ...
     argparse.ArgumentTypeError: expected an integer >= 2 (a covariance needs two rows), got '1'
     """
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 2:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer >= 2 (a covariance needs two rows), got {text!r}")
-    return v
+    return _int_in(text, 2, None, "an integer >= 2 (a covariance needs two rows)")
 
 
 def seed_int(text: str) -> int:
@@ -125,13 +124,7 @@ def seed_int(text: str) -> int:
     ...
     argparse.ArgumentTypeError: expected a seed in 0..4294967295, got '-1'
     """
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if not 0 <= v < 2**32:
-        raise argparse.ArgumentTypeError(f"expected a seed in 0..{2**32 - 1}, got {text!r}")
-    return v
+    return _int_in(text, 0, 2**32 - 1, f"a seed in 0..{2**32 - 1}")
 
 
 def task_name(text: str) -> str:

@@ -109,8 +109,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _checks.check_model(parser, args.model)
     _checks.check_device(parser, args.device)
     _checks.check_data_dir(parser, args.data_dir)
-    if args.texts is not None and not_found(args.texts) is not None:
-        parser.error(f"--texts: file {args.texts} {not_found(args.texts)}")
+    if args.texts is not None and (why := not_found(args.texts)) is not None:
+        parser.error(f"--texts: file {args.texts} {why}")
     if args.task is not None:
         from isotropy.data.glue import require_split
 

@@ -208,8 +208,8 @@ def _resolve_dir(data_dir: str | os.PathLike[str] | None) -> Path:
             )
         data_dir = d
     path = Path(data_dir)
-    if not_found(path, "directory") is not None:
-        raise FileNotFoundError(f"GLUE data directory {path} {not_found(path, 'directory')}")
+    if (why := not_found(path, "directory")) is not None:
+        raise FileNotFoundError(f"GLUE data directory {path} {why}")
     return path
 
 

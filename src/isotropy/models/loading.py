@@ -79,9 +79,8 @@ def check_model_path(name_or_path: str) -> None:
     not a Hugging Face model directory; hub ids pass (they are checked when loaded)."""
     if not looks_like_path(name_or_path):
         return
-    if not_found(name_or_path, "directory") is not None:
-        raise FileNotFoundError(f"model directory {name_or_path} "
-                                f"{not_found(name_or_path, 'directory')}")
+    if (why := not_found(name_or_path, "directory")) is not None:
+        raise FileNotFoundError(f"model directory {name_or_path} {why}")
     if not os.path.isfile(os.path.join(name_or_path, "config.json")):
         raise FileNotFoundError(
             f"{name_or_path} has no config.json: not a Hugging Face model directory (save one "

@@ -101,8 +101,8 @@ def load_texts(
     texts: list[Text]
     if texts_file is not None:
         path = Path(texts_file)
-        if not_found(path) is not None:
-            raise FileNotFoundError(f"texts file {path} {not_found(path)}")
+        if (why := not_found(path)) is not None:
+            raise FileNotFoundError(f"texts file {path} {why}")
         with io.StringIO(read_text_utf8(path)) as f:
             texts = [line.rstrip("\r\n") for line in f if line.strip()]
         if not texts:

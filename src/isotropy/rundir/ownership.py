@@ -34,7 +34,7 @@ def folder_files(folder: Path) -> dict[str, int]:
     >>> folder_files(d)
     {'config.json': 2}
     """
-    return {p.relative_to(folder).as_posix(): p.stat().st_size
+    return {p.relative_to(folder).as_posix(): p.lstat().st_size
             for p in sorted(folder.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
